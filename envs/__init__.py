@@ -1,0 +1,1 @@
+"""Gymnasium environments of parasim, installed as ``parasim.envs``."""

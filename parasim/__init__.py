@@ -1,0 +1,44 @@
+"""parasim: a calibrated testbed for training LLM managers that orchestrate parallel tool calls.
+
+Public names are resolved lazily (PEP 562) so that ``import parasim`` stays cheap: the C++ core,
+numba and torch load only when something that needs them is touched.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+_LAZY: dict[str, str] = {
+    "TrajectoryBatch": "parasim.batch",
+    "RewardConfig": "parasim.rewards",
+    "compute_rewards": "parasim.rewards",
+    "compute_rewards_grid": "parasim.rewards",
+    "group_advantages": "parasim.advantages",
+    "loss_mask_from_spans": "parasim.masks",
+    "loss_normalizers": "parasim.masks",
+    "broadcast_to_tokens": "parasim.masks",
+    "PoolSpec": "parasim.pools",
+    "load_pool": "parasim.pools",
+}
+
+__all__ = sorted(_LAZY) + ["__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'parasim' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def _register() -> None:
+    from parasim.envs.registration import register_envs
+
+    register_envs()
+
+
+_register()

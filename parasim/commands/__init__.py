@@ -1,0 +1,1 @@
+"""Subcommands of the ``parasim`` CLI, one module each (see ``parasim.cli``)."""

@@ -1,0 +1,1 @@
+"""Training of parasim managers (installed as ``parasim.training``): policies, SFT, GRPO, sweeps."""
