@@ -1,0 +1,449 @@
+"""Parse a manager's turn in the Hermes / Qwen3 tool-call format into calls, never raising.
+
+A turn holds one ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` block per call; several
+blocks are parallel calls and ``final_answer`` is a call too (shared/DESIGN.md 3). Models trained on
+other templates write almost-JSON: prose around blocks, code fences, single quotes, Python literals,
+trailing commas, raw newlines in strings, a missing closing tag or brace. Those are repaired, and
+every repair is reported so that a trainer can penalize or count it. What cannot be read becomes a
+``BlockError`` with status FORMAT_ERR (unreadable) or INVALID_TOOL (readable, but an unknown tool or
+model) and a reason the manager sees in its feedback. No input string makes ``parse_tool_calls`` raise.
+"""
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Collection
+from dataclasses import dataclass, field
+from typing import Any
+
+from parasim.protocol.schema import Status, Tool, ToolCall
+from parasim.protocol.tool_schema import TOOL_ARGUMENTS, Argument
+
+_OPEN = re.compile(r"<\s*tool_call\s*>", re.IGNORECASE)
+_CLOSE = re.compile(r"<\s*/\s*tool_call\s*>", re.IGNORECASE)
+_FENCE = re.compile(r"```[A-Za-z0-9_+-]*")
+_NAME_KEY = re.compile(r"""["']name["']\s*:""")
+_TOOLS_BY_NAME = {t.wire_name: t for t in Tool}
+_SNIPPET = 200
+
+
+@dataclass(frozen=True)
+class BlockError:
+    """A block that produced no call: which block, the status it gets, why, and its text (truncated)."""
+
+    block: int
+    status: Status
+    reason: str
+    text: str = ""
+
+
+@dataclass
+class ParsedRound:
+    """One manager turn: tool calls in block order, the final answer if any, errors and repairs.
+
+    ``blocks[i]`` is the block index of ``calls[i]``, so feedback can follow the order the manager
+    wrote. ``final_answer`` is None unless a valid ``final_answer`` call was read.
+    """
+
+    calls: list[ToolCall] = field(default_factory=list)
+    blocks: list[int] = field(default_factory=list)
+    final_answer: str | None = None
+    errors: list[BlockError] = field(default_factory=list)
+    repairs: list[str] = field(default_factory=list)
+    num_blocks: int = 0
+
+    @property
+    def is_final(self) -> bool:
+        return self.final_answer is not None
+
+    @property
+    def has_protocol_error(self) -> bool:
+        """True when this turn counts as a format violation (a FORMAT_ERR or INVALID_TOOL block)."""
+        return bool(self.errors)
+
+
+class _Unreadable(Exception):
+    """Internal: a block's JSON could not be read; carries the reason."""
+
+
+class _InvalidTool(Exception):
+    """Internal: a readable call names an unknown tool or model."""
+
+
+
+def parse_tool_calls(text: Any, models: Collection[str] | None = None) -> ParsedRound:
+    """Parse one manager turn. ``models`` (the pool's model ids) enables model validation.
+
+    Never raises: a non-string, or any failure inside the parser, becomes a FORMAT_ERR block.
+    """
+    if not isinstance(text, str):
+        return ParsedRound(errors=[BlockError(0, Status.FORMAT_ERR, f"expected text, got {type(text).__name__}")])
+    try:
+        return _parse(text, models)
+    except Exception as err:  # noqa: BLE001 -- a parser bug must not crash a rollout; tests assert it never fires
+        return ParsedRound(errors=[BlockError(0, Status.FORMAT_ERR, f"internal parser error: {type(err).__name__}",
+                                              text[:_SNIPPET])])
+
+
+def _parse(text: str, models: Collection[str] | None) -> ParsedRound:
+    result = ParsedRound()
+    bodies = _split_blocks(text, result.repairs)
+    result.num_blocks = len(bodies)
+    if not bodies:
+        reason = "no <tool_call> block found; write each call as <tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>"
+        result.errors.append(BlockError(0, Status.FORMAT_ERR, reason, text[:_SNIPPET]))
+        return result
+    finals: list[int] = []
+    for index, body in enumerate(bodies):
+        try:
+            obj = _load_object(body, result.repairs)
+            tool, args = _tool_and_arguments(obj, result.repairs)
+            call = _build_call(tool, args, models, result.repairs)
+        except _Unreadable as err:
+            result.errors.append(BlockError(index, Status.FORMAT_ERR, str(err), body.strip()[:_SNIPPET]))
+            continue
+        except _InvalidTool as err:
+            result.errors.append(BlockError(index, Status.INVALID_TOOL, str(err), body.strip()[:_SNIPPET]))
+            continue
+        if isinstance(call, str):
+            if result.final_answer is None:
+                result.final_answer = call
+                finals.append(index)
+            else:
+                result.errors.append(BlockError(index, Status.FORMAT_ERR, "final_answer given more than once; "
+                                                "the first one counts", body.strip()[:_SNIPPET]))
+            continue
+        result.calls.append(call)
+        result.blocks.append(index)
+    if result.final_answer is not None and result.calls:
+        for index in result.blocks:
+            result.errors.append(BlockError(index, Status.FORMAT_ERR, "tool call alongside final_answer was not run: "
+                                            "final_answer ends the episode and must be called alone",
+                                            bodies[index].strip()[:_SNIPPET]))
+        result.calls, result.blocks = [], []
+    result.repairs = list(dict.fromkeys(result.repairs))
+    return result
+
+
+def _split_blocks(text: str, repairs: list[str]) -> list[str]:
+    """The bodies of the turn's ``<tool_call>`` blocks, or of bare JSON calls when there are no tags."""
+    opens = list(_OPEN.finditer(text))
+    if not opens:
+        bare = _bare_calls(text)
+        if bare:
+            repairs.append("call written without <tool_call> tags")
+        return bare
+    bodies = []
+    for i, match in enumerate(opens):
+        end = opens[i + 1].start() if i + 1 < len(opens) else len(text)
+        close = _CLOSE.search(text, match.end(), end)
+        if close is None:
+            repairs.append("missing </tool_call> closing tag")
+            bodies.append(text[match.end():end])
+        else:
+            bodies.append(text[match.end():close.start()])
+    return bodies
+
+
+def _bare_calls(text: str) -> list[str]:
+    """JSON objects in untagged text that look like calls: they hold a ``name`` key and a tool name.
+
+    Starts from each ``"name":`` key and walks back to the brace that encloses it, so the cost grows
+    with the number of keys, not with every brace of a long code answer.
+    """
+    bodies: list[str] = []
+    floor = 0
+    for key in _NAME_KEY.finditer(text):
+        if key.start() < floor:
+            continue
+        pos = text.rfind("{", floor, key.start())
+        for _ in range(8):
+            if pos == -1:
+                break
+            end = _object_end(text, pos)
+            if end > key.start():
+                candidate = text[pos:end]
+                if any(name in candidate for name in _TOOLS_BY_NAME):
+                    bodies.append(candidate)
+                floor = end  # keys inside a rejected object cannot start a call: keeps the scan linear
+                break
+            pos = text.rfind("{", floor, pos)
+    return bodies
+
+
+def _object_end(text: str, start: int) -> int:
+    """Index just past the object opened at ``start`` (quote-aware), or ``len(text)`` if never closed."""
+    depth, quote, i = 0, "", start
+    while i < len(text):
+        c = text[i]
+        if quote:
+            if c == "\\":
+                i += 1
+            elif c == quote:
+                quote = ""
+        elif c in "\"'":
+            quote = c
+        elif c in "{[":
+            depth += 1
+        elif c in "}]":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+        i += 1
+    return len(text)
+
+
+def _load_object(body: str, repairs: list[str]) -> Any:
+    """Read the block's JSON object, strict first, then through the lenient normalizer."""
+    stripped = body.strip()
+    if "```" in stripped:
+        stripped = _FENCE.sub("", stripped).strip()
+        repairs.append("removed code fence")
+    try:
+        return json.loads(stripped)
+    except (ValueError, RecursionError):
+        pass
+    start = stripped.find("{")
+    if start == -1:
+        raise _Unreadable("no JSON object in the <tool_call> block")
+    if stripped[:start].strip():
+        repairs.append("ignored text before the JSON object")
+    normalized, end, fixes = _normalize(stripped, start)
+    if stripped[end:].strip():
+        repairs.append("ignored text after the JSON object")
+    try:
+        obj = json.loads(normalized)
+    except (ValueError, RecursionError) as err:
+        raise _Unreadable(f"invalid JSON: {err}") from None
+    repairs.extend(fixes)
+    return obj
+
+
+_ESCAPES = set('"\\/bfnrtu')
+_LITERALS = {"True": "true", "False": "false", "None": "null"}
+_HEX = set("0123456789abcdefABCDEF")
+
+
+def _normalize(src: str, start: int) -> tuple[str, int, list[str]]:
+    """Rewrite almost-JSON from ``start`` to its closing brace as strict JSON.
+
+    Returns the JSON text, the index where the object ended in ``src``, and the repairs applied:
+    single-quoted strings, invalid escapes, raw control characters, Python literals, trailing
+    commas, an unterminated string, unclosed brackets.
+    """
+    out: list[str] = []
+    fixes: list[str] = []
+    stack: list[str] = []
+    i, n = start, len(src)
+    while i < n:
+        c = src[i]
+        if c in "\"'":
+            text, i = _read_string(src, i, fixes)
+            out.append(text)
+            continue
+        if c in "{[":
+            stack.append("}" if c == "{" else "]")
+        elif c in "}]":
+            if stack and stack[-1] == c:
+                stack.pop()
+            out.append(c)
+            i += 1
+            if not stack:
+                break
+            continue
+        elif c == ",":
+            j = i + 1
+            while j < n and src[j].isspace():
+                j += 1
+            if j < n and src[j] in "}]":
+                fixes.append("removed trailing comma")
+                i += 1
+                continue
+        elif c.isalpha():
+            j = i
+            while j < n and (src[j].isalnum() or src[j] == "_"):
+                j += 1
+            word = src[i:j]
+            if word in _LITERALS:
+                fixes.append("converted Python literal")
+                word = _LITERALS[word]
+            out.append(word)
+            i = j
+            continue
+        out.append(c)
+        i += 1
+    if stack:
+        fixes.append(f"closed {len(stack)} unclosed bracket(s)")
+        out.extend(reversed(stack))
+    return "".join(out), i, fixes
+
+
+def _read_string(src: str, i: int, fixes: list[str]) -> tuple[str, int]:
+    """Read a quoted string at ``src[i]`` and return it as a JSON string literal and the next index."""
+    quote = src[i]
+    if quote == "'":
+        fixes.append("converted single quotes")
+    buf: list[str] = []
+    j, n = i + 1, len(src)
+    while j < n:
+        d = src[j]
+        if d == "\\":
+            e = src[j + 1] if j + 1 < n else ""
+            if e == "u" and len(src) >= j + 6 and set(src[j + 2:j + 6]) <= _HEX:
+                buf.append(src[j:j + 6])
+                j += 6
+                continue
+            if e and e in _ESCAPES and e != "u":
+                buf.append("\\" + e)
+            elif e == "'":
+                buf.append("'")
+            else:
+                fixes.append("escaped a stray backslash")
+                buf.append("\\\\" + _json_char(e) if e else "\\\\")
+            j += 2
+            continue
+        if d == quote:
+            return '"' + "".join(buf) + '"', j + 1
+        if d == '"':
+            buf.append('\\"')
+        elif ord(d) < 0x20:
+            fixes.append("escaped a raw control character in a string")
+            buf.append(_json_char(d))
+        else:
+            buf.append(d)
+        j += 1
+    fixes.append("closed an unterminated string")
+    return '"' + "".join(buf) + '"', n
+
+
+def _json_char(c: str) -> str:
+    """``c`` as it may appear inside a JSON string."""
+    if c == '"':
+        return '\\"'
+    if c and ord(c) < 0x20:
+        return {"\n": "\\n", "\t": "\\t", "\r": "\\r"}.get(c, f"\\u{ord(c):04x}")
+    return c
+
+
+def _tool_and_arguments(obj: Any, repairs: list[str]) -> tuple[Tool, dict[str, Any]]:
+    """The tool and the argument dict of a call object, unwrapping the OpenAI ``function`` shape."""
+    if not isinstance(obj, dict):
+        raise _Unreadable(f"a call must be a JSON object, got {type(obj).__name__}")
+    if "name" not in obj and isinstance(obj.get("function"), dict):
+        obj = obj["function"]
+        repairs.append("unwrapped OpenAI-style 'function' object")
+    name = obj.get("name")
+    if not isinstance(name, str):
+        raise _Unreadable("missing 'name' (a string naming the tool)")
+    wire = re.sub(r"[\s\-]+", "_", name.strip().lower())
+    tool = _TOOLS_BY_NAME.get(wire)
+    if tool is None:
+        raise _InvalidTool(f"unknown tool {name[:60]!r}; tools: {', '.join(_TOOLS_BY_NAME)}")
+    if wire != name:
+        repairs.append("normalized tool name")
+    args: Any = None
+    for key in ("arguments", "parameters", "args", "input"):
+        if key in obj:
+            args = obj[key]
+            if key != "arguments":
+                repairs.append(f"read arguments from {key!r}")
+            break
+    else:
+        args = {k: v for k, v in obj.items() if k not in ("name", "type", "id")}
+        if args:
+            repairs.append("arguments written at the top level")
+    if isinstance(args, str):
+        args = _string_arguments(args, tool, repairs)
+    if not isinstance(args, dict):
+        raise _Unreadable(f"'arguments' must be a JSON object, got {type(args).__name__}")
+    return tool, args
+
+
+def _string_arguments(raw: str, tool: Tool, repairs: list[str]) -> Any:
+    """Arguments given as a string: JSON-encoded (OpenAI style), or the bare value of a one-argument tool."""
+    if raw.strip().startswith("{"):
+        repairs.append("decoded string-encoded arguments")
+        return _load_object(raw, repairs)
+    spec = [a for a in TOOL_ARGUMENTS[tool] if a.required]
+    if len(spec) == 1:
+        repairs.append(f"read a bare string as {spec[0].name!r}")
+        return {spec[0].name: raw}
+    raise _Unreadable("'arguments' must be a JSON object")
+
+
+def _build_call(tool: Tool, args: dict[str, Any], models: Collection[str] | None,
+                repairs: list[str]) -> ToolCall | str:
+    """Validate arguments against ``TOOL_ARGUMENTS``; returns the ToolCall, or the answer of final_answer."""
+    values = {spec.name: _argument(spec, args, repairs) for spec in TOOL_ARGUMENTS[tool]}
+    known = {spec.name for spec in TOOL_ARGUMENTS[tool]} | {a for s in TOOL_ARGUMENTS[tool] for a in s.aliases}
+    if set(args) - known:
+        repairs.append("ignored unknown argument(s)")
+    if tool is Tool.FINAL_ANSWER:
+        return values["answer"]
+    if not tool.is_agent:
+        return ToolCall(tool=tool, subtask=next(v for v in values.values() if isinstance(v, str)))
+    model = values["model"] or ""
+    if models is not None:
+        model = _resolve_model(model, models, repairs)
+    elif not model.strip():
+        raise _Unreadable("missing required argument 'model'")
+    target = values.get("context_from")
+    return ToolCall(tool=tool, model=model, subtask=values["subtask"], target=-1 if target is None else target)
+
+
+def _argument(spec: Argument, args: dict[str, Any], repairs: list[str]) -> Any:
+    """The value of one argument (found under its name or an alias), coerced to its JSON type."""
+    for key in (spec.name, *spec.aliases):
+        if key in args:
+            value = args[key]
+            if key != spec.name:
+                repairs.append(f"read {spec.name!r} from {key!r}")
+            break
+    else:
+        if spec.required and spec.name != "model":
+            raise _Unreadable(f"missing required argument {spec.name!r}")
+        return None
+    if spec.json_type == "integer":
+        return _call_id(value, spec.name)
+    if not isinstance(value, str):
+        if value is None:
+            raise _Unreadable(f"argument {spec.name!r} is null")
+        value = json.dumps(value, ensure_ascii=False)
+        repairs.append(f"converted {spec.name!r} to a string")
+    if spec.required and spec.name != "model" and not value.strip():
+        raise _Unreadable(f"argument {spec.name!r} is empty")
+    return value
+
+
+def _call_id(value: Any, name: str) -> int | None:
+    """An earlier call's id written as 3, "3", "#3" or "call_3"; None when absent or negative (-1 = none)."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, bool):
+        raise _Unreadable(f"argument {name!r} must be a call id (an integer)")
+    if isinstance(value, int):
+        number = value
+    elif isinstance(value, float) and value.is_integer():
+        number = int(value)
+    else:
+        match = re.fullmatch(r"\s*(?:#|call[_\s#-]*)?(\d{1,9})\s*", str(value), re.IGNORECASE)
+        if match is None:
+            raise _Unreadable(f"argument {name!r} must be a call id (an integer), got {str(value)[:40]!r}")
+        number = int(match.group(1))
+    return number if number >= 0 else None
+
+
+def _resolve_model(model: str, models: Collection[str], repairs: list[str]) -> str:
+    """The pool model id meant by ``model``: exact, case-insensitive, or the only model of the pool."""
+    if model in models:
+        return model
+    if not model.strip():
+        if len(models) == 1:
+            repairs.append("filled the missing 'model' with the pool's only model")
+            return next(iter(models))
+        raise _Unreadable(f"missing required argument 'model'; models: {', '.join(models)}")
+    folded = {m.lower(): m for m in models}
+    if model.strip().lower() in folded:
+        repairs.append("normalized model id")
+        return folded[model.strip().lower()]
+    raise _InvalidTool(f"unknown model {model[:60]!r}; models: {', '.join(models)}")
