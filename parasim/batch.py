@@ -1,0 +1,202 @@
+"""TrajectoryBatch: the struct-of-arrays every producer fills and every reward / advantage kernel reads.
+
+One validated, contiguous, fixed-dtype array per field, so the C++ core reads the buffers in place
+(no copies, no per-trajectory Python objects) and every consumer can trust the ranges it sees:
+validation happens once, here, with errors that name the field and the first bad index.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+import numpy as np
+
+from parasim.protocol.schema import NUM_TOOLS, Tool
+
+
+class BatchValidationError(ValueError):
+    """A field of a trajectory batch is malformed; the message names the field, index and allowed range."""
+
+
+# field -> (dtype, kind, (lo, hi) inclusive range or None). kind: "float" accepts any real array,
+# "int" accepts integer arrays or floats that are exactly integral, "flag" accepts bool/0/1.
+_SPEC: dict[str, tuple[type, str, tuple[float, float] | None]] = {
+    "outcome": (np.float64, "float", (0.0, 1.0)),
+    "format_violations": (np.int32, "int", (0, np.iinfo(np.int32).max)),
+    "ended_with_final": (np.uint8, "flag", (0, 1)),
+    "rounds": (np.int32, "int", (0, np.iinfo(np.int32).max)),
+    "tool_calls": (np.int32, "int", (0, np.iinfo(np.int32).max)),
+    "distinct_tools": (np.int32, "int", (0, NUM_TOOLS)),
+    "tool_counts": (np.int32, "int", (0, np.iinfo(np.int32).max)),
+    "tokens": (np.float64, "float", (0.0, np.inf)),
+    "cost_units": (np.float64, "float", (0.0, np.inf)),
+    "usd": (np.float64, "float", (0.0, np.inf)),
+    "latency_s": (np.float64, "float", (0.0, np.inf)),
+    "group_id": (np.int64, "int", (np.iinfo(np.int64).min, np.iinfo(np.int64).max)),
+    "role_id": (np.int32, "int", (0, np.iinfo(np.int32).max)),
+}
+FIELDS: tuple[str, ...] = tuple(_SPEC)
+
+
+def _fail(name: str, index: Any, value: Any, why: str) -> BatchValidationError:
+    return BatchValidationError(f"TrajectoryBatch.{name}[{index}] = {value!r}: {why}")
+
+
+def _coerce(name: str, raw: Any, n: int | None) -> np.ndarray:
+    """Convert one field to its dtype and shape, rejecting what a silent cast would corrupt."""
+    dtype, kind, rng = _SPEC[name]
+    arr = np.asarray(raw)
+    if arr.dtype == object or arr.dtype.kind in "USVMm":
+        raise BatchValidationError(f"TrajectoryBatch.{name}: dtype {arr.dtype} is not numeric")
+    if arr.dtype.kind == "c":
+        raise BatchValidationError(f"TrajectoryBatch.{name}: complex dtype {arr.dtype} is not allowed")
+    want_ndim = 2 if name == "tool_counts" else 1
+    if arr.ndim != want_ndim:
+        raise BatchValidationError(
+            f"TrajectoryBatch.{name}: expected {want_ndim}-d array, got shape {arr.shape}")
+    if name == "tool_counts" and arr.shape[1] != NUM_TOOLS:
+        raise BatchValidationError(
+            f"TrajectoryBatch.tool_counts: expected shape (N, {NUM_TOOLS}) (Tool enum order), got {arr.shape}")
+    if n is not None and arr.shape[0] != n:
+        raise BatchValidationError(
+            f"TrajectoryBatch.{name}: length {arr.shape[0]} differs from outcome's length {n} (ragged fields)")
+    if kind == "float":
+        out = arr.astype(np.float64)
+        bad = ~np.isfinite(out)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise _fail(name, i, float(out[i]), "must be finite")
+    else:
+        if arr.dtype.kind == "f":
+            bad = ~np.isfinite(arr) | (arr != np.round(arr))
+            if bad.any():
+                i = np.unravel_index(int(np.flatnonzero(bad)[0]), arr.shape)
+                idx = i[0] if len(i) == 1 else i
+                raise _fail(name, idx, arr[i].item(), "must be an integer")
+        elif arr.dtype.kind not in "iub":
+            raise BatchValidationError(f"TrajectoryBatch.{name}: dtype {arr.dtype} is not an integer type")
+        out = arr
+    lo, hi = rng  # type: ignore[misc]
+    if out.size:
+        bad = (out < lo) | (out > hi)
+        if bad.any():
+            i = np.unravel_index(int(np.flatnonzero(bad)[0]), out.shape)
+            idx = i[0] if len(i) == 1 else i
+            raise _fail(name, idx, out[i].item(), f"must be in [{lo}, {hi}]")
+    return np.ascontiguousarray(out, dtype=dtype)
+
+
+def _default(name: str, n: int) -> np.ndarray:
+    if name == "tool_counts":
+        return np.zeros((n, NUM_TOOLS), np.int32)
+    if name == "group_id":
+        return np.arange(n, dtype=np.int64)  # unknown grouping: every trajectory is its own task
+    return np.zeros(n, _SPEC[name][0])
+
+
+@dataclass(frozen=True, eq=False)
+class TrajectoryBatch:
+    """N trajectories as parallel arrays (see the module docstring; dtypes are fixed by the contract).
+
+    Build with :meth:`from_arrays` or :meth:`from_records`; the constructor itself trusts its input.
+    """
+
+    outcome: np.ndarray
+    format_violations: np.ndarray
+    ended_with_final: np.ndarray
+    rounds: np.ndarray
+    tool_calls: np.ndarray
+    distinct_tools: np.ndarray
+    tool_counts: np.ndarray
+    tokens: np.ndarray
+    cost_units: np.ndarray
+    usd: np.ndarray
+    latency_s: np.ndarray
+    group_id: np.ndarray
+    role_id: np.ndarray
+
+    @classmethod
+    def from_arrays(cls, **arrays: Any) -> TrajectoryBatch:
+        """Validate and convert arrays; ``outcome`` is required, the rest default to zeros.
+
+        ``group_id`` defaults to ``arange(N)`` (each trajectory its own group) and ``role_id`` to 0.
+        """
+        unknown = sorted(set(arrays) - set(FIELDS))
+        if unknown:
+            raise BatchValidationError(f"TrajectoryBatch: unknown field(s) {unknown}; allowed: {list(FIELDS)}")
+        if "outcome" not in arrays:
+            raise BatchValidationError("TrajectoryBatch.outcome is required")
+        outcome = _coerce("outcome", arrays["outcome"], None)
+        n = outcome.shape[0]
+        values = {"outcome": outcome}
+        for name in FIELDS[1:]:
+            values[name] = _coerce(name, arrays[name], n) if name in arrays else _default(name, n)
+        return cls(**values)
+
+    @classmethod
+    def from_records(cls, records: Sequence[Mapping[str, Any]] | Iterable[Mapping[str, Any]]) -> TrajectoryBatch:
+        """Build from one dict per trajectory (e.g. ``EpisodeOutcome.trajectory``).
+
+        ``tool_counts`` may be a length-``NUM_TOOLS`` sequence or a mapping keyed by :class:`Tool`,
+        its wire name or its integer value. Errors name the record index.
+        """
+        records = list(records)
+        columns: dict[str, list[Any]] = {}
+        for i, rec in enumerate(records):
+            unknown = sorted(set(rec) - set(FIELDS))
+            if unknown:
+                raise BatchValidationError(f"TrajectoryBatch record[{i}]: unknown field(s) {unknown}")
+            if "outcome" not in rec:
+                raise BatchValidationError(f"TrajectoryBatch.outcome[{i}]: missing (required)")
+        for name in FIELDS:
+            present = [name in rec for rec in records]
+            if not any(present):
+                continue
+            if not all(present):
+                i = present.index(False)
+                raise BatchValidationError(f"TrajectoryBatch.{name}[{i}]: missing while other records set it")
+            if name == "tool_counts":
+                columns[name] = [_tool_row(rec[name], i) for i, rec in enumerate(records)]
+            else:
+                columns[name] = [rec[name] for rec in records]
+        if not records:
+            return cls.from_arrays(outcome=np.zeros(0))
+        return cls.from_arrays(**{k: np.asarray(v) for k, v in columns.items()})
+
+    def __len__(self) -> int:
+        return int(self.outcome.shape[0])
+
+    def as_dict(self) -> dict[str, np.ndarray]:
+        """The arrays by field name (views, not copies)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    def subset(self, index: np.ndarray | slice) -> TrajectoryBatch:
+        """Rows selected by a slice, integer index or boolean mask (already valid, so no re-validation)."""
+        return TrajectoryBatch(**{k: np.ascontiguousarray(v[index]) for k, v in self.as_dict().items()})
+
+    @classmethod
+    def concat(cls, batches: Sequence[TrajectoryBatch]) -> TrajectoryBatch:
+        """Stack batches row-wise (group ids are kept as given: make them unique across batches yourself)."""
+        if not batches:
+            return cls.from_arrays(outcome=np.zeros(0))
+        return cls(**{name: np.concatenate([getattr(b, name) for b in batches]) for name in FIELDS})
+
+
+def _tool_row(value: Any, i: int) -> list[int]:
+    if isinstance(value, Mapping):
+        row = [0] * NUM_TOOLS
+        for key, count in value.items():
+            try:
+                tool = Tool[key.upper()] if isinstance(key, str) else Tool(int(key))
+            except (KeyError, ValueError):
+                raise BatchValidationError(f"TrajectoryBatch.tool_counts[{i}]: unknown tool {key!r}") from None
+            if tool >= NUM_TOOLS:
+                raise BatchValidationError(f"TrajectoryBatch.tool_counts[{i}]: {tool.name} is not a counted tool")
+            row[int(tool)] = count
+        return row
+    row = list(value)
+    if len(row) != NUM_TOOLS:
+        raise BatchValidationError(
+            f"TrajectoryBatch.tool_counts[{i}]: expected {NUM_TOOLS} counts (Tool enum order), got {len(row)}")
+    return row

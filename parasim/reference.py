@@ -1,0 +1,192 @@
+"""Plain NumPy references of every C++ kernel: the readable definition the core is tested against.
+
+Nothing here is tuned for speed; each function spells its formula out so that a reader can check it
+against the paper, and the property tests check ``parasim._core`` against it on random batches.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from parasim.batch import TrajectoryBatch
+from parasim.reward_config import RewardConfig
+
+COMPONENTS: tuple[str, ...] = ("outcome", "protocol", "diversity", "length", "cost", "latency", "tools")
+
+
+# ----------------------------------------------------------------------------------------- rewards
+def soft_budget(x: np.ndarray, target: float, max_factor: float) -> np.ndarray:
+    """DAPO-style soft budget: 0 up to ``target``, linear down to -1 at ``max_factor * target``, -1 beyond."""
+    return -np.clip((x - target) / ((max_factor - 1.0) * target), 0.0, 1.0)
+
+
+def router_r1_cost_bounds(batch: TrajectoryBatch, cfg: RewardConfig) -> tuple[float, float]:
+    """Bounds of sqrt(usd) for Router-R1's cost normalization: fixed when given, else batch percentiles."""
+    if cfg.cost_lo is not None and cfg.cost_hi is not None:
+        return cfg.cost_lo, cfg.cost_hi
+    if len(batch) == 0:
+        return 0.0, 0.0
+    lo, hi = np.percentile(np.sqrt(batch.usd), [cfg.cost_pct_lo, cfg.cost_pct_hi])
+    return float(lo), float(hi)
+
+
+def group_minmax_normalize(values: np.ndarray, group_id: np.ndarray) -> np.ndarray:
+    """(v - min_g) / (max_g - min_g) per column within each group; 0 where a column is constant in its group."""
+    out = np.zeros(values.shape, np.float64)
+    for g in np.unique(group_id):
+        rows = group_id == g
+        v = values[rows].astype(np.float64)
+        lo, hi = v.min(axis=0), v.max(axis=0)
+        span = hi - lo
+        out[rows] = np.where(span > 0, (v - lo) / np.where(span > 0, span, 1.0), 0.0)
+    return out
+
+
+def reward_components(batch: TrajectoryBatch, cfg: RewardConfig) -> dict[str, np.ndarray]:
+    """Every component of ``cfg``'s formula; ``total`` is their sum."""
+    n = len(batch)
+    c = {k: np.zeros(n) for k in COMPONENTS}
+    o = batch.outcome
+    correct = (o >= cfg.correct_threshold).astype(np.float64)
+    if cfg.formula == "paramanager":
+        c["outcome"] = cfg.w_outcome * o
+        penalty = cfg.format_penalty * batch.format_violations + cfg.no_final_penalty * (1.0 - batch.ended_with_final)
+        c["protocol"] = -cfg.w_protocol * np.minimum(1.0, penalty)
+        par = batch.tool_calls / np.maximum(batch.rounds, 1)
+        div = (cfg.par_share * np.minimum(1.0, par / cfg.theta_par)
+               + (1.0 - cfg.par_share) * np.minimum(1.0, batch.distinct_tools / cfg.theta_tool))
+        c["diversity"] = cfg.w_diversity * div * (correct if cfg.diversity_needs_correct else 1.0)
+        c["length"] = cfg.w_length * soft_budget(batch.tokens, cfg.l_tar, cfg.budget_max_factor)
+        c["cost"] = cfg.w_cost * soft_budget(batch.cost_units, cfg.c_tar, cfg.budget_max_factor)
+    elif cfg.formula == "toolorchestra":
+        feats = np.column_stack([batch.tool_counts, o, -batch.usd, -batch.latency_s])
+        norm = group_minmax_normalize(feats, batch.group_id) * correct[:, None]
+        c["tools"] = norm[:, :-3] @ np.asarray(cfg.pref_tools)
+        c["outcome"] = cfg.pref_outcome * norm[:, -3]
+        c["cost"] = cfg.pref_cost * norm[:, -2]
+        c["latency"] = cfg.pref_latency * norm[:, -1]
+    elif cfg.formula == "xrouter":
+        c["outcome"] = o.copy()
+        c["cost"] = -o * np.minimum(cfg.usd_scale * batch.usd, cfg.max_cost_penalty)
+    elif cfg.formula == "router_r1":
+        lo, hi = router_r1_cost_bounds(batch, cfg)
+        bad = (batch.format_violations > 0) | (batch.ended_with_final == 0)
+        scaled = np.clip((np.sqrt(batch.usd) - lo) / (hi - lo), 0.0, 1.0) if hi > lo else np.zeros(n)
+        c["protocol"] = np.where(bad, cfg.format_reward, 0.0)
+        c["outcome"] = np.where(bad, 0.0, (1.0 - cfg.alpha_cost) * o)
+        c["cost"] = np.where(bad, 0.0, cfg.alpha_cost * correct * (1.0 - scaled))
+    total = np.zeros(n)
+    for k in COMPONENTS:
+        total = total + c[k]
+    c["total"] = total
+    return c
+
+
+# ----------------------------------------------------------------------------------------- advantages
+def _std(x: np.ndarray, unbiased: bool) -> float:
+    if x.size < (2 if unbiased else 1):
+        return 0.0
+    return float(np.std(x, ddof=1 if unbiased else 0))
+
+
+def group_advantages(rewards: np.ndarray, group_ids: np.ndarray, method: str = "grpo", *, eps: float = 1e-6,
+                     std: str = "unbiased", scale: str | None = None, clip: float | None = None,
+                     role_ids: np.ndarray | None = None,
+                     min_group_std: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Group-relative advantages, one group at a time (see :func:`parasim.advantages.group_advantages`)."""
+    r = np.asarray(rewards, np.float64)
+    g = np.asarray(group_ids)
+    unbiased = std == "unbiased"
+    scale = scale or ("none" if method in ("dr_grpo", "rloo") else "group")
+    adv = np.zeros(r.size)
+    keep = np.ones(r.size, bool)
+    units = g if method != "per_role" else np.stack([g, np.asarray(role_ids)], axis=1)
+    _, unit = np.unique(units, axis=0, return_inverse=True) if units.ndim == 2 else np.unique(units, return_inverse=True)
+    unit = unit.reshape(-1)
+    for u in np.unique(unit):
+        rows = np.flatnonzero(unit == u)
+        x = r[rows]
+        if x.size == 1:
+            continue  # a group of one has nothing to compare against
+        mean = x.mean()
+        if method == "rloo":
+            centered = (x - mean) * x.size / (x.size - 1)  # r_i - mean of the others
+        else:
+            centered = x - mean
+        if scale == "group":
+            centered = centered / (_std(x, unbiased) + eps)
+        adv[rows] = centered
+    if scale == "batch":
+        adv = adv / (_std(r, unbiased) + eps)
+    if min_group_std is not None:
+        for gid in np.unique(g):
+            rows = g == gid
+            if _std(r[rows], unbiased) < min_group_std:
+                keep[rows] = False
+        adv[~keep] = 0.0
+    if clip is not None:
+        adv = np.clip(adv, -clip, clip)
+    return adv.astype(np.asarray(rewards).dtype, copy=False), keep
+
+
+# ----------------------------------------------------------------------------------------- masks
+def loss_mask_from_spans(row_offsets: np.ndarray, starts: np.ndarray, ends: np.ndarray, trainable: np.ndarray,
+                         seq_len: int, *, truncated: np.ndarray | None = None,
+                         mask_truncated: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Token loss mask [B, T] and turn index [B, T] from a span table, by plain loops.
+
+    Row b owns spans ``row_offsets[b]:row_offsets[b+1]``; trainable spans are written 1, then
+    non-trainable spans 0 (tool output is never trained, even where spans overlap); the rest is 0.
+    The k-th trainable span of a row (table order) is turn k; tokens outside trainable spans are -1.
+    With ``mask_truncated`` a row that is flagged truncated, or has a span past ``seq_len``, is all 0.
+    """
+    b_count = len(row_offsets) - 1
+    mask = np.zeros((b_count, seq_len), np.uint8)
+    turn = np.full((b_count, seq_len), -1, np.int32)
+    for b in range(b_count):
+        spans = range(row_offsets[b], row_offsets[b + 1])
+        over = any(ends[s] > seq_len for s in spans) or (truncated is not None and bool(truncated[b]))
+        if mask_truncated and over:
+            continue
+        k = 0
+        for s in spans:
+            if trainable[s]:
+                mask[b, starts[s]:min(ends[s], seq_len)] = 1
+                turn[b, starts[s]:min(ends[s], seq_len)] = k
+                k += 1
+        for s in spans:
+            if not trainable[s]:
+                mask[b, starts[s]:min(ends[s], seq_len)] = 0
+                turn[b, starts[s]:min(ends[s], seq_len)] = -1
+    return mask, turn
+
+
+def broadcast_to_tokens(values: np.ndarray, mask: np.ndarray, turn_ids: np.ndarray | None = None) -> np.ndarray:
+    """values[b] (or values[b, turn[b, t]] per turn) on every masked token, 0 elsewhere."""
+    values = np.asarray(values)
+    if turn_ids is None:
+        return (values[:, None] * (mask != 0)).astype(values.dtype)
+    out = np.zeros(mask.shape, values.dtype)
+    for b in range(mask.shape[0]):
+        for t in range(mask.shape[1]):
+            if mask[b, t] and turn_ids[b, t] >= 0:
+                out[b, t] = values[b, turn_ids[b, t]]
+    return out
+
+
+def loss_normalizers(mask: np.ndarray, mode: str, *, global_tokens: float | None = None,
+                     global_seqs: float | None = None, norm_len: float | None = None) -> np.ndarray:
+    """Per-row weight c[b] such that loss = sum_{b,t} loss[b,t] * mask[b,t] * c[b] (see parasim.masks)."""
+    counts = (mask != 0).sum(axis=1).astype(np.float64)
+    n_tok = counts.sum() if global_tokens is None else global_tokens
+    n_seq = float((counts > 0).sum()) if global_seqs is None else global_seqs
+    length = mask.shape[1] if norm_len is None else norm_len
+    if mode == "token-mean":
+        return np.full(counts.shape, 1.0 / n_tok if n_tok > 0 else 0.0)
+    inv_seq = 1.0 / n_seq if n_seq > 0 else 0.0
+    if mode == "seq-mean-token-sum":
+        return np.full(counts.shape, inv_seq)
+    if mode == "seq-mean-token-mean":
+        return np.where(counts > 0, inv_seq / np.maximum(counts, 1.0), 0.0)
+    if mode == "seq-mean-token-sum-norm":
+        return np.full(counts.shape, inv_seq / length)
+    raise ValueError(f"mode = {mode!r}")
