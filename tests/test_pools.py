@@ -1,0 +1,167 @@
+"""Pool files and task suites: validation errors name the field, skills reproduce the accuracy targets."""
+from __future__ import annotations
+
+import copy
+import json
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from parasim.pools import (
+    KNOWN_SOURCES,
+    POOL_DIR,
+    PoolError,
+    expected_accuracy,
+    load_pool,
+    parse_pool,
+    reliability,
+    shipped_pools,
+    solve_skill,
+)
+from parasim.protocol.schema import NUM_DOMAINS, NUM_TOOLS, Tool
+from parasim.tasks import BENCHMARKS, NUM_BENCHMARKS, SUITES, load_suite, load_tasks
+
+
+def _raw(name: str = "paramanager") -> dict:
+    return json.loads((POOL_DIR / f"{name}.json").read_text())
+
+
+def test_shipped_pools_are_the_three_of_the_issue():
+    assert shipped_pools() == ["paramanager", "paramanager_mono", "toolorchestra"]
+    assert load_pool("paramanager").num_models == 3
+    assert load_pool("paramanager_mono").num_models == 1
+    assert load_pool("toolorchestra").num_models == 8
+
+
+@pytest.mark.parametrize("name", ["paramanager", "paramanager_mono", "toolorchestra"])
+def test_every_parameter_group_names_a_known_source(name):
+    pool = load_pool(name)
+    assert pool.sources, "no parameter groups recorded"
+    bad = {path: src for path, src in pool.sources.items() if src not in KNOWN_SOURCES}
+    assert not bad
+    for i in range(pool.num_models + 1):
+        prefix = "manager" if i == pool.num_models else f"models[{i}]"
+        for group in ("skill", "errors", "anchoring", "long_context", "review", "tokens_out", "latency", "price"):
+            assert f"{prefix}.{group}" in pool.sources
+
+
+@pytest.mark.parametrize("name", ["paramanager", "paramanager_mono", "toolorchestra"])
+def test_solved_skills_reproduce_targets_exactly(name):
+    pool = load_pool(name)
+    mu = np.array([b.mu for b in BENCHMARKS])
+    sigma = np.array([b.sigma for b in BENCHMARKS])
+    dom = np.array([b.domain for b in BENCHMARKS])
+    theta = pool.skill + pool.bonus[Tool.STANDARD_REASONER, dom]
+    acc = expected_accuracy(theta, np.broadcast_to(mu, theta.shape), np.broadcast_to(sigma, theta.shape))
+    has = ~np.isnan(pool.accuracy_target)
+    assert has.sum() >= 5
+    np.testing.assert_allclose(acc[has], pool.accuracy_target[has], atol=1e-9)
+    rel = reliability(pool)
+    assert rel.shape == (NUM_BENCHMARKS, NUM_TOOLS, pool.num_models + 1)
+    assert np.all((rel > 0) & (rel < 1))
+
+
+def test_pool_shapes():
+    pool = load_pool("toolorchestra")
+    m1 = pool.num_models + 1
+    assert pool.skill.shape == (m1, NUM_BENCHMARKS)
+    assert pool.bonus.shape == (NUM_TOOLS, NUM_DOMAINS)
+    assert pool.tok_mu.shape == (NUM_TOOLS, m1, NUM_DOMAINS)
+    assert pool.p_exec[Tool.PYTHON, 0] == pytest.approx(0.15)
+    assert pool.p_exec[Tool.STANDARD_REASONER].max() == 0
+    assert pool.usd_call[Tool.SEARCH] == pytest.approx(0.01)
+
+
+@given(st.floats(0.01, 0.99), st.floats(-3, 3), st.floats(0.1, 4))
+@settings(max_examples=60, deadline=None)
+def test_solve_skill_inverts_expected_accuracy(target, mu, sigma):
+    theta = solve_skill(np.array(target), np.array(mu), np.array(sigma))
+    assert float(expected_accuracy(theta, np.array(mu), np.array(sigma))) == pytest.approx(target, abs=1e-9)
+
+
+def _edit(path: list, value, name: str = "paramanager") -> dict:
+    raw = _raw(name)
+    node = raw
+    for key in path[:-1]:
+        node = node[key]
+    if value is KeyError:
+        del node[path[-1]]
+    else:
+        node[path[-1]] = value
+    return raw
+
+
+@pytest.mark.parametrize("path,value,message", [
+    (["models", 1, "skill", "math"], "x", "models[1].skill.math: expected a number in [-10, 10], got 'x'"),
+    (["models", 0, "errors", "kappa"], 1.5, "models[0].errors.kappa: expected a number in [0, 1], got 1.5"),
+    (["models", 0, "skill", "source"], KeyError, "models[0].skill.source: expected a source key"),
+    (["models", 2, "accuracy", "AIME26"], {"value": 50, "source": "x"}, "models[2].accuracy.AIME26: unknown benchmark"),
+    (["models", 0, "accuracy", "GPQA", "value"], 20, "models[0].accuracy.GPQA.value: expected a number in [25.1, 99.9]"),
+    (["manager", "latency"], KeyError, "manager.latency: missing"),
+    (["tools", "python"], KeyError, "tools.python: missing"),
+    (["tools", "grep"], {}, "tools.grep: unknown tool"),
+    (["tools", "search", "runtime", "timeout_s"], -1, "tools.search.runtime.timeout_s: expected a number in [0.1, 100000], got -1"),
+    (["protocol", "ensemble_k"], 2.5, "protocol.ensemble_k: expected an integer"),
+    (["models"], [], "models: expected a list of 1..16 models"),
+    (["models", 1, "name"], "Qwen3-30B-A3B-Instruct-2507", "models: duplicate model names"),
+])
+def test_invalid_pool_errors_name_the_field(path, value, message):
+    with pytest.raises(PoolError) as err:
+        parse_pool(_edit(path, copy.deepcopy(value)))
+    assert message in str(err.value)
+
+
+def test_load_pool_errors(tmp_path):
+    with pytest.raises(PoolError, match="expected one of .*paramanager"):
+        load_pool("no_such_pool")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{ not json")
+    with pytest.raises(PoolError, match="not valid JSON"):
+        load_pool(bad)
+    good = tmp_path / "mine.json"
+    good.write_text(json.dumps(_raw("paramanager_mono")))
+    assert load_pool(good).model_names == load_pool("paramanager_mono").model_names
+    assert load_pool(_raw("paramanager_mono")).num_models == 1
+
+
+def test_named_suites():
+    for name in SUITES:
+        suite = load_suite(name)
+        assert suite.weight_cdf[-1] == 1.0 and np.all(np.isnan(suite.difficulty))
+    assert len(load_suite("paramanager")) == 7
+    with pytest.raises(ValueError, match="suite: expected one of"):
+        load_suite("nope")
+
+
+def test_task_file_loader(tmp_path):
+    f = tmp_path / "tasks.jsonl"
+    f.write_text('{"id": "a", "domain": "math", "difficulty": 1.5}\n\n'
+                 '{"id": "b", "domain": "science", "benchmark": "GPQA", "weight": 3}\n'
+                 '{"id": "c", "domain": "knowledge", "options": ["x", "y", "z"]}\n')
+    suite = load_tasks(f)
+    assert suite.task_ids == ("a", "b", "c")
+    assert suite.options.tolist() == [0, 4, 3]
+    assert suite.difficulty[0] == 1.5 and math.isnan(suite.difficulty[1])
+    np.testing.assert_allclose(suite.weight_cdf, [0.2, 0.8, 1.0])
+    tables = suite.tables()
+    assert tables["row_bench"].dtype == np.int32 and len(tables["row_mu"]) == 3
+
+
+@pytest.mark.parametrize("line,message", [
+    ('{"domain": "poetry"}', ":1.domain: expected one of"),
+    ('{"domain": "math", "benchmark": "GPQA"}', ":1.domain: benchmark GPQA is science"),
+    ('{"domain": "math", "difficulty": "hard"}', ":1.difficulty: expected a number in [-10, 10]"),
+    ('{"domain": "math", "options": 40}', ":1.options: expected 0 (free-form) or an integer in [2, 16]"),
+    ('{"domain": "math", "weight": 0}', ":1.weight: expected a positive number"),
+    ("[1, 2]", ":1: expected a JSON object"),
+    ("{oops", ":1: not valid JSON"),
+])
+def test_task_file_errors_name_line_and_field(tmp_path, line, message):
+    f = tmp_path / "t.jsonl"
+    f.write_text(line + "\n")
+    with pytest.raises(ValueError) as err:
+        load_tasks(f)
+    assert message in str(err.value)
