@@ -1,0 +1,135 @@
+"""Re-score stored trajectories under a grid of reward configs with one batched core call.
+
+Trajectories are Parquet, one row per trajectory, one column per ``TrajectoryBatch`` field
+(``tool_counts`` a list column of ``NUM_TOOLS`` ints). The grid crosses reward options like a sweep
+grid (``--grid c_tar=4,8 --grid w_div=0,1``); all configs are scored by ONE
+``compute_rewards_grid`` call, which is what makes millions of trajectories times dozens of configs
+a matter of seconds. The report says how the mean reward moves and how the ranking of trajectories
+changes against the base config: Kendall's tau-b and the overlap of the top-k sets.
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from parasim.batch import TrajectoryBatch
+from parasim.protocol.schema import NUM_TOOLS
+from parasim.rewards import RewardConfig, compute_rewards_grid, preset
+
+FIELDS = ("outcome", "format_violations", "ended_with_final", "rounds", "tool_calls", "distinct_tools",
+          "tool_counts", "tokens", "cost_units", "usd", "latency_s", "group_id", "role_id")
+
+
+def write_parquet(batch: TrajectoryBatch, path: str | Path) -> Path:
+    """Store a batch as Parquet, one row per trajectory (what ``evaluate`` and ``parasim train`` dump)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    cols = {}
+    for name in FIELDS:
+        arr = np.asarray(getattr(batch, name))
+        cols[name] = pa.array(list(arr)) if arr.ndim == 2 else pa.array(arr)
+    path = Path(path)
+    pq.write_table(pa.table(cols), path)
+    return path
+
+
+def read_parquet(path: str | Path) -> TrajectoryBatch:
+    """Load a Parquet file of trajectories; missing optional ids default to 0, others are errors."""
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path)
+    n = table.num_rows
+    arrays: dict[str, np.ndarray] = {}
+    for name in FIELDS:
+        if name not in table.column_names:
+            if name in ("group_id", "role_id"):
+                arrays[name] = np.zeros(n, dtype=np.int64 if name == "group_id" else np.int32)
+                continue
+            raise ValueError(f"{path}: column {name!r} missing (TrajectoryBatch fields: {', '.join(FIELDS)})")
+        col = table.column(name)
+        if name == "tool_counts":
+            counts = np.asarray(col.to_pylist(), dtype=np.int32).reshape(n, -1)
+            if counts.shape[1] != NUM_TOOLS:
+                raise ValueError(f"{path}: tool_counts has {counts.shape[1]} columns, expected NUM_TOOLS={NUM_TOOLS}")
+            arrays[name] = counts
+        else:
+            arrays[name] = col.to_numpy()
+    return TrajectoryBatch.from_arrays(**arrays)
+
+
+def parse_axes(specs: Sequence[str]) -> list[tuple[str, list[str]]]:
+    """Parse repeated ``--grid name=v1,v2`` (names are checked by ``reward_grid``)."""
+    axes = []
+    for spec in specs:
+        name, sep, values = spec.partition("=")
+        items = [v.strip() for v in values.split(",") if v.strip()]
+        if not sep or not name.strip() or not items:
+            raise ValueError(f"--grid {spec!r}: expected NAME=V1,V2,... (e.g. c_tar=4,8,16)")
+        axes.append((name.strip(), items))
+    return axes
+
+
+def reward_grid(axes: Sequence[tuple[str, Sequence[str]]], base: str = "paramanager") -> list[tuple[str, RewardConfig]]:
+    """(label, RewardConfig) for the base preset followed by every point of the grid.
+
+    Axis names are reward fields (``c_tar`` or ``reward.c_tar``) or ``preset`` / ``reward`` to switch
+    the preset; the core's ``RewardConfig.replace`` parses and range-checks each value.
+    """
+    fields = {f.name for f in dataclasses.fields(RewardConfig)}
+    names = []
+    for name, _ in axes:
+        short = name.strip().removeprefix("reward.")
+        if short not in fields and short not in ("preset", "reward"):
+            raise ValueError(f"--grid {name}: not a reward option; reward fields: {', '.join(sorted(fields))}")
+        names.append("preset" if short == "reward" else short)
+    configs = [(f"{base} (base)", preset(base))]
+    for values in itertools.product(*(v for _, v in axes)):
+        point = dict(zip(names, values))
+        cfg = preset(point.pop("preset", base))
+        cfg = cfg.replace(**point) if point else cfg
+        configs.append((",".join(f"{n}={v}" for n, v in zip(names, values)), cfg))
+    return configs
+
+
+def rank_changes(base: np.ndarray, other: np.ndarray, k: int) -> tuple[float, float]:
+    """Kendall's tau-b of two reward vectors and the overlap of their top-k trajectory sets."""
+    from scipy.stats import kendalltau
+
+    tau = kendalltau(base, other).statistic if np.ptp(base) > 0 and np.ptp(other) > 0 else float("nan")
+    top_a = np.argsort(-base, kind="stable")[:k]
+    top_b = np.argsort(-other, kind="stable")[:k]
+    return float(tau), len(np.intersect1d(top_a, top_b)) / max(k, 1)
+
+
+def rescore(batch: TrajectoryBatch, configs: Sequence[tuple[str, Any]], top_k: int = 100) -> list[dict[str, Any]]:
+    """Score ``batch`` under every config in one core call and compare each ranking with the first."""
+    rewards = compute_rewards_grid(batch, [c for _, c in configs])
+    k = min(top_k, rewards.shape[1])
+    rows = []
+    for (label, cfg), r in zip(configs, rewards):
+        tau, overlap = rank_changes(rewards[0], r, k)
+        rows.append({"config": label, "mean_reward": float(r.mean()), "std_reward": float(r.std()),
+                     "kendall_tau_vs_base": tau, f"top{k}_overlap_vs_base": overlap,
+                     "reward_config": dataclasses.asdict(cfg)})
+    return rows
+
+
+def print_rescore(rows: Sequence[dict[str, Any]], n: int) -> None:
+    """The rescore table on the terminal."""
+    from rich.console import Console
+    from rich.table import Table
+
+    overlap_key = next(k for k in rows[0] if k.startswith("top"))
+    table = Table(title=f"rescore of {n} trajectories")
+    for col in ("config", "mean reward", "std", "Kendall tau vs base", overlap_key.replace("_", " ")):
+        table.add_column(col, justify="left" if col == "config" else "right", overflow="fold")
+    for r in rows:
+        table.add_row(r["config"], f"{r['mean_reward']:.4f}", f"{r['std_reward']:.4f}",
+                      f"{r['kendall_tau_vs_base']:.3f}", f"{r[overlap_key]:.2f}")
+    Console().print(table)
