@@ -1,0 +1,415 @@
+"""The ``python`` tool: run model-written code in a bubblewrap sandbox, results as call statuses.
+
+Model code is untrusted, so it runs under ``bwrap`` with no network (its own empty network namespace),
+its own pid / ipc / uts / mount namespaces, a read-only view of the system (``/usr``, the interpreter's
+prefix and virtual environment, nothing of the project), a private size-capped tmpfs as its working
+directory, and rlimits on CPU time, address space, processes, file size and open files. A wall-clock
+timeout kills the whole sandbox: bwrap runs a pid-1 reaper inside the pid namespace, so killing the
+outer bwrap (``--die-with-parent``) tears the namespace down with every process the code forked.
+
+Why two privilege paths. ``RLIMIT_NPROC`` is what contains a fork bomb, and the kernel never enforces
+it for processes whose real uid is host root. Run as a normal user, bwrap creates a user namespace
+and maps the sandbox uid (65534) onto that user: the limit, set inside the new namespace, counts only
+the sandbox's own processes. Run as root (CI, containers), a user namespace would map the sandbox
+onto host root, so bwrap instead creates the other namespaces with root's own privileges, keeps only
+CAP_SETUID / CAP_SETGID / CAP_CHOWN, and the bootstrap below drops to a fresh unprivileged uid (random
+per call, so concurrent calls never share a process budget) before any model code runs. Site packages
+are activated only after that drop, so no ``.pth`` hook ever runs with privileges. bwrap sets
+``no_new_privs`` and mounts everything ``nosuid``, so nothing can climb back.
+
+Where bwrap is missing or cannot create namespaces, :class:`Sandbox` refuses with a clear error
+unless the user opts into ``SandboxConfig(mode="unsafe-subprocess")`` by name: same rlimits and
+timeouts, no isolation at all.
+"""
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from parasim.protocol.schema import CallResult, Status
+
+MODES = ("bwrap", "unsafe-subprocess")
+MARKER_ENV = "PARASIM_SANDBOX_RUN"  # every sandboxed process carries it: tests find leftovers by it
+WORKDIR = "/tmp"  # the private tmpfs inside the sandbox
+SCRIPT_NAME = "main.py"
+SANDBOX_UID = 65534  # the sandbox uid seen inside a user namespace (non-root path)
+_EXIT_DRAIN_GRACE_S = 0.5  # after the main process exits, how long stray pipe holders may keep output open
+
+# Runs inside the sandbox as ``python -I -S -B -c BOOTSTRAP SPEC``: drop privileges (root path only),
+# set the rlimits, activate site-packages, then execute the script as ``__main__`` with a traceback
+# that starts at the model's code. Kept as source so the sandbox needs no parasim import.
+BOOTSTRAP = r'''
+def _parasim_boot():
+    import json, os, resource, sys, traceback
+    spec = json.loads(sys.argv[1])
+    uid = spec["uid"]
+    if uid is not None and os.getuid() == 0:
+        os.chown(spec["workdir"], uid, uid)
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
+    for name, soft, hard in spec["rlimits"]:
+        resource.setrlimit(getattr(resource, name), (soft, hard))
+    import site
+    site.main()
+    os.chdir(spec["workdir"])
+    path = spec["script"]
+    sys.argv = [path]
+    sys.path.insert(0, os.path.dirname(path))
+    main = sys.modules["__main__"].__dict__
+    for key in [k for k in main if not k.startswith("__")]:
+        del main[key]
+    main["__file__"] = path
+    try:
+        with open(path, "rb") as f:
+            code = compile(f.read(), path, "exec")
+        exec(code, main)
+    except SystemExit:
+        raise
+    except BaseException as exc:
+        tb = None if isinstance(exc, SyntaxError) else exc.__traceback__.tb_next
+        traceback.print_exception(type(exc), exc, tb)
+        sys.stderr.flush()
+        sys.exit(1)
+_parasim_boot()
+'''
+
+
+class SandboxUnavailableError(RuntimeError):
+    """bwrap is missing or cannot create namespaces here, and no unsafe mode was chosen by name."""
+
+
+@dataclass(frozen=True)
+class SandboxConfig:
+    """Limits of one sandboxed call. Defaults fit a tool call on a shared CPU box.
+
+    ``memory_bytes`` is RLIMIT_AS (virtual memory, per process), which is what makes a 4 GiB
+    allocation fail with ``MemoryError`` instead of swapping the host; ``max_processes`` counts
+    threads too, so keep it above the thread pools that imported libraries start.
+    """
+
+    mode: str = "bwrap"
+    timeout_s: float = 10.0
+    cpu_time_s: int = 10
+    memory_bytes: int = 2 << 30
+    max_processes: int = 64
+    max_file_bytes: int = 16 << 20
+    tmpfs_bytes: int = 64 << 20
+    max_open_files: int = 256
+    max_output_bytes: int = 16384
+    python: str = sys.executable
+    extra_ro_binds: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    uid_range: tuple[int, int] = (2_000_000_000, 2_100_000_000)
+    bwrap: str = "bwrap"
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"SandboxConfig.mode={self.mode!r}: allowed values are {MODES}")
+        positive = {
+            "timeout_s": self.timeout_s, "cpu_time_s": self.cpu_time_s, "memory_bytes": self.memory_bytes,
+            "max_processes": self.max_processes, "max_file_bytes": self.max_file_bytes,
+            "tmpfs_bytes": self.tmpfs_bytes, "max_open_files": self.max_open_files,
+            "max_output_bytes": self.max_output_bytes,
+        }
+        for name, value in positive.items():
+            if not value > 0:
+                raise ValueError(f"SandboxConfig.{name}={value!r}: must be > 0")
+        if self.memory_bytes < 64 << 20:
+            raise ValueError(f"SandboxConfig.memory_bytes={self.memory_bytes}: must be >= 64 MiB for an interpreter")
+        if self.max_open_files < 16:
+            raise ValueError(f"SandboxConfig.max_open_files={self.max_open_files}: must be >= 16")
+        lo, hi = self.uid_range
+        if not 1000 <= lo < hi <= 2**32 - 2:
+            raise ValueError(f"SandboxConfig.uid_range={self.uid_range}: need 1000 <= lo < hi <= 2**32-2")
+        for path in self.extra_ro_binds:
+            if not os.path.isabs(path):
+                raise ValueError(f"SandboxConfig.extra_ro_binds: {path!r} must be an absolute path")
+
+
+@dataclass
+class _Capture:
+    """Bounded capture of one stream: keeps the head and the tail, counts what it drops.
+
+    The tail matters as much as the head: a traceback's last line is the error.
+    """
+
+    limit: int
+    head: bytearray = field(default_factory=bytearray)
+    tail: bytearray = field(default_factory=bytearray)
+    total: int = 0
+
+    def feed(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        room = self.limit // 2 - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+            chunk = chunk[room:]
+        if chunk:
+            self.tail += chunk
+            keep = self.limit - self.limit // 2
+            if len(self.tail) > keep:
+                del self.tail[: len(self.tail) - keep]
+
+    @property
+    def dropped(self) -> int:
+        return self.total - len(self.head) - len(self.tail)
+
+    def text(self) -> str:
+        """The captured bytes as text (invalid UTF-8 replaced), with a marker where bytes were dropped."""
+        if not self.dropped:
+            return (bytes(self.head) + bytes(self.tail)).decode("utf-8", errors="replace")
+        marker = f"\n[... {self.dropped} bytes truncated ...]\n"
+        return self.head.decode("utf-8", errors="replace") + marker + self.tail.decode("utf-8", errors="replace")
+
+
+@functools.cache
+def _interpreter_roots(python: str) -> tuple[str, ...]:
+    """Directories the interpreter needs: its prefix, base prefix (venvs) and real location."""
+    out = subprocess.run(
+        [python, "-I", "-c", "import sys; print(sys.prefix); print(sys.base_prefix)"],
+        capture_output=True, text=True, timeout=30, check=True,
+    ).stdout.split()
+    roots = {os.path.realpath(p) for p in out} | set(out)
+    roots.add(os.path.dirname(os.path.realpath(python)))
+    return tuple(sorted(roots))
+
+
+def _system_binds() -> list[str]:
+    """bwrap arguments for a read-only system: /usr, the /bin and /lib links (or dirs), loader config."""
+    args = ["--ro-bind", "/usr", "/usr"]
+    for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+        if os.path.islink(top):
+            args += ["--symlink", os.readlink(top), top]
+        elif os.path.isdir(top):
+            args += ["--ro-bind", top, top]
+    for etc in ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime"):
+        args += ["--ro-bind-try", etc, etc]
+    return args
+
+
+def _covered(path: str, roots: Sequence[str]) -> bool:
+    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
+
+
+def _namespace_args(as_root: bool) -> list[str]:
+    """Namespaces and privileges: see the module docstring for why root and non-root differ."""
+    common = ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+              "--die-with-parent", "--new-session"]
+    if as_root:
+        return common + ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID",
+                         "--cap-add", "CAP_CHOWN"]
+    return common + ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
+
+
+@functools.cache
+def _bwrap_supports(bwrap: str, flag: str) -> bool:
+    """Whether this bwrap build knows ``flag`` (options arrived over versions; Ubuntu 22.04 ships 0.6)."""
+    res = subprocess.run([bwrap, "--help"], check=False, capture_output=True, text=True, timeout=30)
+    return flag in res.stdout + res.stderr
+
+
+@functools.cache
+def probe_bwrap(bwrap: str = "bwrap") -> str | None:
+    """None if ``bwrap`` can create the sandbox's namespaces here, else the reason it cannot."""
+    exe = shutil.which(bwrap)
+    if exe is None:
+        return f"bubblewrap ({bwrap!r}) is not installed (Debian/Ubuntu: apt-get install bubblewrap)"
+    probe = [exe, *_namespace_args(os.geteuid() == 0), *_system_binds(), "--proc", "/proc", "--dev", "/dev",
+             "/bin/sh", "-c", "exit 0"]
+    try:
+        res = subprocess.run(probe, check=False, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"bubblewrap could not start: {exc}"
+    if res.returncode != 0:
+        return (f"bubblewrap cannot create namespaces here (exit {res.returncode}): {res.stderr.strip()}; "
+                "unprivileged user namespaces may be disabled (sysctl kernel.unprivileged_userns_clone, "
+                "AppArmor's apparmor_restrict_unprivileged_userns) or the container lacks CAP_SYS_ADMIN")
+    return None
+
+
+class Sandbox:
+    """Runs Python source in the sandbox; every outcome is a :class:`CallResult`, never an exception.
+
+    ``await sandbox.arun(code)`` is the primitive (the calls of a round run concurrently with
+    ``arun_many``); ``run`` wraps it for synchronous callers without a running event loop.
+    """
+
+    def __init__(self, config: SandboxConfig | None = None) -> None:
+        self.config = config or SandboxConfig()
+        self._as_root = os.geteuid() == 0
+        self._bwrap: str | None = None
+        if self.config.mode == "bwrap":
+            reason = probe_bwrap(self.config.bwrap)
+            if reason is not None:
+                raise SandboxUnavailableError(
+                    f"{reason}. Refusing to run model code unsandboxed; to accept that risk, opt in by name "
+                    "with SandboxConfig(mode=\"unsafe-subprocess\")."
+                )
+            self._bwrap = shutil.which(self.config.bwrap)
+        self._roots = _interpreter_roots(self.config.python)
+
+    def _env(self, run_id: str) -> dict[str, str]:
+        env = {
+            "PATH": f"{os.path.dirname(self.config.python)}:/usr/local/bin:/usr/bin:/bin",
+            "HOME": WORKDIR, "TMPDIR": WORKDIR, "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
+            "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "MPLBACKEND": "Agg",
+            MARKER_ENV: run_id,
+        }
+        env.update(dict(self.config.env))
+        return env
+
+    def _spec(self, workdir: str, uid: int | None) -> str:
+        c = self.config
+        rlimits = [
+            ("RLIMIT_CPU", c.cpu_time_s, c.cpu_time_s + 1),  # SIGXCPU at the soft limit, SIGKILL a second later
+            ("RLIMIT_AS", c.memory_bytes, c.memory_bytes),
+            ("RLIMIT_NPROC", c.max_processes, c.max_processes),
+            ("RLIMIT_FSIZE", c.max_file_bytes, c.max_file_bytes),
+            ("RLIMIT_NOFILE", c.max_open_files, c.max_open_files),
+            ("RLIMIT_CORE", 0, 0),
+        ]
+        if c.mode == "unsafe-subprocess":  # shared uid: a process cap would count the user's other processes
+            rlimits = [r for r in rlimits if r[0] != "RLIMIT_NPROC"]
+        return json.dumps({"uid": uid, "rlimits": rlimits, "workdir": workdir,
+                           "script": f"{workdir}/{SCRIPT_NAME}"})
+
+    def _bwrap_argv(self, code_fd: int, run_id: str) -> list[str]:
+        assert self._bwrap is not None
+        c = self.config
+        argv = [self._bwrap, *_namespace_args(self._as_root), *_system_binds()]
+        binds, made = ["/usr"], set()
+        perms = ["--perms", "0755"] if _bwrap_supports(self._bwrap, "--perms") else []
+        for root in (*self._roots, *c.extra_ro_binds):
+            if _covered(root, binds):
+                continue
+            for parent in reversed(Path(root).parents[:-1]):  # bwrap 0.8 would create them 0700: unreadable
+                if str(parent) not in made:                      # for the sandbox's unprivileged uid
+                    argv += [*perms, "--dir", str(parent)]
+                    made.add(str(parent))
+            argv += ["--ro-bind", root, root]
+            binds.append(root)
+        argv += ["--proc", "/proc", "--dev", "/dev"]
+        if _bwrap_supports(self._bwrap, "--size"):  # bwrap >= 0.7; older ones leave only RLIMIT_FSIZE per file
+            argv += ["--size", str(c.tmpfs_bytes)]
+        argv += ["--tmpfs", WORKDIR, "--file", str(code_fd), f"{WORKDIR}/{SCRIPT_NAME}", "--chdir", WORKDIR, "--clearenv"]
+        for key, value in self._env(run_id).items():
+            argv += ["--setenv", key, value]
+        uid = random.SystemRandom().randrange(*c.uid_range) if self._as_root else None
+        argv += [c.python, "-I", "-S", "-B", "-c", BOOTSTRAP, self._spec(WORKDIR, uid)]
+        return argv
+
+    async def arun(self, code: str) -> CallResult:
+        """Run ``code`` as a script; OK (exit 0), EXEC_ERR (nonzero exit, stderr in ``detail``) or TIMEOUT."""
+        if not isinstance(code, str):
+            raise TypeError(f"code must be str, got {type(code).__name__}")
+        run_id = uuid.uuid4().hex
+        data = code.encode("utf-8", errors="surrogateescape")
+        if self.config.mode == "bwrap":
+            fd = os.memfd_create("parasim-code", 0)
+            try:
+                os.write(fd, data)  # memfd writes are all-or-nothing for in-memory files
+                os.lseek(fd, 0, os.SEEK_SET)
+                return await self._execute(self._bwrap_argv(fd, run_id), pass_fds=(fd,), env=None)
+            finally:
+                os.close(fd)
+        with tempfile.TemporaryDirectory(prefix="parasim-unsafe-") as work:
+            Path(work, SCRIPT_NAME).write_bytes(data)
+            argv = [self.config.python, "-I", "-S", "-B", "-c", BOOTSTRAP, self._spec(work, None)]
+            env = {**self._env(run_id), "HOME": work, "TMPDIR": work}
+            return await self._execute(argv, pass_fds=(), env=env, cwd=work)
+
+    async def _execute(self, argv: list[str], pass_fds: tuple[int, ...], env: dict[str, str] | None,
+                       cwd: str | None = None) -> CallResult:
+        c = self.config
+        out, err = _Capture(c.max_output_bytes), _Capture(c.max_output_bytes)
+        start = time.monotonic()
+        proc = await asyncio.create_subprocess_exec(
+            *argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            pass_fds=pass_fds, env=env, cwd=cwd, start_new_session=True,
+        )
+
+        async def drain(stream: asyncio.StreamReader, cap: _Capture) -> None:
+            while chunk := await stream.read(65536):
+                cap.feed(chunk)
+
+        assert proc.stdout is not None and proc.stderr is not None
+        drains = asyncio.gather(drain(proc.stdout, out), drain(proc.stderr, err))
+        timed_out = False
+        try:
+            try:
+                await asyncio.wait_for(proc.wait(), timeout=c.timeout_s)
+            except asyncio.TimeoutError:
+                timed_out = True
+            else:
+                try:  # output still held open by a stray process (unsafe mode) must not hang the caller
+                    await asyncio.wait_for(asyncio.shield(drains), timeout=_EXIT_DRAIN_GRACE_S)
+                except asyncio.TimeoutError:
+                    pass
+        finally:
+            _kill_group(proc.pid)
+            await proc.wait()
+            try:
+                await asyncio.wait_for(drains, timeout=_EXIT_DRAIN_GRACE_S)
+            except asyncio.TimeoutError:
+                pass
+        latency = time.monotonic() - start
+        return _to_result(proc.returncode, timed_out, out, err, latency, c)
+
+    def run(self, code: str) -> CallResult:
+        """Synchronous :meth:`arun` for callers without a running event loop."""
+        return asyncio.run(self.arun(code))
+
+    async def arun_many(self, codes: Sequence[str]) -> list[CallResult]:
+        """The calls of one round, concurrently; results in input order."""
+        return list(await asyncio.gather(*(self.arun(code) for code in codes)))
+
+
+def _signal_name(signo: int) -> str:
+    try:
+        return signal.Signals(signo).name
+    except ValueError:
+        return str(signo)
+
+
+def _kill_group(pgid: int) -> None:
+    """SIGKILL the process group of the outer process; bwrap's pid-1 death takes the namespace with it."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _to_result(returncode: int | None, timed_out: bool, out: _Capture, err: _Capture, latency: float,
+               c: SandboxConfig) -> CallResult:
+    """Map an exit onto protocol statuses: a time limit (wall or CPU) is TIMEOUT, any other failure EXEC_ERR."""
+    stdout, stderr = out.text(), err.text()
+    rc = -1 if returncode is None else returncode
+    signo = -rc if rc < 0 else (rc - 128 if rc > 128 else 0)  # subprocess reports -N; bwrap reports 128+N
+    extra: dict[str, object] = {"exit_code": rc, "stdout": stdout, "stderr": stderr,
+                                "stdout_bytes": out.total, "stderr_bytes": err.total}
+    if timed_out:
+        status, detail = Status.TIMEOUT, f"wall-clock limit of {c.timeout_s:g} s exceeded; sandbox killed"
+    elif signo == signal.SIGXCPU:
+        status, detail = Status.TIMEOUT, f"CPU time limit of {c.cpu_time_s} s exceeded"
+    elif rc == 0:
+        status, detail = Status.OK, stderr
+    else:
+        status = Status.EXEC_ERR
+        reason = f"killed by signal {_signal_name(signo)}" if 0 < signo < signal.NSIG else f"exit code {rc}"
+        detail = stderr if stderr.strip() else reason
+        extra["reason"] = reason
+    return CallResult(status=status, output=stdout, latency_s=latency, detail=detail, extra=extra)

@@ -1,0 +1,312 @@
+"""The python tool's sandbox: statuses, output capture, and escape attempts that must be contained.
+
+Each escape test runs model-style code that tries to break out (spin forever, fork without bound,
+allocate 4 GiB, reach a listener on the host's loopback, write outside its tmpfs, read the project),
+checks the attempt failed from the host's side, and checks that no process of the sandbox survives.
+Sandboxed processes are found by a per-test tag in their environment (``/proc/<pid>/environ``).
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from parasim.protocol.schema import Status
+from parasim.tools.sandbox import (
+    Sandbox,
+    SandboxConfig,
+    SandboxUnavailableError,
+    _Capture,
+    probe_bwrap,
+)
+
+_REASON = probe_bwrap()
+needs_bwrap = pytest.mark.skipif(_REASON is not None, reason=f"sandbox unavailable: {_REASON}")
+REPO = Path(__file__).resolve().parents[1]
+TAG_ENV = "PARASIM_TEST_TAG"
+
+
+def tagged_pids(tag: str) -> list[int]:
+    """Live processes whose environment carries ``tag`` (zombies have no environment left)."""
+    needle = f"{TAG_ENV}={tag}".encode()
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                if needle in f.read().split(b"\0"):
+                    pids.append(int(entry))
+        except OSError:
+            continue
+    return pids
+
+
+def assert_nothing_left(tag: str, grace_s: float = 3.0) -> None:
+    """Namespace teardown after SIGKILL is asynchronous: allow the kernel a moment, then insist."""
+    deadline = time.monotonic() + grace_s
+    while (left := tagged_pids(tag)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert left == [], f"sandbox processes left behind: {left}"
+
+
+@pytest.fixture
+def tag() -> str:
+    return uuid.uuid4().hex
+
+
+def make(tag: str, **kw: object) -> Sandbox:
+    return Sandbox(SandboxConfig(env=((TAG_ENV, tag),), **kw))  # type: ignore[arg-type]
+
+
+@pytest.mark.sandbox
+@needs_bwrap
+def test_ok_and_streams_verbatim(tag: str) -> None:
+    res = make(tag).run("import sys\nprint('héllo ✓')\nprint('warn', file=sys.stderr)\n")
+    assert res.status == Status.OK
+    assert res.output == "héllo ✓\n"
+    assert res.extra["stderr"] == "warn\n"
+    assert res.extra["exit_code"] == 0
+    assert_nothing_left(tag)
+
+
+@pytest.mark.sandbox
+@needs_bwrap
+def test_errors_become_exec_err_with_traceback_from_model_code(tag: str) -> None:
+    sb = make(tag)
+    res = sb.run("x = 1\nprint('before')\n1 / 0\n")
+    assert res.status == Status.EXEC_ERR
+    assert res.output == "before\n"
+    assert res.detail.startswith("Traceback (most recent call last):\n  File \"/tmp/main.py\", line 3")
+    assert res.detail.rstrip().endswith("ZeroDivisionError: division by zero")
+    syntax = sb.run("def f(:\n")
+    assert syntax.status == Status.EXEC_ERR and "SyntaxError" in syntax.detail
+    code = sb.run("import sys; sys.exit(3)")
+    assert code.status == Status.EXEC_ERR and code.extra["exit_code"] == 3
+    assert_nothing_left(tag)
+
+
+@pytest.mark.sandbox
+@needs_bwrap
+def test_site_packages_are_usable(tag: str) -> None:
+    res = make(tag).run("import numpy as np\nprint(int(np.arange(10).sum()))")
+    assert (res.status, res.output) == (Status.OK, "45\n")
+
+
+@pytest.mark.sandbox
+@needs_bwrap
+def test_escape_infinite_loop_is_killed(tag: str) -> None:
+    res = make(tag, timeout_s=1.5).run("print('start', flush=True)\nwhile True:\n    pass\n")
+    assert res.status == Status.TIMEOUT
+    assert res.output == "start\n"  # output before the kill is kept
+    assert_nothing_left(tag)
+
+
+@pytest.mark.sandbox
+@needs_bwrap
+def test_cpu_time_limit_is_a_timeout(tag: str) -> None:
+    res = make(tag, timeout_s=30, cpu_time_s=1).run("while True:\n    pass\n")
+    assert res.status == Status.TIMEOUT and "CPU" in res.detail
+    assert_nothing_left(tag)
+
+
+@pytest.mark.sandbox
+@needs_bwrap
+def test_escape_fork_bomb_is_bounded_and_reaped(tag: str) -> None:
+    limit = 12
+    sb = make(tag, timeout_s=2.0, max_processes=limit)
+    bomb = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
+
+    async def run_and_watch() -> tuple[int, object]:
+        task = asyncio.ensure_future(sb.arun(bomb))
+        peak = 0
+        while not task.done():
+            peak = max(peak, len(tagged_pids(tag)))
+            await asyncio.sleep(0.02)
+        return peak, task.result()
+
+    peak, res = asyncio.run(run_and_watch())
+    assert res.status == Status.TIMEOUT  # type: ignore[attr-defined]
+    assert 2 <= peak <= limit, f"peak of {peak} sandbox processes, limit {limit}"
+    assert_nothing_left(tag)
+
+
+@pytest.mark.sandbox
+@needs_bwrap
+def test_fork_counts_stop_at_the_process_limit(tag: str) -> None:
+    code = (
+        "import os, time\nn = 0\ntry:\n    for _ in range(200):\n        if os.fork() == 0:\n"
+        "            time.sleep(30)\n            os._exit(0)\n        n += 1\nexcept OSError:\n    pass\nprint(n)\n"
+    )
+    res = make(tag, max_processes=10).run(code)
+    assert res.status == Status.OK
+    assert int(res.output) < 10
+    assert_nothing_left(tag)  # the sleeping children die with the namespace when the script exits
+
+
+@pytest.mark.sandbox
+@needs_bwrap
+def test_escape_4gib_allocation_fails(tag: str) -> None:
+    res = make(tag, memory_bytes=1 << 30).run("buf = bytearray(4 * 1024**3)\nprint(len(buf))\n")
+    assert res.status == Status.EXEC_ERR
+    assert "MemoryError" in res.detail and res.output == ""
+    assert_nothing_left(tag)
+
+
+@pytest.mark.sandbox
+@needs_bwrap
+def test_escape_loopback_socket_reaches_nothing(tag: str) -> None:
+    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    server.settimeout(0.2)
+    port = server.getsockname()[1]
+    accepted: list[object] = []
+    stop = threading.Event()
+
+    def accept_loop() -> None:
+        while not stop.is_set():
+            try:
+                accepted.append(server.accept())
+            except (TimeoutError, OSError):
+                continue
+
+    thread = threading.Thread(target=accept_loop, daemon=True)
+    thread.start()
+    try:
+        code = (
+            "import socket\n"
+            f"for host in ('127.0.0.1', 'localhost'):\n"
+            "    try:\n"
+            f"        socket.create_connection((host, {port}), timeout=1).sendall(b'escaped')\n"
+            "        print('connected', host)\n"
+            "    except OSError as e:\n"
+            "        print('blocked', host, type(e).__name__)\n"
+        )
+        res = make(tag).run(code)
+    finally:
+        stop.set()
+        thread.join()
+        server.close()
+    assert res.status == Status.OK
+    assert "connected" not in res.output and res.output.count("blocked") == 2
+    assert accepted == []
+    assert_nothing_left(tag)
+
+
+@pytest.mark.sandbox
+@needs_bwrap
+def test_escape_writes_outside_tmp_fail(tag: str, tmp_path: Path) -> None:
+    targets = [str(tmp_path / "escaped.txt"), str(REPO / "escaped.txt"), "/usr/escaped.txt", "/escaped.txt",
+               "/etc/escaped.txt", "/proc/escaped.txt", "/dev/escaped.txt"]
+    code = (
+        f"for path in {targets!r}:\n"
+        "    try:\n"
+        "        with open(path, 'w') as f:\n"
+        "            f.write('x')\n"
+        "        print('wrote', path)\n"
+        "    except OSError as e:\n"
+        "        print('denied', path, type(e).__name__)\n"
+        "open('/tmp/inside.txt', 'w').write('ok')\nprint(open('/tmp/inside.txt').read())\n"
+    )
+    res = make(tag).run(code)
+    assert res.status == Status.OK
+    assert "wrote" not in res.output and res.output.count("denied") == len(targets)
+    assert res.output.endswith("ok\n")  # the private tmpfs is writable
+    for path in targets[:2]:
+        assert not Path(path).exists()
+    assert_nothing_left(tag)
+
+
+@pytest.mark.sandbox
+@needs_bwrap
+def test_escape_reading_project_files_fails(tag: str) -> None:
+    secrets = [str(Path(__file__).resolve()), str(REPO / "pyproject.toml"), str(REPO / ".git" / "HEAD")]
+    code = (
+        f"for path in {secrets!r}:\n"
+        "    try:\n"
+        "        print('read', path, open(path).read()[:40])\n"
+        "    except OSError as e:\n"
+        "        print('denied', path, type(e).__name__)\n"
+    )
+    res = make(tag).run(code)
+    assert res.status == Status.OK
+    assert res.output.count("denied") == len(secrets) and "read " not in res.output
+    assert "[project]" not in res.output and "escape" not in res.output.lower()
+    assert_nothing_left(tag)
+
+
+@pytest.mark.sandbox
+@needs_bwrap
+def test_file_size_limit(tag: str) -> None:
+    code = "with open('/tmp/big', 'wb') as f:\n    f.write(b'0' * (4 << 20))\n"
+    res = make(tag, max_file_bytes=1 << 20).run(code)
+    assert res.status == Status.EXEC_ERR and "File too large" in res.detail
+
+
+@pytest.mark.sandbox
+@needs_bwrap
+def test_output_truncated_with_marker_keeping_head_and_tail(tag: str) -> None:
+    code = "print('HEAD' + 'x' * 100000 + 'TAIL')"
+    res = make(tag, max_output_bytes=1000).run(code)
+    assert res.status == Status.OK
+    assert res.output.startswith("HEAD") and res.output.endswith("TAIL\n")
+    assert "bytes truncated ...]" in res.output and len(res.output) < 1100
+    assert res.extra["stdout_bytes"] == 100009
+
+
+@pytest.mark.sandbox
+@needs_bwrap
+def test_round_runs_concurrently_and_isolated(tag: str) -> None:
+    code = (
+        "import os, time\nt0 = time.time()\nseen = os.listdir('/tmp')\n"
+        "open('/tmp/mine', 'w').write('1')\ntime.sleep(1.0)\nprint(t0, time.time(), sorted(seen))\n"
+    )
+    results = asyncio.run(make(tag).arun_many([code] * 4))
+    assert [r.status for r in results] == [Status.OK] * 4
+    spans = [tuple(map(float, r.output.split()[:2])) for r in results]
+    assert max(s for s, _ in spans) < min(e for _, e in spans)  # all four were running at once
+    assert all(r.output.rstrip().endswith("['main.py']") for r in results)  # no one saw another's file
+    assert_nothing_left(tag)
+
+
+def test_missing_bwrap_refuses_and_names_the_opt_in() -> None:
+    with pytest.raises(SandboxUnavailableError, match='mode="unsafe-subprocess"'):
+        Sandbox(SandboxConfig(bwrap="parasim-no-such-bwrap"))
+
+
+def test_unsafe_mode_is_opt_in_by_name_and_keeps_limits(tag: str) -> None:
+    sb = make(tag, mode="unsafe-subprocess", bwrap="parasim-no-such-bwrap", timeout_s=1.5)
+    assert sb.run("print(6 * 7)").output == "42\n"
+    assert sb.run("while True:\n    pass\n").status == Status.TIMEOUT
+    assert_nothing_left(tag)
+
+
+@pytest.mark.parametrize("field,value", [("mode", "docker"), ("timeout_s", 0), ("memory_bytes", 1024),
+                                         ("uid_range", (5, 4)), ("extra_ro_binds", ("relative",))])
+def test_config_errors_name_the_field(field: str, value: object) -> None:
+    with pytest.raises(ValueError, match=field):
+        SandboxConfig(**{field: value})  # type: ignore[arg-type]
+
+
+@given(chunks=st.lists(st.binary(max_size=300), max_size=20), limit=st.integers(2, 400))
+def test_capture_keeps_head_and_tail(chunks: list[bytes], limit: int) -> None:
+    cap = _Capture(limit)
+    for chunk in chunks:
+        cap.feed(chunk)
+    data = b"".join(chunks)
+    assert cap.total == len(data)
+    if len(data) <= limit:
+        assert bytes(cap.head + cap.tail) == data and cap.dropped == 0
+    else:
+        assert bytes(cap.head) == data[: limit // 2]
+        assert bytes(cap.tail) == data[len(data) - (limit - limit // 2):]
+        assert f"[... {cap.dropped} bytes truncated ...]" in cap.text()
