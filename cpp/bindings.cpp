@@ -1,4 +1,248 @@
-// parasim._core: placeholder module until the kernels land.
+// parasim._core: NumPy buffers in, NumPy buffers out, the GIL released while kernels run.
+// Arrays must already have the exact dtype and be C-contiguous (no silent casts or copies): the Python
+// wrappers in parasim.rewards / advantages / masks convert and validate, then call these.
+#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <optional>
+#include <sstream>
+#include <string>
+
+#include "advantages.hpp"
+#include "masks.hpp"
+#include "rewards.hpp"
+
 namespace py = pybind11;
-PYBIND11_MODULE(_core, m) { m.doc() = "parasim C++ core"; }
+using namespace parasim;
+
+template <class T>
+using Arr = py::array_t<T, py::array::c_style>;
+
+namespace {
+
+template <class T>
+const T* ptr(const Arr<T>& a) { return a.data(); }
+template <class T>
+T* mut(Arr<T>& a) { return a.mutable_data(); }
+
+void need_len(const py::array& a, int64_t n, const char* name) {
+  if (a.ndim() < 1 || a.shape(0) != n) {
+    std::ostringstream m;
+    m << name << ": expected length " << n << ", got shape (";
+    for (py::ssize_t d = 0; d < a.ndim(); ++d) m << a.shape(d) << (d + 1 < a.ndim() ? ", " : "");
+    m << ")";
+    throw py::value_error(m.str());
+  }
+}
+
+template <class T>
+std::string nonfinite_message(const char* name, const T* data, int64_t i) {
+  std::ostringstream m;
+  m << name << "[" << i << "] = " << static_cast<double>(data[i]) << ": must be finite";
+  return m.str();
+}
+
+AdvParams adv_params(int method, int scale, bool unbiased, double eps, std::optional<double> clip,
+                     std::optional<double> min_std) {
+  AdvParams p;
+  p.method = static_cast<AdvMethod>(method);
+  p.scale = static_cast<AdvScale>(scale);
+  p.unbiased = unbiased;
+  p.eps = eps;
+  p.has_clip = clip.has_value();
+  p.clip = clip.value_or(0.0);
+  p.has_min_std = min_std.has_value();
+  p.min_std = min_std.value_or(0.0);
+  return p;
+}
+
+template <class T, class I>
+void advantages_binding(const Arr<T>& rewards, const Arr<I>& group_ids, std::optional<Arr<int32_t>> role_ids,
+                        int method, int scale, bool unbiased, double eps, std::optional<double> clip,
+                        std::optional<double> min_std, Arr<T>& out, Arr<uint8_t>& keep) {
+  const int64_t n = rewards.shape(0);
+  need_len(group_ids, n, "group_ids");
+  need_len(out, n, "out");
+  need_len(keep, n, "keep");
+  const int32_t* roles = nullptr;
+  if (role_ids) {
+    need_len(*role_ids, n, "role_ids");
+    roles = role_ids->data();
+  }
+  if (static_cast<AdvMethod>(method) == AdvMethod::kPerRole && roles == nullptr)
+    throw py::value_error("role_ids: required by method 'per_role'");
+  const AdvParams p = adv_params(method, scale, unbiased, eps, clip, min_std);
+  Status s;
+  {
+    py::gil_scoped_release release;
+    s = group_advantages(ptr(rewards), ptr(group_ids), roles, n, p, mut(out), mut(keep));
+  }
+  if (s.code == Status::kNonFinite) throw py::value_error(nonfinite_message("rewards", ptr(rewards), s.index));
+}
+
+// The dict holds the arrays, so pointers into them stay valid; a wrong dtype or layout is an error here
+// rather than a silent copy whose buffer would die with this function.
+template <class T>
+const T* field(const py::dict& a, const char* name, int64_t n) {
+  if (!a.contains(name)) throw py::value_error(std::string("arrays: missing field ") + name);
+  py::object obj = a[name];
+  if (!py::isinstance<Arr<T>>(obj))
+    throw py::type_error(std::string(name) + ": expected a C-contiguous array of dtype " +
+                         py::str(py::dtype::of<T>()).cast<std::string>());
+  auto arr = py::reinterpret_borrow<py::array>(obj);
+  if (n >= 0) need_len(arr, n, name);
+  return static_cast<const T*>(arr.data());
+}
+
+BatchView batch_view(const py::dict& a) {
+  BatchView b;
+  field<double>(a, "outcome", -1);
+  b.n = py::reinterpret_borrow<py::array>(a["outcome"]).shape(0);
+  b.outcome = field<double>(a, "outcome", b.n);
+  b.format_violations = field<int32_t>(a, "format_violations", b.n);
+  b.ended_with_final = field<uint8_t>(a, "ended_with_final", b.n);
+  b.rounds = field<int32_t>(a, "rounds", b.n);
+  b.tool_calls = field<int32_t>(a, "tool_calls", b.n);
+  b.distinct_tools = field<int32_t>(a, "distinct_tools", b.n);
+  b.tool_counts = field<int32_t>(a, "tool_counts", b.n);
+  if (py::reinterpret_borrow<py::array>(a["tool_counts"]).ndim() != 2 ||
+      py::reinterpret_borrow<py::array>(a["tool_counts"]).shape(1) != kNumTools)
+    throw py::value_error("tool_counts: expected shape (N, 7)");
+  b.tokens = field<double>(a, "tokens", b.n);
+  b.cost_units = field<double>(a, "cost_units", b.n);
+  b.usd = field<double>(a, "usd", b.n);
+  b.latency_s = field<double>(a, "latency_s", b.n);
+  b.group_id = field<int64_t>(a, "group_id", b.n);
+  return b;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_core, m) {
+  m.doc() = "parasim C++ core: batched rewards, group advantages and token loss masks over NumPy buffers";
+
+  m.def("num_threads", &num_threads, "Threads the kernels use (PARASIM_NUM_THREADS or the hardware count).");
+
+  m.def("reward_param_names", [] {
+    std::vector<std::string> names = {"formula", "correct_threshold", "w_outcome", "w_protocol", "format_penalty",
+                                      "no_final_penalty", "w_diversity", "theta_par", "theta_tool", "par_share",
+                                      "diversity_needs_correct", "w_length", "l_tar", "w_cost", "c_tar",
+                                      "budget_max_factor"};
+    for (int t = 0; t < kNumTools; ++t) names.push_back("pref_tool_" + std::to_string(t));
+    for (const char* s : {"pref_outcome", "pref_cost", "pref_latency", "usd_scale", "max_cost_penalty", "alpha_cost",
+                          "format_reward", "cost_lo", "cost_hi"})
+      names.emplace_back(s);
+    if (static_cast<int>(names.size()) != kNumRewardParams) throw std::logic_error("reward param layout mismatch");
+    return names;
+  }, "Names of the columns of a reward parameter row, in order.");
+
+  m.def("score_rewards", [](const py::dict& arrays, const Arr<double>& params, Arr<double>& totals,
+                            std::optional<Arr<double>> comps) {
+    const BatchView b = batch_view(arrays);
+    if (params.ndim() != 2 || params.shape(1) != kNumRewardParams)
+      throw py::value_error("params: expected shape (C, " + std::to_string(kNumRewardParams) + ")");
+    const int64_t C = params.shape(0);
+    if (totals.ndim() != 2 || totals.shape(0) != C || totals.shape(1) != b.n)
+      throw py::value_error("totals: expected shape (C, N)");
+    double* cp = nullptr;
+    if (comps) {
+      if (C != 1 || comps->ndim() != 2 || comps->shape(0) != kNumComponents || comps->shape(1) != b.n)
+        throw py::value_error("comps: expected shape (7, N) with a single config");
+      cp = comps->mutable_data();
+    }
+    double* tp = totals.mutable_data();
+    py::gil_scoped_release release;
+    score_rewards(b, params.data(), C, tp, cp);
+  }, py::arg("arrays").noconvert(), py::arg("params").noconvert(), py::arg("totals").noconvert(), py::arg("comps").noconvert() = py::none(),
+     "Score a batch (dict of validated TrajectoryBatch arrays) under C parameter rows.");
+
+  m.def("group_advantages", &advantages_binding<double, int64_t>, py::arg("rewards").noconvert(), py::arg("group_ids").noconvert(),
+        py::arg("role_ids").noconvert(), py::arg("method"), py::arg("scale"), py::arg("unbiased"), py::arg("eps"),
+        py::arg("clip"), py::arg("min_std"), py::arg("out").noconvert(), py::arg("keep").noconvert());
+  m.def("group_advantages", &advantages_binding<float, int64_t>, py::arg("rewards").noconvert(), py::arg("group_ids").noconvert(),
+        py::arg("role_ids").noconvert(), py::arg("method"), py::arg("scale"), py::arg("unbiased"), py::arg("eps"),
+        py::arg("clip"), py::arg("min_std"), py::arg("out").noconvert(), py::arg("keep").noconvert());
+  m.def("group_advantages", &advantages_binding<double, int32_t>, py::arg("rewards").noconvert(), py::arg("group_ids").noconvert(),
+        py::arg("role_ids").noconvert(), py::arg("method"), py::arg("scale"), py::arg("unbiased"), py::arg("eps"),
+        py::arg("clip"), py::arg("min_std"), py::arg("out").noconvert(), py::arg("keep").noconvert());
+  m.def("group_advantages", &advantages_binding<float, int32_t>, py::arg("rewards").noconvert(), py::arg("group_ids").noconvert(),
+        py::arg("role_ids").noconvert(), py::arg("method"), py::arg("scale"), py::arg("unbiased"), py::arg("eps"),
+        py::arg("clip"), py::arg("min_std"), py::arg("out").noconvert(), py::arg("keep").noconvert());
+
+  m.def("loss_mask_from_spans", [](const Arr<int64_t>& offsets, const Arr<int64_t>& starts, const Arr<int64_t>& ends,
+                                   const Arr<uint8_t>& trainable, int64_t seq_len,
+                                   std::optional<Arr<uint8_t>> truncated, bool mask_truncated, Arr<uint8_t>& mask,
+                                   std::optional<Arr<int32_t>> turn, Arr<int64_t>& counts) {
+    SpanTable t;
+    t.rows = offsets.shape(0) - 1;
+    t.spans = starts.shape(0);
+    if (t.rows < 0) throw py::value_error("row_offsets: needs at least one entry (0)");
+    need_len(ends, t.spans, "ends");
+    need_len(trainable, t.spans, "trainable");
+    if (mask.ndim() != 2 || mask.shape(0) != t.rows || mask.shape(1) != seq_len)
+      throw py::value_error("out: expected a (B, seq_len) uint8 array");
+    need_len(counts, t.rows, "counts");
+    if (turn && (turn->ndim() != 2 || turn->shape(0) != t.rows || turn->shape(1) != seq_len))
+      throw py::value_error("turn: expected a (B, seq_len) int32 array");
+    if (truncated) need_len(*truncated, t.rows, "truncated");
+    t.offsets = offsets.data();
+    t.starts = starts.data();
+    t.ends = ends.data();
+    t.trainable = trainable.data();
+    SpanError err;
+    {
+      py::gil_scoped_release release;
+      err = validate_spans(t);
+      if (err.field < 0)
+        build_loss_mask(t, seq_len, truncated ? truncated->data() : nullptr, mask_truncated, mask.mutable_data(),
+                        turn ? turn->mutable_data() : nullptr, counts.mutable_data());
+    }
+    if (err.field == 0)
+      throw py::value_error("row_offsets[" + std::to_string(err.index) + "] = " +
+                            std::to_string(t.offsets[err.index]) +
+                            ": offsets must start at 0, not decrease, and end at the number of spans (" +
+                            std::to_string(t.spans) + ")");
+    if (err.field == 1)
+      throw py::value_error("starts[" + std::to_string(err.index) + "] = " + std::to_string(t.starts[err.index]) +
+                            ": must be >= 0");
+    if (err.field == 2)
+      throw py::value_error("ends[" + std::to_string(err.index) + "] = " + std::to_string(t.ends[err.index]) +
+                            ": must be >= starts[" + std::to_string(err.index) + "] = " +
+                            std::to_string(t.starts[err.index]));
+  }, py::arg("offsets").noconvert(), py::arg("starts").noconvert(), py::arg("ends").noconvert(), py::arg("trainable").noconvert(), py::arg("seq_len"),
+     py::arg("truncated").noconvert(), py::arg("mask_truncated"), py::arg("mask").noconvert(), py::arg("turn").noconvert(), py::arg("counts").noconvert());
+
+  auto bcast = [](auto tag) {
+    using T = decltype(tag);
+    return [](const Arr<T>& values, const Arr<uint8_t>& mask, std::optional<Arr<int32_t>> turn, Arr<T>& out) {
+      if (mask.ndim() != 2) throw py::value_error("mask: expected a 2-d array");
+      const int64_t rows = mask.shape(0), seq_len = mask.shape(1);
+      need_len(values, rows, "values");
+      const int64_t width = values.ndim() == 2 ? values.shape(1) : 1;
+      if (turn && (turn->ndim() != 2 || turn->shape(0) != rows || turn->shape(1) != seq_len))
+        throw py::value_error("turn_ids: expected the mask's shape");
+      if (out.ndim() != 2 || out.shape(0) != rows || out.shape(1) != seq_len)
+        throw py::value_error("out: expected the mask's shape");
+      int64_t bad;
+      {
+        py::gil_scoped_release release;
+        bad = broadcast_to_tokens(values.data(), width, mask.data(), turn ? turn->data() : nullptr, rows, seq_len,
+                                  out.mutable_data());
+      }
+      if (bad >= 0)
+        throw py::value_error("turn_ids[" + std::to_string(bad / seq_len) + ", " + std::to_string(bad % seq_len) +
+                              "]: turn index out of range for values with " + std::to_string(width) + " columns");
+    };
+  };
+  m.def("broadcast_to_tokens", bcast(double{}), py::arg("values").noconvert(), py::arg("mask").noconvert(), py::arg("turn").noconvert(), py::arg("out").noconvert());
+  m.def("broadcast_to_tokens", bcast(float{}), py::arg("values").noconvert(), py::arg("mask").noconvert(), py::arg("turn").noconvert(), py::arg("out").noconvert());
+
+  m.def("mask_row_counts", [](const Arr<uint8_t>& mask, Arr<int64_t>& counts) {
+    if (mask.ndim() != 2) throw py::value_error("mask: expected a 2-d array");
+    need_len(counts, mask.shape(0), "counts");
+    int64_t* c = counts.mutable_data();
+    py::gil_scoped_release release;
+    mask_row_counts(mask.data(), mask.shape(0), mask.shape(1), c);
+  }, py::arg("mask").noconvert(), py::arg("counts").noconvert());
+}

@@ -188,5 +188,5 @@ def loss_normalizers(mask: np.ndarray, mode: str, *, global_tokens: float | None
     if mode == "seq-mean-token-mean":
         return np.where(counts > 0, inv_seq / np.maximum(counts, 1.0), 0.0)
     if mode == "seq-mean-token-sum-norm":
-        return np.full(counts.shape, inv_seq / length)
+        return np.full(counts.shape, inv_seq / length if length > 0 else 0.0)
     raise ValueError(f"mode = {mode!r}")

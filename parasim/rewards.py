@@ -20,12 +20,13 @@ sum to ``total``, so that a sweep can report what each term contributed.
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from parasim import reference
+from parasim import _core, reference
 from parasim.batch import TrajectoryBatch
 from parasim.reward_config import FORMULA_FIELDS, FORMULAS, RewardConfig, parse_field
 
@@ -125,20 +126,49 @@ def _check_batch(batch: TrajectoryBatch) -> None:
                         f"got {type(batch).__name__}")
 
 
+def _param_rows(batch: TrajectoryBatch, cfgs: Sequence[RewardConfig]) -> np.ndarray:
+    """Pack configs into the core's parameter rows (columns named by ``_core.reward_param_names()``)."""
+    names = _core.reward_param_names()
+    rows = np.empty((len(cfgs), len(names)))
+    bounds: dict[tuple[float, float], tuple[float, float]] = {}
+    for c, cfg in enumerate(cfgs):
+        values = dataclasses.asdict(cfg)
+        values["formula"] = FORMULAS.index(cfg.formula)
+        values.update({f"pref_tool_{t}": p for t, p in enumerate(cfg.pref_tools)})
+        if cfg.formula == "router_r1":
+            key = (cfg.cost_pct_lo, cfg.cost_pct_hi) if cfg.cost_lo is None else (cfg.cost_lo, cfg.cost_hi)
+            if key not in bounds:  # percentiles of the batch are computed once per distinct pair
+                bounds[key] = reference.router_r1_cost_bounds(batch, cfg)
+            values["cost_lo"], values["cost_hi"] = bounds[key]
+        else:
+            values["cost_lo"], values["cost_hi"] = 0.0, 0.0
+        rows[c] = [float(values[name]) for name in names]
+    return rows
+
+
 def compute_rewards(batch: TrajectoryBatch, config: RewardConfig | str = "paramanager") -> RewardResult:
     """Score every trajectory of ``batch`` under one config (or preset name), in one core call."""
     _check_batch(batch)
     cfg = resolve_config(config)
-    comps = reference.reward_components(batch, cfg)
-    return RewardResult(**comps)
+    totals = np.empty((1, len(batch)))
+    comps = np.empty((len(COMPONENTS), len(batch)))
+    _core.score_rewards(batch.as_dict(), _param_rows(batch, [cfg]), totals, comps)
+    return RewardResult(total=totals[0], **dict(zip(COMPONENTS, comps)))
 
 
-def compute_rewards_grid(batch: TrajectoryBatch, configs: Sequence[RewardConfig | str]) -> np.ndarray:
-    """Totals of ``batch`` under each config: float64[C, N], one pass over the batch for all configs."""
+def compute_rewards_grid(batch: TrajectoryBatch, configs: Sequence[RewardConfig | str],
+                         out: np.ndarray | None = None) -> np.ndarray:
+    """Totals of ``batch`` under each config: float64[C, N], one pass over the batch for all configs.
+
+    ``out`` (float64[C, N], C-contiguous) is filled in place when given, e.g. to reuse a buffer in a sweep.
+    """
     _check_batch(batch)
     cfgs = [resolve_config(c) for c in configs]
-    out = np.empty((len(cfgs), len(batch)))
-    for i, cfg in enumerate(cfgs):
-        out[i] = reference.reward_components(batch, cfg)["total"]
+    shape = (len(cfgs), len(batch))
+    if out is None:
+        out = np.empty(shape)
+    elif out.shape != shape or out.dtype != np.float64 or not out.flags.c_contiguous:
+        raise ValueError(f"out: expected a C-contiguous float64 array of shape {shape}, got {out.dtype} {out.shape}")
+    if cfgs:
+        _core.score_rewards(batch.as_dict(), _param_rows(batch, cfgs), out)
     return out
-

@@ -1,0 +1,129 @@
+// Token loss masks from span tables, per-turn indices, broadcasting of per-sequence (or per-turn) values
+// to tokens, and per-row token counts. Rows are independent, so they are split across threads; each row
+// (a few KiB) is written while it sits in L1, which keeps the kernel at memset speed.
+#pragma once
+
+#include <cstring>
+
+#include "common.hpp"
+
+namespace parasim {
+
+struct SpanTable {
+  int64_t rows = 0;                   // B
+  int64_t spans = 0;                  // S
+  const int64_t* offsets = nullptr;   // [B + 1]: row b owns spans offsets[b] .. offsets[b + 1]
+  const int64_t* starts = nullptr;    // [S]
+  const int64_t* ends = nullptr;      // [S], exclusive; may pass seq_len (truncated)
+  const uint8_t* trainable = nullptr; // [S]
+};
+
+// Field codes for error messages: 0 offsets, 1 starts, 2 ends.
+struct SpanError {
+  int field = -1;
+  int64_t index = -1;
+};
+
+inline SpanError validate_spans(const SpanTable& t) {
+  if (t.offsets[0] != 0) return {0, 0};
+  for (int64_t b = 0; b < t.rows; ++b)
+    if (t.offsets[b + 1] < t.offsets[b] || t.offsets[b + 1] > t.spans) return {0, b + 1};
+  if (t.offsets[t.rows] != t.spans) return {0, t.rows};
+  for (int64_t s = 0; s < t.spans; ++s) {
+    if (t.starts[s] < 0) return {1, s};
+    if (t.ends[s] < t.starts[s]) return {2, s};
+  }
+  return {};
+}
+
+// mask [B, T] uint8; turn [B, T] int32 or null; counts [B] int64 (trainable tokens per row).
+inline void build_loss_mask(const SpanTable& t, int64_t seq_len, const uint8_t* truncated, bool mask_truncated,
+                            uint8_t* mask, int32_t* turn, int64_t* counts) {
+  parallel_for(t.rows, 64, [&](int, int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      uint8_t* row = mask + b * seq_len;
+      int32_t* trow = turn != nullptr ? turn + b * seq_len : nullptr;
+      std::memset(row, 0, static_cast<size_t>(seq_len));
+      if (trow != nullptr) std::fill(trow, trow + seq_len, -1);
+      const int64_t s0 = t.offsets[b], s1 = t.offsets[b + 1];
+      bool over = truncated != nullptr && truncated[b] != 0;
+      for (int64_t s = s0; s < s1 && !over; ++s) over = t.ends[s] > seq_len;
+      counts[b] = 0;
+      if (mask_truncated && over) continue;
+      int32_t k = 0;
+      bool sorted = true;  // sorted, non-overlapping spans let us count without rescanning the row
+      int64_t prev_end = 0, count = 0;
+      for (int64_t s = s0; s < s1; ++s) {
+        const int64_t lo = std::min(t.starts[s], seq_len), hi = std::min(t.ends[s], seq_len);
+        sorted &= lo >= prev_end;
+        prev_end = std::max(prev_end, hi);
+        if (!t.trainable[s]) continue;
+        std::memset(row + lo, 1, static_cast<size_t>(hi - lo));
+        if (trow != nullptr) std::fill(trow + lo, trow + hi, k);
+        count += hi - lo;
+        ++k;
+      }
+      if (!sorted) {
+        for (int64_t s = s0; s < s1; ++s) {
+          if (t.trainable[s]) continue;
+          const int64_t lo = std::min(t.starts[s], seq_len), hi = std::min(t.ends[s], seq_len);
+          std::memset(row + lo, 0, static_cast<size_t>(hi - lo));
+          if (trow != nullptr) std::fill(trow + lo, trow + hi, -1);
+        }
+        count = 0;
+        for (int64_t j = 0; j < seq_len; ++j) count += row[j];
+      }
+      counts[b] = count;
+    }
+  });
+}
+
+// out[b, t] = values[b * stride + (turn ? turn[b, t] : 0)] where mask[b, t] != 0 (and turn >= 0), else 0.
+// Turn indices at or past `width` are a caller error and reported through bad_index (first one found).
+template <class T>
+int64_t broadcast_to_tokens(const T* values, int64_t width, const uint8_t* mask, const int32_t* turn, int64_t rows,
+                            int64_t seq_len, T* out) {
+  std::vector<int64_t> bad(num_threads(), -1);
+  parallel_for(rows, 64, [&](int k, int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const uint8_t* m = mask + b * seq_len;
+      T* o = out + b * seq_len;
+      if (turn == nullptr) {
+        const T v = values[b];
+        for (int64_t j = 0; j < seq_len; ++j) o[j] = m[j] ? v : T(0);
+        continue;
+      }
+      const int32_t* tr = turn + b * seq_len;
+      for (int64_t j = 0; j < seq_len; ++j) {
+        const int32_t q = tr[j];
+        if (m[j] && q >= 0) {
+          if (q >= width) {
+            if (bad[k] < 0) bad[k] = b * seq_len + j;
+            o[j] = T(0);
+          } else {
+            o[j] = values[b * width + q];
+          }
+        } else {
+          o[j] = T(0);
+        }
+      }
+    }
+  });
+  int64_t first = -1;
+  for (int64_t v : bad)
+    if (v >= 0 && (first < 0 || v < first)) first = v;
+  return first;
+}
+
+inline void mask_row_counts(const uint8_t* mask, int64_t rows, int64_t seq_len, int64_t* counts) {
+  parallel_for(rows, 64, [&](int, int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const uint8_t* m = mask + b * seq_len;
+      int64_t c = 0;
+      for (int64_t j = 0; j < seq_len; ++j) c += (m[j] != 0);
+      counts[b] = c;
+    }
+  });
+}
+
+}  // namespace parasim

@@ -1,0 +1,124 @@
+"""Group-relative advantages over a flat batch of rewards: one C++ call for the whole batch.
+
+Methods live in a registry (as verl's ``core_algos`` registers estimators by name); each names the
+baseline it subtracts and the scaling it uses when ``scale`` is not given. Statistics are accumulated in
+float64 with a two-pass variance whatever the input dtype; group ids may come in any order and groups
+may differ in size (a group of one gets advantage 0). Contiguous equal-size groups with increasing ids
+(G rollouts of a task side by side, the usual GRPO layout) take a streaming fast path in the core.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from parasim import _core
+
+__all__ = ["METHODS", "SCALES", "AdvantageMethod", "group_advantages"]
+
+SCALES: tuple[str, ...] = ("group", "batch", "none")
+
+
+@dataclass(frozen=True)
+class AdvantageMethod:
+    """A registered estimator: its core code, its default scale and where it comes from."""
+
+    code: int
+    default_scale: str
+    needs_roles: bool
+    source: str
+
+
+METHODS: dict[str, AdvantageMethod] = {
+    "grpo": AdvantageMethod(0, "group", False,
+                            "GRPO (Shao et al., DeepSeekMath, arXiv 2402.03300): (r - mean_g) / (std_g + eps)."),
+    "dr_grpo": AdvantageMethod(1, "none", False,
+                               "Dr. GRPO (Liu et al., arXiv 2503.20783): r - mean_g, no std division (it biases "
+                               "towards easy and hard questions)."),
+    "rloo": AdvantageMethod(2, "none", False,
+                            "RLOO (Ahmadian et al., arXiv 2402.14740): r_i - mean of the other G-1 rewards."),
+    "per_role": AdvantageMethod(3, "group", True,
+                                "Per-role normalization (Dr. MAS): GRPO statistics per (group, role) pair, so that "
+                                "agents with different reward scales do not share a baseline."),
+}
+
+
+def _rewards_array(rewards: np.ndarray) -> np.ndarray:
+    r = np.asarray(rewards)
+    if r.ndim != 1:
+        raise ValueError(f"rewards: expected a 1-d array, got shape {r.shape}")
+    if r.dtype.kind not in "fiub" or r.dtype.kind == "c":
+        raise TypeError(f"rewards: dtype {r.dtype} is not real-valued")
+    if r.dtype not in (np.float32, np.float64):
+        r = r.astype(np.float64)
+    return np.ascontiguousarray(r)
+
+
+def _int_array(values: np.ndarray, name: str, n: int, dtypes: tuple[type, ...], lo: int | None = None) -> np.ndarray:
+    a = np.asarray(values)
+    if a.ndim != 1 or a.shape[0] != n:
+        raise ValueError(f"{name}: expected shape ({n},) like rewards, got {a.shape}")
+    if a.dtype.kind not in "iu":
+        raise TypeError(f"{name}: dtype {a.dtype} is not an integer type")
+    if lo is not None and a.size and a.min() < lo:
+        i = int(np.argmax(a < lo))
+        raise ValueError(f"{name}[{i}] = {a[i]}: must be >= {lo}")
+    if a.dtype not in dtypes:
+        if a.dtype.kind == "u" and a.size and a.max() > np.iinfo(dtypes[0]).max:
+            i = int(np.argmax(a > np.iinfo(dtypes[0]).max))
+            raise ValueError(f"{name}[{i}] = {a[i]}: does not fit in {np.dtype(dtypes[0])}")
+        a = a.astype(dtypes[0])
+    return np.ascontiguousarray(a)
+
+
+def _check_scalar(name: str, value: float | None, lo: float, lo_open: bool) -> float | None:
+    if value is None:
+        return None
+    v = float(value)
+    if not np.isfinite(v) or (v <= lo if lo_open else v < lo):
+        raise ValueError(f"{name} = {value!r}: must be finite and {'>' if lo_open else '>='} {lo}")
+    return v
+
+
+def group_advantages(rewards: np.ndarray, group_ids: np.ndarray, method: str = "grpo", *, eps: float = 1e-6,
+                     std: str = "unbiased", scale: str | None = None, clip: float | None = None,
+                     role_ids: np.ndarray | None = None, min_group_std: float | None = None,
+                     out: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Advantages (rewards' dtype, float32 or float64) and a keep mask (bool) for N trajectories.
+
+    ``scale``: ``group`` divides by the statistics unit's std + eps, ``batch`` by the std of all rewards +
+    eps (group mean, batch std: the Lite PPO recipe, arXiv 2508.08221), ``none`` not at all; ``None`` uses
+    the method's default (grpo and per_role: group; dr_grpo and rloo: none). ``std`` is ``unbiased``
+    (ddof 1, as torch.std in verl) or ``biased``. ``min_group_std`` marks groups whose reward std is below
+    it as not kept, with advantage 0 (ToolOrchestra drops groups with std < 0.1). ``clip`` bounds the
+    result to [-clip, clip]. ``out`` = (advantages, keep) preallocated buffers, filled in place.
+    """
+    if method not in METHODS:
+        raise ValueError(f"method = {method!r}: must be one of {sorted(METHODS)}")
+    spec = METHODS[method]
+    scale = spec.default_scale if scale is None else scale
+    if scale not in SCALES:
+        raise ValueError(f"scale = {scale!r}: must be one of {list(SCALES)} or None")
+    if std not in ("unbiased", "biased"):
+        raise ValueError(f"std = {std!r}: must be 'unbiased' or 'biased'")
+    eps = _check_scalar("eps", eps, 0.0, False)
+    clip = _check_scalar("clip", clip, 0.0, True)
+    min_group_std = _check_scalar("min_group_std", min_group_std, 0.0, False)
+    r = _rewards_array(rewards)
+    g = _int_array(group_ids, "group_ids", r.shape[0], (np.int64, np.int32))
+    roles = None
+    if role_ids is not None:
+        roles = _int_array(role_ids, "role_ids", r.shape[0], (np.int32,), lo=0)
+    elif spec.needs_roles:
+        raise ValueError(f"role_ids: required by method {method!r}")
+    if out is None:
+        adv, keep = np.empty_like(r), np.empty(r.shape, np.bool_)
+    else:
+        adv, keep = out
+        if adv.shape != r.shape or adv.dtype != r.dtype or not adv.flags.c_contiguous:
+            raise ValueError(f"out[0]: expected a C-contiguous {r.dtype} array of shape {r.shape}")
+        if keep.shape != r.shape or keep.dtype != np.bool_ or not keep.flags.c_contiguous:
+            raise ValueError(f"out[1]: expected a C-contiguous bool array of shape {r.shape}")
+    _core.group_advantages(r, g, roles, spec.code, SCALES.index(scale), std == "unbiased", eps, clip,
+                           min_group_std, adv, keep.view(np.uint8))
+    return adv, keep

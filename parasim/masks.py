@@ -1,0 +1,146 @@
+"""Token loss masks from span tables, advantages broadcast to tokens, and loss normalizers.
+
+A trajectory's tokens are a sequence of spans (system / prompt, manager turns, tool outputs, ...); only
+manager tokens are trained, never the tools' output. Spans come as a CSR table over B rows: row b owns
+spans ``row_offsets[b]:row_offsets[b+1]`` with ``starts``, exclusive ``ends`` and a ``trainable`` flag.
+One core call builds the [B, T] uint8 mask (and, on request, each token's turn index for per-turn
+advantages); :func:`loss_normalizers` gives the per-row weights of the usual loss aggregations.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from parasim import _core
+
+__all__ = ["LOSS_AGG_MODES", "broadcast_to_tokens", "loss_mask_from_spans", "loss_normalizers", "mask_row_counts"]
+
+LOSS_AGG_MODES: tuple[str, ...] = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean",
+                                   "seq-mean-token-sum-norm")
+
+
+def _index_array(values: np.ndarray, name: str, ndim: int = 1) -> np.ndarray:
+    a = np.asarray(values)
+    if a.ndim != ndim:
+        raise ValueError(f"{name}: expected a {ndim}-d array, got shape {a.shape}")
+    if a.size and a.dtype.kind not in "iu":
+        raise TypeError(f"{name}: dtype {a.dtype} is not an integer type")
+    return np.ascontiguousarray(a, dtype=np.int64)
+
+
+def _mask_array(mask: np.ndarray) -> np.ndarray:
+    m = np.asarray(mask)
+    if m.ndim != 2:
+        raise ValueError(f"mask: expected a 2-d [B, T] array, got shape {m.shape}")
+    if m.dtype == np.bool_:
+        return np.ascontiguousarray(m).view(np.uint8)
+    if m.dtype.kind not in "iuf":
+        raise TypeError(f"mask: dtype {m.dtype} is not numeric")
+    return np.ascontiguousarray(m if m.dtype == np.uint8 else (m != 0), dtype=np.uint8)
+
+
+def loss_mask_from_spans(row_offsets: np.ndarray, starts: np.ndarray, ends: np.ndarray, trainable: np.ndarray,
+                         seq_len: int, *, truncated: np.ndarray | None = None, mask_truncated: bool = False,
+                         with_turns: bool = False,
+                         out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+    """The uint8 loss mask [B, seq_len] and, with ``with_turns``, the int32 turn index [B, seq_len].
+
+    Trainable spans are 1, then non-trainable spans 0 (where spans overlap, tool output wins), the rest
+    (padding) 0. Spans may end past ``seq_len`` (the sequence was cut): they are clipped, or with
+    ``mask_truncated`` the whole row is masked, as are rows flagged in ``truncated`` (DAPO's overlong
+    filtering, arXiv 2503.14476). Turn k of a row is its k-th trainable span in table order; tokens
+    outside trainable spans have turn -1. ``out`` is a preallocated uint8 [B, seq_len] buffer.
+    """
+    offsets = _index_array(row_offsets, "row_offsets")
+    if offsets.shape[0] < 1:
+        raise ValueError("row_offsets: needs B + 1 entries (at least [0])")
+    st, en = _index_array(starts, "starts"), _index_array(ends, "ends")
+    flags = np.ascontiguousarray(np.asarray(trainable) != 0, dtype=np.uint8)
+    if not isinstance(seq_len, (int, np.integer)) or seq_len < 0:
+        raise ValueError(f"seq_len = {seq_len!r}: must be an integer >= 0")
+    rows = offsets.shape[0] - 1
+    trunc = None
+    if truncated is not None:
+        trunc = np.ascontiguousarray(np.asarray(truncated) != 0, dtype=np.uint8)
+        if trunc.shape != (rows,):
+            raise ValueError(f"truncated: expected shape ({rows},), got {trunc.shape}")
+    if out is None:
+        out = np.empty((rows, int(seq_len)), np.uint8)
+    elif out.shape != (rows, seq_len) or out.dtype != np.uint8 or not out.flags.c_contiguous:
+        raise ValueError(f"out: expected a C-contiguous uint8 array of shape {(rows, seq_len)}")
+    turns = np.empty((rows, int(seq_len)), np.int32) if with_turns else None
+    counts = np.empty(rows, np.int64)
+    _core.loss_mask_from_spans(offsets, st, en, flags, int(seq_len), trunc, bool(mask_truncated), out, turns, counts)
+    return out, turns
+
+
+def broadcast_to_tokens(values: np.ndarray, mask: np.ndarray, turn_ids: np.ndarray | None = None, *,
+                        out: np.ndarray | None = None) -> np.ndarray:
+    """values[b] on every masked token of row b, 0 elsewhere; with ``turn_ids``, values[b, turn] per turn.
+
+    The result has the values' dtype when it is float32 or float64, else float64.
+    """
+    m = _mask_array(mask)
+    v = np.asarray(values)
+    if v.dtype not in (np.float32, np.float64):
+        v = v.astype(np.float64)
+    want = 2 if turn_ids is not None else 1
+    if v.ndim != want or v.shape[0] != m.shape[0]:
+        raise ValueError(f"values: expected shape ({m.shape[0]}{', K' if want == 2 else ''}) for a mask of "
+                         f"shape {m.shape}, got {v.shape}")
+    if not np.isfinite(v).all():
+        i = np.unravel_index(int(np.flatnonzero(~np.isfinite(v))[0]), v.shape)
+        raise ValueError(f"values[{', '.join(map(str, i))}] = {v[i]}: must be finite")
+    turns = None
+    if turn_ids is not None:
+        turns = np.ascontiguousarray(turn_ids, dtype=np.int32)
+        if turns.shape != m.shape:
+            raise ValueError(f"turn_ids: expected the mask's shape {m.shape}, got {turns.shape}")
+    if out is None:
+        out = np.empty(m.shape, v.dtype)
+    elif out.shape != m.shape or out.dtype != v.dtype or not out.flags.c_contiguous:
+        raise ValueError(f"out: expected a C-contiguous {v.dtype} array of shape {m.shape}")
+    _core.broadcast_to_tokens(np.ascontiguousarray(v), m, turns, out)
+    return out
+
+
+def mask_row_counts(mask: np.ndarray) -> np.ndarray:
+    """Trainable tokens per row (int64[B])."""
+    m = _mask_array(mask)
+    counts = np.empty(m.shape[0], np.int64)
+    _core.mask_row_counts(m, counts)
+    return counts
+
+
+def loss_normalizers(mask: np.ndarray, mode: str, *, global_tokens: float | None = None,
+                     global_seqs: float | None = None, norm_len: float | None = None) -> np.ndarray:
+    """Per-row weights c[b] (float64[B]) with loss = sum_{b,t} token_loss[b,t] * mask[b,t] * c[b].
+
+    * ``token-mean``: c = 1 / tokens (every trained token weighs the same; DAPO's choice).
+    * ``seq-mean-token-sum``: c = 1 / seqs.
+    * ``seq-mean-token-mean``: c = 1 / (seqs * tokens_b) (GRPO's original per-sequence mean).
+    * ``seq-mean-token-sum-norm``: c = 1 / (seqs * norm_len), a constant length (Dr. GRPO, arXiv 2503.20783);
+      ``norm_len`` defaults to T.
+
+    Under data parallelism pass ``global_tokens`` / ``global_seqs`` summed over ranks so that every rank
+    weighs tokens alike; by default they are this mask's totals. ``seqs`` counts rows with at least one
+    trained token (an empty row contributes nothing). Empty totals give weight 0, not a division by zero.
+    """
+    if mode not in LOSS_AGG_MODES:
+        raise ValueError(f"mode = {mode!r}: must be one of {list(LOSS_AGG_MODES)}")
+    for name, value in (("global_tokens", global_tokens), ("global_seqs", global_seqs)):
+        if value is not None and not (np.isfinite(value) and value >= 0):
+            raise ValueError(f"{name} = {value!r}: must be finite and >= 0")
+    if norm_len is not None and not (np.isfinite(norm_len) and norm_len > 0):
+        raise ValueError(f"norm_len = {norm_len!r}: must be finite and > 0")
+    counts = mask_row_counts(mask).astype(np.float64)
+    n_tok = float(counts.sum()) if global_tokens is None else float(global_tokens)
+    n_seq = float((counts > 0).sum()) if global_seqs is None else float(global_seqs)
+    length = float(np.asarray(mask).shape[1]) if norm_len is None else float(norm_len)
+    if mode == "token-mean":
+        return np.full(counts.shape, 1.0 / n_tok if n_tok > 0 else 0.0)
+    inv_seq = 1.0 / n_seq if n_seq > 0 else 0.0
+    if mode == "seq-mean-token-sum":
+        return np.full(counts.shape, inv_seq)
+    if mode == "seq-mean-token-mean":
+        return np.where(counts > 0, inv_seq / np.maximum(counts, 1.0), 0.0)
+    return np.full(counts.shape, inv_seq / length if length > 0 else 0.0)
