@@ -1,0 +1,93 @@
+"""The batched, compiled simulator of orchestration episodes (shared/DESIGN.md section 3).
+
+``Simulator`` owns the preallocated arrays of N lanes and calls the compiled kernels; both
+``ParaOrch-v0`` (N = 1) and its vector env (N lanes) run on it, which is why a single env seeded
+with ``s + i`` and lane ``i`` of a vector env seeded with ``s`` produce identical trajectories.
+``simulate_calls`` samples single calls with the same per-call model, for calibration logs.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from parasim.pools import PoolSpec, load_pool
+from parasim.sim.calls import simulate_calls
+from parasim.sim.kernel import (E_MAX_ROUNDS, E_SERIAL, E_SLOTS, E_TOKEN_BUDGET, F_COST, F_LAT, F_OUTCOME, F_TOKENS,
+                                F_USD, I_ANSWER, I_CALLS, I_EPISODE, I_FINAL, I_FMT, I_ROUND, NUM_ENV_PARAMS,
+                                NUM_TARGETS, TARGET_CARRY, TARGET_QUESTION, TARGET_VERIFY)
+from parasim.sim.rng import seed_state
+from parasim.sim.state import ObsBuffers, SimState, action_nvec, allocate_obs, allocate_state
+from parasim.sim.step import reset_lanes, step_lanes
+from parasim.sim.tables import SimTables, build_tables
+from parasim.tasks import TaskSuite, load_suite
+
+__all__ = ["NUM_TARGETS", "TARGET_CARRY", "TARGET_QUESTION", "TARGET_VERIFY", "ObsBuffers", "SimState", "SimTables",
+           "Simulator", "action_nvec", "build_tables", "simulate_calls"]
+
+
+class Simulator:
+    """N lanes of episodes on one pool and task suite, stepped by one compiled call."""
+
+    def __init__(self, pool: str | PoolSpec = "paramanager", suite: str | TaskSuite = "paramanager",
+                 num_lanes: int = 1, *, max_rounds: int = 12, max_parallel: int = 4, serial: bool = False,
+                 token_budget: float | None = None, lane_offset: int = 0) -> None:
+        if not 1 <= int(max_rounds) <= 1000:
+            raise ValueError(f"max_rounds: expected an integer in [1, 1000], got {max_rounds!r}")
+        if not 1 <= int(max_parallel) <= 16:
+            raise ValueError(f"max_parallel: expected an integer in [1, 16], got {max_parallel!r}")
+        if token_budget is not None and not token_budget > 0:
+            raise ValueError(f"token_budget: expected a positive number or None, got {token_budget!r}")
+        self.pool = load_pool(pool)
+        self.suite = load_suite(suite)
+        self.num_lanes = int(num_lanes)
+        self.slots = int(max_parallel)
+        self.tables = build_tables(self.pool, self.suite)
+        self.state = allocate_state(self.num_lanes, self.slots, self.pool.num_models)
+        self.obs = allocate_obs(self.num_lanes, self.slots, self.pool.num_models)
+        self.env = np.zeros(NUM_ENV_PARAMS)
+        self.env[E_MAX_ROUNDS], self.env[E_SLOTS] = max_rounds, max_parallel
+        self.env[E_SERIAL] = float(bool(serial))
+        self.env[E_TOKEN_BUDGET] = np.inf if token_budget is None else float(token_budget)
+        self.nvec = action_nvec(self.slots, self.pool.num_models)
+        self.done = np.zeros(self.num_lanes, np.uint8)
+        self._lane_ids = np.arange(lane_offset, lane_offset + self.num_lanes, dtype=np.int64)
+
+    def seed(self, seeds: np.ndarray | list[int], lanes: np.ndarray | None = None) -> None:
+        """Start the random stream of each lane (all lanes, or ``lanes``) from its seed."""
+        idx = np.arange(self.num_lanes) if lanes is None else np.asarray(lanes)
+        for i, s in zip(idx, seeds):
+            self.state.rng[i] = seed_state(int(s))
+
+    def reset(self, mask: np.ndarray | None = None) -> None:
+        """Draw new tasks for the lanes in ``mask`` (all lanes by default)."""
+        m = np.ones(self.num_lanes, np.uint8) if mask is None else np.asarray(mask, np.uint8)
+        reset_lanes(m, *self.state, *self.tables, *self.obs, self.env)
+        self.done[m.astype(bool)] = 0
+
+    def step(self, actions: np.ndarray, reset_first: np.ndarray) -> np.ndarray:
+        """Step all lanes (``actions`` int64[N, D]); lanes flagged in ``reset_first`` reset instead."""
+        step_lanes(actions, reset_first, self.done, *self.state, *self.tables, *self.obs, self.env)
+        return self.done
+
+    def observation(self, lanes: Any = slice(None)) -> dict[str, np.ndarray]:
+        """Copies of the observation arrays of ``lanes``."""
+        return {k: v[lanes].copy() for k, v in self.obs._asdict().items()}
+
+    def trajectory(self, lanes: Any = slice(None)) -> dict[str, np.ndarray]:
+        """The TrajectoryBatch fields of the episodes in ``lanes`` (as they stand)."""
+        st_i, st_f, counts_t = self.state.st_i[lanes], self.state.st_f[lanes], self.state.counts_t[lanes]
+        return {
+            "outcome": st_f[..., F_OUTCOME].copy(), "format_violations": st_i[..., I_FMT].astype(np.int32),
+            "ended_with_final": st_i[..., I_FINAL].astype(np.uint8), "rounds": st_i[..., I_ROUND].astype(np.int32),
+            "tool_calls": st_i[..., I_CALLS].astype(np.int32),
+            "distinct_tools": (counts_t > 0).sum(-1).astype(np.int32), "tool_counts": counts_t.copy(),
+            "tokens": st_f[..., F_TOKENS].copy(), "cost_units": st_f[..., F_COST].copy(),
+            "usd": st_f[..., F_USD].copy(), "latency_s": st_f[..., F_LAT].copy(),
+            "group_id": (self._lane_ids[lanes] << 32) + st_i[..., I_EPISODE],
+            "role_id": np.zeros(np.shape(st_i[..., 0]), np.int32),
+        }
+
+    def final_answers(self) -> np.ndarray:
+        """The termination model's answer id per lane (-1 while running; 0 is the gold answer)."""
+        return self.state.st_i[:, I_ANSWER].copy()

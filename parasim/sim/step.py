@@ -1,0 +1,121 @@
+"""The compiled entry points: reset and step every lane in one call, then write the observations.
+
+``reset_lanes`` and ``step_lanes`` take the state arrays (``SimState``), the pool/suite tables
+(``SimTables``), the observation buffers (``ObsBuffers``) and the env parameters, in that order, so
+the Python side calls them as ``step_lanes(actions, reset_first, done, *state, *tables, *obs, env)``.
+"""
+from __future__ import annotations
+
+from numba import njit
+
+from parasim.protocol.schema import NUM_STATUSES, NUM_TOOLS, Tool
+from parasim.sim.kernel import (CAND_FEATURES, E_CONFIRMS, E_FLAGS, E_MAX_ROUNDS, E_SCORE, E_SLOTS, E_SUPPORT,
+                                F_COST, F_LAT, F_QTOK, F_TOKENS, F_USD, I_DOMAIN, I_DONE, I_NANS, I_NOK, I_ROUND,
+                                NUM_CANDIDATES, NUM_TARGETS, reset_lane, step_lane)
+from parasim.tasks import NUM_ANSWERS
+
+_CR = int(Tool.CRITICAL_REVIEWER)
+
+
+@njit(cache=True)
+def _better(ev, arrival, i, a, b):
+    return ev[i, E_SCORE, a] > ev[i, E_SCORE, b] or (
+        ev[i, E_SCORE, a] == ev[i, E_SCORE, b] and arrival[i, a] < arrival[i, b])
+
+
+@njit(cache=True)
+def write_obs(i, st_i, st_f, counts_t, counts_s, last_status, ev, arrival, num_models, env, o_task, o_round,
+              o_budget, o_cand, o_evid, o_tools, o_status, o_last, o_mask):
+    """Lane ``i``'s observation: candidates ranked by the termination score (ids never shown)."""
+    nans = st_i[i, I_NANS]
+    o_task[i, :] = 0.0
+    o_task[i, st_i[i, I_DOMAIN]] = 1.0
+    o_task[i, 4] = 1.0 if nans == NUM_ANSWERS else 0.0
+    o_task[i, 5] = 1.0 - o_task[i, 4]
+    o_task[i, 6] = nans / NUM_ANSWERS
+    o_task[i, 7] = st_f[i, F_QTOK] / 1000.0
+    o_round[i, 0] = st_i[i, I_ROUND]
+    o_round[i, 1] = env[E_MAX_ROUNDS] - st_i[i, I_ROUND]
+    o_budget[i, 0] = st_f[i, F_TOKENS]
+    o_budget[i, 1] = st_f[i, F_COST]
+    o_budget[i, 2] = st_f[i, F_USD]
+    o_budget[i, 3] = st_f[i, F_LAT]
+    prev = -1
+    distinct = 0
+    for a in range(nans):
+        distinct += ev[i, E_SUPPORT, a] > 0
+    for c in range(NUM_CANDIDATES):
+        best = -1
+        for a in range(nans):
+            if ev[i, E_SUPPORT, a] > 0 and (prev < 0 or _better(ev, arrival, i, prev, a)) and (
+                    best < 0 or _better(ev, arrival, i, a, best)):
+                best = a
+        for f in range(CAND_FEATURES):
+            o_cand[i, c, f] = 0.0
+        if best >= 0:
+            o_cand[i, c, 0] = 1.0
+            o_cand[i, c, 1] = ev[i, E_SCORE, best]
+            o_cand[i, c, 2] = ev[i, E_SUPPORT, best]
+            o_cand[i, c, 3] = ev[i, E_FLAGS, best]
+            o_cand[i, c, 4] = ev[i, E_CONFIRMS, best]
+            prev = best
+    o_evid[i, 0] = st_i[i, I_NOK]
+    o_evid[i, 1] = distinct
+    o_evid[i, 2] = 1.0 if distinct == 0 else 0.0
+    for t in range(NUM_TOOLS):
+        o_tools[i, t] = counts_t[i, t]
+    for s in range(NUM_STATUSES):
+        o_status[i, s] = counts_s[i, s]
+    slots = last_status.shape[1]
+    allowed = int(env[E_SLOTS])
+    has_lead = distinct > 0
+    o_mask[i, 0] = 1
+    o_mask[i, 1] = 1
+    j = 2
+    for k in range(slots):
+        for t in range(NUM_TOOLS + 1):
+            ok = t == NUM_TOOLS or (k < allowed and (t != _CR or has_lead))
+            o_mask[i, j + t] = 1 if ok else 0
+        j += NUM_TOOLS + 1
+        for m in range(num_models):
+            o_mask[i, j + m] = 1
+        j += num_models
+        o_mask[i, j] = 1
+        o_mask[i, j + 1] = 1 if has_lead else 0
+        o_mask[i, j + 2] = 1 if has_lead else 0
+        j += NUM_TARGETS
+        o_last[i, k] = last_status[i, k]
+
+
+@njit(cache=True)
+def reset_lanes(mask, st_i, st_f, counts_t, counts_s, last_status, exec_prev, pref, ev, arrival, rng, scratch,
+                skill, bonus, tok_mu, tm, tt, mmt, md, rel_logit, proto, row_i, row_f, row_cdf, row_dcdf,
+                o_task, o_round, o_budget, o_cand, o_evid, o_tools, o_status, o_last, o_mask, env):
+    """Reset the lanes where ``mask`` is set and write their observations."""
+    nm = skill.shape[0] - 1
+    for i in range(mask.shape[0]):
+        if mask[i]:
+            reset_lane(i, st_i, st_f, counts_t, counts_s, last_status, exec_prev, pref, ev, arrival, rng, row_i,
+                       row_f, row_cdf, row_dcdf)
+            write_obs(i, st_i, st_f, counts_t, counts_s, last_status, ev, arrival, nm, env, o_task, o_round,
+                      o_budget, o_cand, o_evid, o_tools, o_status, o_last, o_mask)
+
+
+@njit(cache=True)
+def step_lanes(actions, reset_first, done, st_i, st_f, counts_t, counts_s, last_status, exec_prev, pref, ev,
+               arrival, rng, scratch, skill, bonus, tok_mu, tm, tt, mmt, md, rel_logit, proto, row_i, row_f,
+               row_cdf, row_dcdf, o_task, o_round, o_budget, o_cand, o_evid, o_tools, o_status, o_last, o_mask,
+               env):
+    """Step every lane with its action row; lanes with ``reset_first`` set reset instead (NEXT_STEP)."""
+    nm = skill.shape[0] - 1
+    for i in range(actions.shape[0]):
+        if reset_first[i]:
+            reset_lane(i, st_i, st_f, counts_t, counts_s, last_status, exec_prev, pref, ev, arrival, rng, row_i,
+                       row_f, row_cdf, row_dcdf)
+        elif st_i[i, I_DONE] == 0:
+            step_lane(i, actions[i], st_i, st_f, counts_t, counts_s, last_status, exec_prev, pref, ev, arrival,
+                      rng, scratch, skill, bonus, tok_mu, tm, tt, mmt, md, rel_logit, proto, row_dcdf, env)
+        done[i] = st_i[i, I_DONE]
+        write_obs(i, st_i, st_f, counts_t, counts_s, last_status, ev, arrival, nm, env, o_task, o_round,
+                  o_budget, o_cand, o_evid, o_tools, o_status, o_last, o_mask)
+

@@ -1,0 +1,89 @@
+"""Flat tables the compiled simulator reads: a pool and a task suite joined once, at env construction.
+
+Keeping the parameters in a few dense arrays (one per shape) lets one compiled call step every lane
+with no Python objects inside, and keeps numba's per-call dispatch cost to a handful of arguments.
+Column indices below are compile-time constants of the kernels.
+"""
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+
+from parasim.pools import PoolSpec, reliability
+from parasim.tasks import FREE_FORM, NUM_ANSWERS, TaskSuite
+
+# tm[k, tool, model]
+TM_TOK_SD, TM_TOK_ALPHA, TM_LAT_BASE, TM_LAT_PER_TOK, TM_LAT_SD, TM_PRICE_IN, TM_PRICE_OUT, TM_P_EXEC = range(8)
+# tt[k, tool]
+TT_USD_CALL, TT_USD_S, TT_COST, TT_TIMEOUT, TT_FEEDBACK = range(5)
+# mm[k, model]
+MM_KAPPA, MM_RHO, MM_LAM = range(3)
+# md[k, model, domain]
+MD_SENS, MD_SPEC, MD_LLR_FLAG, MD_LLR_CONFIRM = range(4)
+# proto[k]
+P_ENSEMBLE_K, P_MGR_ROUND, P_MGR_CALL, P_PROMPT, P_STATUS, P_REPAIR, P_MAX_OUT = range(7)
+# row_i[r, k] and row_f[r, k]
+R_BENCH, R_DOMAIN, R_OPTIONS = range(3)
+R_Z, R_MU, R_SIGMA, R_QTOK = range(4)
+
+
+class SimTables(NamedTuple):
+    """Pool and suite parameters as arrays, in the argument order of the kernels."""
+
+    skill: np.ndarray  # [M+1, NB]
+    bonus: np.ndarray  # [T, D]
+    tok_mu: np.ndarray  # [T, M+1, D]
+    tm: np.ndarray  # [8, T, M+1]
+    tt: np.ndarray  # [5, T]
+    mm: np.ndarray  # [3, M+1]
+    md: np.ndarray  # [4, M+1, D]
+    rel_logit: np.ndarray  # [NB, T, M+1] log-odds of an OK call's expected accuracy
+    proto: np.ndarray  # [7]
+    row_i: np.ndarray  # int32[R, 3]
+    row_f: np.ndarray  # [R, 4]
+    row_cdf: np.ndarray  # [R]
+    row_dcdf: np.ndarray  # [R, NUM_ANSWERS] cumulative Zipf weights over wrong answers 1..A-1
+
+
+def _clip_prob(p: np.ndarray) -> np.ndarray:
+    return np.clip(p, 0.01, 0.99)
+
+
+def build_tables(pool: PoolSpec, suite: TaskSuite) -> SimTables:
+    """Join a pool and a suite into the simulator's tables."""
+    sens, spec = _clip_prob(pool.sens), _clip_prob(pool.spec)
+    rel = np.clip(reliability(pool), 1e-4, 1 - 1e-4)
+    t = suite.tables()
+    r = len(suite)
+    dcdf = np.ones((r, NUM_ANSWERS))
+    for j in range(r):
+        a = NUM_ANSWERS if t["row_options"][j] == FREE_FORM else int(t["row_options"][j])
+        w = np.arange(1, a, dtype=np.float64) ** -t["row_zipf"][j]
+        dcdf[j, : a - 1] = np.cumsum(w) / w.sum()
+        dcdf[j, a - 2:] = 1.0
+    return SimTables(
+        skill=np.ascontiguousarray(pool.skill, np.float64),
+        bonus=np.ascontiguousarray(pool.bonus, np.float64),
+        tok_mu=np.ascontiguousarray(pool.tok_mu, np.float64),
+        tm=np.ascontiguousarray(np.stack([pool.tok_sd, pool.tok_alpha, pool.lat_base, pool.lat_per_tok, pool.lat_sd,
+                                          pool.price_in, pool.price_out, pool.p_exec])),
+        tt=np.ascontiguousarray(np.stack([pool.usd_call, pool.usd_s, pool.cost_units, pool.timeout,
+                                          pool.feedback_frac])),
+        mm=np.ascontiguousarray(np.stack([pool.kappa, pool.rho, pool.lam])),
+        md=np.ascontiguousarray(np.stack([sens, spec, np.log((1 - spec) / sens), np.log(spec / (1 - sens))])),
+        rel_logit=np.ascontiguousarray(np.log(rel / (1 - rel))),
+        proto=np.array([pool.ensemble_k, pool.manager_tokens_round, pool.manager_tokens_call, pool.prompt_tokens,
+                        pool.status_tokens, pool.repair, pool.max_output_tokens], np.float64),
+        row_i=np.ascontiguousarray(np.stack([t["row_bench"], t["row_domain"], t["row_options"]], 1), np.int32),
+        row_f=np.ascontiguousarray(np.stack([t["row_z"], t["row_mu"], t["row_sigma"], t["row_qtok"]], 1)),
+        row_cdf=np.ascontiguousarray(t["row_cdf"]),
+        row_dcdf=dcdf,
+    )
+
+
+def answer_log_odds_offset(options: int) -> float:
+    """log(A - 1): the prior odds term of a weighted plurality vote over A answers."""
+    a = NUM_ANSWERS if options == FREE_FORM else options
+    return math.log(a - 1)

@@ -1,0 +1,170 @@
+"""The compiled simulator: per-call model rates, protocol statuses, accounting, determinism."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from parasim.pools import load_pool
+from parasim.protocol.schema import NUM_TOOLS, Status, Tool
+from parasim.sim import TARGET_CARRY, TARGET_QUESTION, TARGET_VERIFY, Simulator, simulate_calls
+from parasim.sim.calls import CALL_FIELDS
+from parasim.sim.kernel import EMPTY_SLOT, NO_CALL
+from parasim.sim.rng import seed_state
+from parasim.tasks import BENCHMARK_INDEX
+
+SR, CR, CODE, ENS, PY = (int(Tool.STANDARD_REASONER), int(Tool.CRITICAL_REVIEWER), int(Tool.CODE_REASONER),
+                         int(Tool.ENSEMBLE_SOLVER), int(Tool.PYTHON))
+
+
+def test_seed_streams_differ_and_are_reproducible():
+    states = {int(seed_state(s)) for s in range(1000)}
+    assert len(states) == 1000
+    a = simulate_calls("paramanager", "paramanager", 50, 4, carry_prob=0.5, seed=3)
+    b = simulate_calls("paramanager", "paramanager", 50, 4, carry_prob=0.5, seed=3)
+    c = simulate_calls("paramanager", "paramanager", 50, 4, carry_prob=0.5, seed=4)
+    assert set(a) == set(CALL_FIELDS)
+    for k in CALL_FIELDS:
+        np.testing.assert_array_equal(a[k], b[k])
+    assert not np.array_equal(a["tokens_out"], c["tokens_out"])
+
+
+def test_direct_calls_hit_the_accuracy_target():
+    pool = load_pool("paramanager")
+    b = BENCHMARK_INDEX["GPQA"]
+    calls = simulate_calls(pool, "GPQA", 20000, 2, tools=["standard_reasoner"], models=[0, 2], seed=1)
+    for m in (0, 2):
+        acc = (calls["correct"][calls["model"] == m] == 1).mean()
+        # two calls per task share z: the standard error is at most sqrt(2) times the binomial one
+        assert abs(acc - pool.accuracy_target[m, b]) < 4 * np.sqrt(2 * 0.25 / 20000)
+
+
+def test_failure_rates_and_accounting():
+    pool = load_pool("paramanager")
+    calls = simulate_calls(pool, "paramanager", 6000, 4, tools=["code_reasoner", "python", "search"], seed=2)
+    code = calls["tool"] == CODE
+    assert abs((calls["status"][code] == Status.EXEC_ERR).mean() - 0.15) < 0.02
+    assert (calls["status"][calls["tool"] == int(Tool.SEARCH)] != Status.EXEC_ERR).all()
+    search = calls["tool"] == int(Tool.SEARCH)
+    np.testing.assert_allclose(calls["usd"][search], 0.01)  # per-call price, no token price
+    assert (calls["model"][search] == pool.num_models).all()  # basic tools run on the manager row
+    timed_out = calls["status"] == Status.TIMEOUT
+    assert np.all(calls["latency_s"][timed_out] == pool.timeout[calls["tool"][timed_out]])
+    assert np.all(calls["tokens_out"] <= pool.max_output_tokens)
+    ok_code = code & (calls["status"] == Status.OK)
+    expect = calls["tokens_in"] * pool.price_in[CODE, 0] + calls["tokens_out"] * pool.price_out[CODE, 0]
+    sel = ok_code & (calls["model"] == 0)
+    np.testing.assert_allclose(calls["usd"][sel], expect[sel])
+
+
+def test_reviewer_sensitivity_and_specificity():
+    pool = load_pool("paramanager_mono")
+    calls = simulate_calls(pool, "GPQA", 30000, 1, tools=["critical_reviewer"], seed=5)
+    ok = calls["status"] == Status.OK
+    wrong = ok & (calls["reviewed_correct"] == 0)
+    right = ok & (calls["reviewed_correct"] == 1)
+    d = 1  # science
+    assert abs(calls["flagged"][wrong].mean() - pool.sens[0, d]) < 0.02
+    assert abs(1 - calls["flagged"][right].mean() - pool.spec[0, d]) < 0.02
+
+
+def test_same_model_errors_agree_more_than_cross_model_errors():
+    calls = simulate_calls("paramanager", "AIME25", 20000, 2, tools=["standard_reasoner"], models=[0, 1], seed=7)
+    ans = calls["answer"].reshape(-1, 2)
+    mod = calls["model"].reshape(-1, 2)
+    both_wrong = (ans > 0).all(1)
+    same = both_wrong & (mod[:, 0] == mod[:, 1])
+    cross = both_wrong & (mod[:, 0] != mod[:, 1])
+    agree_same = (ans[same, 0] == ans[same, 1]).mean()
+    agree_cross = (ans[cross, 0] == ans[cross, 1]).mean()
+    assert agree_same > agree_cross + 0.1
+
+
+def test_anchoring_copies_the_carried_answer_and_context_costs_skill():
+    calls = simulate_calls("paramanager_mono", "AIME25", 20000, 2, tools=["standard_reasoner"], carry_prob=1.0,
+                           max_context=1.0, seed=8)
+    wrong_carry = calls["carried_answer"] > 0
+    copied = (calls["answer"][wrong_carry] == calls["carried_answer"][wrong_carry]).mean()
+    assert copied > load_pool("paramanager_mono").rho[0]  # copies plus same-model wrong agreements
+    fresh = simulate_calls("paramanager_mono", "AIME25", 20000, 2, tools=["standard_reasoner"], seed=8)
+    long = simulate_calls("paramanager_mono", "AIME25", 20000, 2, tools=["standard_reasoner"], carry_prob=1.0,
+                          max_context=60000.0, seed=8)
+    not_right_carry = long["carried_answer"] != 0
+    assert (long["correct"][not_right_carry] == 1).mean() < (fresh["correct"] == 1).mean() - 0.03
+
+
+def _actions(sim: Simulator, calls: list[tuple[int, int, int]], stop: int = 0) -> np.ndarray:
+    a = np.zeros((sim.num_lanes, len(sim.nvec)), np.int64)
+    a[:, 0] = stop
+    a[:, 1::3] = EMPTY_SLOT
+    for k, (t, m, g) in enumerate(calls):
+        a[:, 1 + 3 * k], a[:, 2 + 3 * k], a[:, 3 + 3 * k] = t, m, g
+    return a
+
+
+def test_protocol_statuses_never_crash():
+    sim = Simulator("paramanager", "math", 1, max_parallel=4)
+    sim.seed([0])
+    sim.reset()
+    keep = np.zeros(1, np.uint8)
+    sim.step(_actions(sim, [(99, 0, 0), (SR, 7, 0), (SR, 0, 9), (CR, 0, TARGET_VERIFY)]), keep)
+    last = sim.obs.last_status[0].tolist()
+    # unknown tool, unknown model, bad target, reviewer with nothing to review
+    assert last == [Status.INVALID_TOOL, Status.INVALID_TOOL, Status.FORMAT_ERR, Status.INVALID_TOOL]
+    traj = sim.trajectory(0)
+    assert traj["format_violations"] == 1 and traj["tool_calls"] == 4 and traj["tool_counts"].sum() == 0
+    sim.step(_actions(sim, []), keep)  # a round with no call
+    assert sim.trajectory(0)["format_violations"] == 2
+    assert sim.obs.last_status[0].tolist() == [NO_CALL] * 4
+    sim.step(_actions(sim, [(SR, 0, TARGET_CARRY), (SR, 1, TARGET_QUESTION)]), keep)  # carry without a lead
+    assert sim.obs.last_status[0, 0] == Status.FORMAT_ERR
+    neg = _actions(sim, [(SR, -3, -1)])
+    neg[0, 0] = 5
+    sim.step(neg, keep)
+    assert sim.obs.last_status[0, 0] == Status.INVALID_TOOL
+    assert sim.trajectory(0)["format_violations"] == 4
+
+
+def test_parallel_latency_is_the_slowest_call_and_serial_the_sum():
+    calls = [(SR, 0, 0), (SR, 1, 0), (SR, 2, 0), (PY, 0, 0)]
+    lat = {}
+    for serial in (False, True):
+        sim = Simulator("paramanager", "math", 64, serial=serial)
+        sim.seed(np.arange(64))
+        sim.reset()
+        sim.step(_actions(sim, calls), np.zeros(64, np.uint8))
+        lat[serial] = sim.trajectory()["latency_s"]
+    assert np.all(lat[True] >= lat[False]) and np.mean(lat[True]) > 1.2 * np.mean(lat[False])
+
+
+def test_episode_ends_at_max_rounds_with_the_termination_vote():
+    sim = Simulator("paramanager", "paramanager", 200, max_rounds=3)
+    sim.seed(np.arange(200))
+    sim.reset()
+    keep = np.zeros(200, np.uint8)
+    act = _actions(sim, [(SR, 0, 0), (ENS, 2, 0)])
+    for r in range(3):
+        done = sim.step(act, keep).copy()
+        assert done.all() == (r == 2)
+    traj = sim.trajectory()
+    assert (traj["rounds"] == 3).all() and (traj["ended_with_final"] == 0).all()
+    assert (traj["tool_counts"][:, SR] == 3).all() and (traj["distinct_tools"] == 2).all()
+    assert (traj["cost_units"] == 3 * (1 + 3)).all()
+    assert set(np.unique(traj["outcome"])) <= {0.0, 1.0}
+    assert np.array_equal(traj["outcome"] == 1, sim.final_answers() == 0)
+    assert traj["tool_counts"].shape == (200, NUM_TOOLS)
+
+
+def test_token_budget_blocks_calls():
+    sim = Simulator("paramanager", "math", 1, token_budget=1.0)
+    sim.seed([0])
+    sim.reset()
+    keep = np.zeros(1, np.uint8)
+    sim.step(_actions(sim, [(SR, 0, 0)]), keep)  # the first round starts with 0 tokens: allowed
+    sim.step(_actions(sim, [(SR, 0, 0)]), keep)
+    assert sim.obs.last_status[0, 0] == Status.BUDGET_EXCEEDED
+
+
+@pytest.mark.parametrize("bad", [{"max_rounds": 0}, {"max_parallel": 17}, {"token_budget": -1}])
+def test_simulator_option_errors(bad):
+    with pytest.raises(ValueError, match=next(iter(bad))):
+        Simulator("paramanager", "math", 1, **bad)
