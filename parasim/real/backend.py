@@ -1,0 +1,283 @@
+"""The real-tools backend: each ``ToolCall`` of a round becomes real work, all calls of a round at once.
+
+Agent tools are prompt templates (``parasim.real.prompts``) sent to the pool model's OpenAI-compatible
+endpoint; ``ensemble_solver`` is k samples in one request (``n=k``) and a majority vote; ``code_reasoner``
+runs the program the model wrote in the python sandbox (so EXEC_ERR means what it means in the simulator:
+the code failed); ``knowledge_searcher`` puts the retriever's passages in its prompt when a retriever is
+configured. ``python`` and ``search`` go to the sandbox and the retriever. Token counts come from each
+response's ``usage``, USD from the pool's (or the endpoint's) prices, latency is measured.
+
+Everything runs on one event loop in a daemon thread that the backend owns, so that synchronous callers
+(the Gymnasium env, a trainer) and many episodes at once share the per-endpoint concurrency limits, and the
+backend also works where the caller already runs a loop. No call raises: failures are statuses.
+"""
+from __future__ import annotations
+
+import asyncio
+import math
+import threading
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import numpy as np
+
+from parasim.protocol.schema import CallResult, Status, Tool, ToolCall
+from parasim.real import prompts
+from parasim.real.client import ChatClient, Completion
+from parasim.real.endpoints import EndpointError, EndpointMap, load_endpoint_map
+
+T = TypeVar("T")
+BasicTool = Callable[[str], Awaitable[CallResult]]  # python: code -> result; search: query -> result
+
+
+def approx_tokens(text: str) -> int:
+    """Token count of a text that no server counted (sandbox output, passages): ~4 UTF-8 bytes a token,
+    the usual BPE rate on English and code. Replace with a tokenizer's ``len(encode())`` for exact counts."""
+    return math.ceil(len(text.encode("utf-8")) / 4)
+
+
+@dataclass(frozen=True)
+class BackendConfig:
+    """Knobs of the backend that are not per endpoint."""
+
+    ensemble_k: int | None = None  # samples of ensemble_solver; None: the pool's protocol.ensemble_k
+    max_output_chars: int = 4000  # a call's text fed back to the manager is cut here, with a marker
+    search_topk: int = 3  # passages a knowledge_searcher call reads
+
+
+@dataclass(frozen=True)
+class CallInput:
+    """What one call needs besides the ``ToolCall``: the task, the carried context and a sampling seed."""
+
+    question: str
+    options: tuple[str, ...] = ()
+    context: str = ""
+    seed: int | None = None
+
+
+class _LoopThread:
+    """An asyncio loop running forever in a daemon thread; ``run`` blocks the caller until a coroutine ends."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="parasim-real-backend", daemon=True)
+        self._thread.start()
+
+    def submit(self, coro: Coroutine[Any, Any, T]) -> Future[T]:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def stop(self) -> None:
+        if self.loop.is_running():
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(timeout=10)
+        if not self.loop.is_running():
+            self.loop.close()
+
+
+@dataclass
+class _Prices:
+    """USD per input / output token for each (tool, model id), per call and per second for each tool."""
+
+    per_token: dict[str, tuple[float, float]] = field(default_factory=dict)
+    usd_call: np.ndarray = field(default_factory=lambda: np.zeros(len(Tool)))
+    usd_s: np.ndarray = field(default_factory=lambda: np.zeros(len(Tool)))
+    cost_units: np.ndarray = field(default_factory=lambda: np.ones(len(Tool)))
+
+
+def _build(factory: Callable[..., T], section: Any, name: str) -> T:
+    """``factory(**section)`` with errors that name the endpoint map's section."""
+    if not isinstance(section, dict):
+        raise EndpointError(f"{name}: expected a mapping of settings, got {type(section).__name__}")
+    try:
+        return factory(**section)
+    except TypeError as err:
+        raise EndpointError(f"{name}: {err}") from None
+
+
+class RealToolBackend:
+    """Executes rounds of ``ToolCall``s against real endpoints and basic tools.
+
+    ``pool`` (a ``PoolSpec`` or its name) gives cost units per tool, per-call USD and default token prices
+    for models it knows; an endpoint's own ``input_per_mtok`` / ``output_per_mtok`` win. ``python_tool``
+    and ``search_tool`` are async callables (``parasim.tools`` builds them: see ``sandbox_tool`` and
+    ``retriever_tool``); without them those tools answer EXEC_ERR naming what is missing.
+    """
+
+    def __init__(self, endpoints: EndpointMap | str | dict, pool: Any = "paramanager", *,
+                 python_tool: BasicTool | None = None, search_tool: BasicTool | None = None,
+                 config: BackendConfig | None = None) -> None:
+        from parasim.pools import load_pool
+
+        self.endpoints = load_endpoint_map(endpoints)
+        self.pool = load_pool(pool) if pool is not None else None
+        self.config = config or BackendConfig()
+        self.python_tool, self.search_tool = python_tool, search_tool
+        k = self.config.ensemble_k or (self.pool.ensemble_k if self.pool is not None else 3)
+        if not 1 <= k <= 16:
+            raise ValueError(f"BackendConfig.ensemble_k: expected an integer in [1, 16], got {k!r}")
+        self.ensemble_k = k
+        self.prices = self._prices()
+        self.chat = ChatClient(self.endpoints)
+        self._loop = _LoopThread()
+
+    @classmethod
+    def from_config(cls, endpoints: EndpointMap | str | dict, pool: Any = "paramanager",
+                    config: BackendConfig | None = None) -> RealToolBackend:
+        """A backend whose basic tools come from the endpoint map's optional ``python`` section (fields of
+        ``parasim.tools.sandbox.SandboxConfig``) and ``search`` section (``base_url``, ``topk``, ``timeout_s``
+        of ``parasim.tools.retriever.client.RetrieverClient``)."""
+        emap = load_endpoint_map(endpoints)
+        python_tool = search_tool = None
+        if "python" in emap.extra:
+            from parasim.tools.sandbox import Sandbox, SandboxConfig
+
+            python_tool = Sandbox(_build(SandboxConfig, emap.extra["python"], "python")).arun
+        if "search" in emap.extra:
+            from parasim.tools.retriever.client import RetrieverClient
+
+            search_tool = _build(RetrieverClient, emap.extra["search"], "search").search
+        return cls(emap, pool, python_tool=python_tool, search_tool=search_tool, config=config)
+
+    def _prices(self) -> _Prices:
+        prices = _Prices()
+        names = self.pool.model_names[:-1] if self.pool is not None else ()
+        if self.pool is not None:
+            prices.usd_call[:len(self.pool.usd_call)] = self.pool.usd_call
+            prices.usd_s[:len(self.pool.usd_s)] = self.pool.usd_s
+            prices.cost_units[:len(self.pool.cost_units)] = self.pool.cost_units
+        for mid, ep in self.endpoints.endpoints.items():
+            p_in = p_out = 0.0
+            if mid in names:
+                row = names.index(mid)
+                p_in = float(self.pool.price_in[Tool.STANDARD_REASONER, row])
+                p_out = float(self.pool.price_out[Tool.STANDARD_REASONER, row])
+            if ep.input_per_mtok is not None:
+                p_in = ep.input_per_mtok / 1e6
+            if ep.output_per_mtok is not None:
+                p_out = ep.output_per_mtok / 1e6
+            prices.per_token[mid] = (p_in, p_out)
+        return prices
+
+    # ------------------------------------------------------------------------------------------ sync API
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run a coroutine on the backend's loop and wait for it (safe from any thread but the loop's)."""
+        return self._loop.submit(coro).result()
+
+    def run_round(self, calls: Sequence[ToolCall], inputs: Sequence[CallInput]) -> list[CallResult]:
+        """All calls of a round concurrently; results in call order."""
+        return self.run(self.around(calls, inputs))
+
+    def close(self) -> None:
+        """Close connections and stop the loop thread; the backend cannot be used afterwards."""
+        if self._loop.loop.is_running():
+            self.run(self.chat.aclose())
+        self._loop.stop()
+
+    def __enter__(self) -> RealToolBackend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ----------------------------------------------------------------------------------------- async API
+    async def around(self, calls: Sequence[ToolCall], inputs: Sequence[CallInput]) -> list[CallResult]:
+        if len(calls) != len(inputs):
+            raise ValueError(f"inputs: expected one per call ({len(calls)}), got {len(inputs)}")
+        return list(await asyncio.gather(*(self.acall(c, i) for c, i in zip(calls, inputs))))
+
+    async def acall(self, call: ToolCall, inp: CallInput) -> CallResult:
+        """One call; whatever goes wrong comes back as a status with the reason in ``detail``."""
+        try:
+            if call.tool.is_agent:
+                result = await self._agent(call, inp)
+            elif call.tool is Tool.PYTHON:
+                result = await self._basic(self.python_tool, "python", call.subtask)
+            elif call.tool is Tool.SEARCH:
+                result = await self._basic(self.search_tool, "search", call.subtask)
+            else:
+                result = CallResult(Status.INVALID_TOOL, detail=f"{call.tool.wire_name} is not a callable tool")
+        except Exception as err:  # a bug in a tool adapter must not end the episode
+            result = CallResult(Status.EXEC_ERR, detail=f"{type(err).__name__}: {err}"[:300])
+        result.cost_units = float(self.prices.cost_units[call.tool])
+        result.usd += float(self.prices.usd_call[call.tool] + self.prices.usd_s[call.tool] * result.latency_s)
+        result.output = self._truncate(result.output)
+        return result
+
+    def _truncate(self, text: str) -> str:
+        limit = self.config.max_output_chars
+        return text if len(text) <= limit else text[:limit] + f"\n...[truncated {len(text) - limit} chars]"
+
+    async def _basic(self, tool: BasicTool | None, name: str, text: str) -> CallResult:
+        if tool is None:
+            return CallResult(Status.EXEC_ERR, detail=f"the {name} tool is not configured on this backend")
+        result = await tool(text)
+        if not result.tokens_in:
+            result.tokens_in = approx_tokens(text)
+        if not result.tokens_out:
+            result.tokens_out = approx_tokens(result.output)
+        return result
+
+    def _usd(self, model_id: str, tokens_in: int, tokens_out: int) -> float:
+        p_in, p_out = self.prices.per_token.get(model_id, (0.0, 0.0))
+        return tokens_in * p_in + tokens_out * p_out
+
+    def termination_usd(self, synthesis: Any) -> float:
+        """USD of the termination model's call (a ``Synthesis``) at its endpoint's prices."""
+        return self._usd(self.endpoints.termination.model, synthesis.tokens_in, synthesis.tokens_out)
+
+    def _from_completion(self, call: ToolCall, comp: Completion, text: str, **extra: Any) -> CallResult:
+        return CallResult(
+            status=comp.status, output=text, tokens_in=comp.tokens_in, tokens_out=comp.tokens_out,
+            usd=self._usd(call.model, comp.tokens_in, comp.tokens_out), latency_s=comp.latency_s,
+            detail=comp.detail, extra={"attempts": comp.attempts, **extra})
+
+    async def _agent(self, call: ToolCall, inp: CallInput) -> CallResult:
+        if call.model not in self.endpoints.endpoints:
+            return CallResult(Status.INVALID_TOOL, detail=f"no endpoint for model {call.model!r}; "
+                              f"known: {sorted(self.endpoints.endpoints)}")
+        context, search_latency = inp.context, 0.0
+        if call.tool is Tool.KNOWLEDGE_SEARCHER and self.search_tool is not None:
+            found = await self.search_tool(call.subtask or inp.question)
+            search_latency = found.latency_s
+            if found.status is Status.OK and found.output:
+                context = (context + "\n\n" if context else "") + f"Retrieved passages:\n{found.output}"
+        messages = prompts.agent_messages(call.tool, inp.question, call.subtask, context, inp.options)
+        n = self.ensemble_k if call.tool is Tool.ENSEMBLE_SOLVER else 1
+        comp = await self.chat.chat(call.model, messages, n=n, seed=inp.seed)
+        comp.latency_s += search_latency
+        if comp.status is not Status.OK:
+            return self._from_completion(call, comp, "")
+        if call.tool is Tool.ENSEMBLE_SOLVER:
+            answers = [prompts.extract_answer(t) for t in comp.texts]
+            answer, votes = prompts.majority_vote(answers)
+            best = next((t for t, a in zip(comp.texts, answers)
+                         if prompts.normalize_answer(a) == prompts.normalize_answer(answer)), comp.texts[0])
+            text = f"{best}\n\nMajority of {n} samples ({votes} votes): {answer}"
+            return self._from_completion(call, comp, text, answer=answer, votes=votes, samples=answers)
+        text = comp.texts[0]
+        if call.tool is Tool.CODE_REASONER:
+            return await self._run_code(call, comp, text)
+        extra: dict[str, Any] = {"answer": prompts.extract_answer(text)}
+        if call.tool is Tool.CRITICAL_REVIEWER:
+            extra["flagged"] = prompts.review_verdict(text)
+        return self._from_completion(call, comp, text, **extra)
+
+    async def _run_code(self, call: ToolCall, comp: Completion, text: str) -> CallResult:
+        """Run the model's program; its failure is the call's EXEC_ERR, its last output line the answer."""
+        code = prompts.extract_code(text)
+        if code is None or self.python_tool is None:
+            return self._from_completion(call, comp, text, answer=prompts.extract_answer(text), executed=False)
+        ran = await self.python_tool(code)
+        result = self._from_completion(call, comp, text, executed=True)
+        result.latency_s += ran.latency_s
+        if ran.status is not Status.OK:
+            result.status = ran.status
+            result.detail = f"the program failed: {ran.detail or ran.output}"[:1000]
+            result.output = f"{text}\n\nProgram output:\n{ran.output}"
+            return result
+        lines = [ln for ln in ran.output.splitlines() if ln.strip()]
+        result.output = f"{text}\n\nProgram output:\n{ran.output}"
+        result.extra["answer"] = lines[-1].strip() if lines else prompts.extract_answer(text)
+        return result

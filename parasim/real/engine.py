@@ -1,0 +1,174 @@
+"""``RealEpisodeEngine``: the ``EpisodeEngine`` of ParaOrchText-v0 with ``tools="real"``.
+
+One engine runs one episode at a time over a list of ``RealTask``s; several engines (a GRPO group, a
+vector of envs) share one ``RealToolBackend``, hence its per-endpoint concurrency limits and its loop.
+Each round's calls run concurrently; a call that names an earlier one (``target``) gets that call's output
+as context. Every finished call is verified (agent answers against the gold answer) and logged at once in
+the calibration schema, so a crash loses only calls in flight. ``finish`` asks the termination model for
+the final answer and the verifier for the outcome, and returns the episode's TrajectoryBatch fields
+(those the engine knows: the env adds the manager's own tokens and its format violations).
+"""
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from parasim.protocol.engine import EpisodeOutcome, TaskView
+from parasim.protocol.schema import (
+    MAX_ROUNDS,
+    NUM_TOOLS,
+    CallResult,
+    Status,
+    Tool,
+    ToolCall,
+)
+from parasim.real.backend import CallInput, RealToolBackend, approx_tokens
+from parasim.real.calllog import CallLogger
+from parasim.real.tasks import RealTask, parse_task
+from parasim.real.termination import Synthesis, TerminationModel
+
+Verifier = Callable[[str, RealTask], bool]
+
+
+def default_verifier(answer: str, task: RealTask) -> bool:
+    """math-verify for math, option matching for multiple choice, normalized exact match otherwise."""
+    from parasim.tools.verify import verify_answer
+
+    return bool(verify_answer(answer, task.answer, domain=int(task.domain), options=task.options))
+
+
+def _call_seed(episode_seed: int, index: int) -> int:
+    """A per-call sampling seed that depends only on the episode seed and the call's index."""
+    digest = hashlib.blake2b(f"{episode_seed}:{index}".encode(), digest_size=4).digest()
+    return int.from_bytes(digest, "little") & 0x7FFFFFFF
+
+
+class RealEpisodeEngine:
+    """Runs episodes on real tools; failures are statuses, never exceptions."""
+
+    def __init__(self, backend: RealToolBackend, tasks: Sequence[RealTask | dict[str, Any]], *,
+                 logger: CallLogger | None = None, verifier: Verifier | None = None,
+                 use_termination_model: bool = True, max_rounds: int = MAX_ROUNDS, seed: int | None = None) -> None:
+        if not tasks:
+            raise ValueError("tasks: expected at least one task")
+        self.backend = backend
+        self.tasks = [t if isinstance(t, RealTask) else parse_task(t, f"tasks[{i}]") for i, t in enumerate(tasks)]
+        self.logger = logger
+        self.verifier = verifier or default_verifier
+        self.termination = (TerminationModel(backend.chat, backend.endpoints.termination)
+                            if use_termination_model else None)
+        self.max_rounds = max_rounds
+        self._rng = np.random.default_rng(seed)
+        self.task: RealTask | None = None
+        self.calls: list[ToolCall] = []
+        self.results: list[CallResult] = []
+        self.round_latency: list[float] = []
+        self._episode = -1
+        self.last_synthesis: Synthesis | None = None  # how the last final answer was reached, and its cost
+        self._episode_seed = 0
+
+    def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> TaskView:
+        """Start an episode on ``options["task"]`` (a task or its dict), ``options["task_index"]``, or a random task."""
+        if seed is not None:
+            self._rng = np.random.default_rng(seed)
+        options = options or {}
+        if "task" in options:
+            task = options["task"]
+            self.task = task if isinstance(task, RealTask) else parse_task(task, "options.task")
+        elif "task_index" in options:
+            index = options["task_index"]
+            if not isinstance(index, int) or not 0 <= index < len(self.tasks):
+                raise ValueError(f"options.task_index: expected an integer in [0, {len(self.tasks) - 1}], got {index!r}")
+            self.task = self.tasks[index]
+        else:
+            self.task = self.tasks[int(self._rng.integers(len(self.tasks)))]
+        self._episode_seed = int(self._rng.integers(1 << 31))
+        self._episode = self.logger.new_episode() if self.logger is not None else self._episode + 1
+        self.calls, self.results, self.round_latency = [], [], []
+        return self.task.view()
+
+    def _input(self, call: ToolCall, index: int) -> CallInput:
+        assert self.task is not None
+        context = ""
+        if 0 <= call.target < len(self.results) and self.results[call.target].status is Status.OK:
+            carried = self.results[call.target].output
+            context = "" if carried in call.subtask else carried
+        return CallInput(self.task.question, self.task.options, context, _call_seed(self._episode_seed, index))
+
+    def run_round(self, calls: Sequence[ToolCall]) -> list[CallResult]:
+        """Run the calls concurrently; each is verified and logged as it is recorded."""
+        if self.task is None:
+            raise RuntimeError("run_round before reset")
+        round_index = len(self.round_latency)
+        first = len(self.calls)
+        if round_index >= self.max_rounds:
+            results = [CallResult(Status.BUDGET_EXCEEDED, detail=f"the round limit ({self.max_rounds}) was reached")
+                       for _ in calls]
+        else:
+            results = self.backend.run_round(calls, [self._input(c, first + i) for i, c in enumerate(calls)])
+        for i, (call, result) in enumerate(zip(calls, results)):
+            self._record(call, result, first + i, round_index)
+        self.round_latency.append(max((r.latency_s for r in results), default=0.0))
+        return results
+
+    def _record(self, call: ToolCall, result: CallResult, index: int, round_index: int) -> None:
+        assert self.task is not None
+        answer = result.extra.get("answer")
+        correct = None
+        if result.status is Status.OK and call.tool.is_agent and isinstance(answer, str) and answer:
+            correct = self._verify(answer)
+            result.extra["correct"] = correct
+        self.calls.append(call)
+        self.results.append(result)
+        if self.logger is not None:
+            carried = 0 <= call.target < index and self.results[call.target].status is Status.OK
+            context_tokens = approx_tokens(self.results[call.target].output) if carried else 0
+            self.logger.log(episode=self._episode, call_index=index, round_index=round_index,
+                            task=self.task.log_fields(), call=call, result=result, correct=correct,
+                            flagged=result.extra.get("flagged"), context_tokens=context_tokens)
+
+    def _verify(self, answer: str) -> bool:
+        assert self.task is not None
+        try:
+            return self.verifier(answer, self.task)
+        except Exception:  # a verifier crash on odd model output scores the answer wrong, never the run
+            return False
+
+    def finish(self, manager_answer: str | None = None) -> EpisodeOutcome:
+        """The termination model's answer (or the vote fallback), its verdict and the trajectory fields."""
+        if self.task is None:
+            raise RuntimeError("finish before reset")
+        task = self.task
+        if self.termination is not None:
+            synthesis = self.backend.run(self.termination.synthesize(
+                task.question, task.options, self.calls, self.results, manager_answer,
+                seed=_call_seed(self._episode_seed, -1)))
+        else:
+            from parasim.real.termination import vote_answer
+
+            synthesis = Synthesis(vote_answer(self.results, manager_answer), "vote")
+        correct = bool(synthesis.answer) and self._verify(synthesis.answer)
+        self.last_synthesis = synthesis
+        trajectory = self._trajectory(correct, synthesis, manager_answer is not None)
+        return EpisodeOutcome(answer=synthesis.answer, correct=correct, trajectory=trajectory)
+
+    def _trajectory(self, correct: bool, synthesis: Synthesis, ended_with_final: bool) -> dict[str, Any]:
+        counts = np.zeros(NUM_TOOLS, np.int32)
+        for call in self.calls:
+            if call.tool is not Tool.FINAL_ANSWER:
+                counts[call.tool] += 1
+        return {
+            "outcome": float(correct),
+            "ended_with_final": int(ended_with_final),
+            "rounds": len(self.round_latency),
+            "tool_calls": len(self.calls),
+            "distinct_tools": int((counts > 0).sum()),
+            "tool_counts": counts,
+            "tokens": float(sum(r.tokens_out for r in self.results)),  # tool outputs fed back to the manager
+            "cost_units": float(sum(r.cost_units for r in self.results)),
+            "usd": float(sum(r.usd for r in self.results)) + self.backend.termination_usd(synthesis),
+            "latency_s": float(sum(self.round_latency)) + synthesis.latency_s,
+        }

@@ -1,0 +1,359 @@
+"""The real-tools backend against a real OpenAI-compatible server process on loopback (parasim.real.fake_server).
+
+Covers what the real loop relies on: statuses instead of exceptions (timeouts, 5xx, 4xx, refused connections,
+a server SIGKILLed mid-round), per-endpoint concurrency limits, retries, usage-based token counts and prices,
+the termination model and its vote fallback, and a call log that loses nothing and that ``parasim calibrate``
+reads back.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from parasim.calibration.calls import read_calls
+from parasim.protocol.engine import EpisodeEngine
+from parasim.protocol.schema import NUM_TOOLS, Status, Tool, ToolCall
+from parasim.real import prompts
+from parasim.real.backend import BackendConfig, CallInput, RealToolBackend
+from parasim.real.calllog import CallLogger
+from parasim.real.endpoints import EndpointError, load_endpoint_map, parse_endpoint_map
+from parasim.real.engine import RealEpisodeEngine
+from parasim.real.tasks import RealTask, load_real_tasks
+
+ANSWERS = {"good": "42", "other": "7", "split": "41,42,42"}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start_fake(port: int) -> subprocess.Popen:
+    argv = [sys.executable, "-m", "parasim.real.fake_server", "--port", str(port)]
+    argv += [f"--model={name}={answers}" for name, answers in ANSWERS.items()]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"fake server exited: {proc.stderr.read().decode()[-2000:]}")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                return proc
+        except httpx.TransportError:
+            time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("fake server did not come up in 30 s")
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def server():
+    port = _free_port()
+    proc = _start_fake(port)
+    yield f"http://127.0.0.1:{port}"
+    _stop(proc)
+
+
+def _control(url: str, **body) -> None:
+    httpx.post(f"{url}/control", json={"delay_s": 0, "fail_next": 0, "fail_status": 500, **body}).raise_for_status()
+
+
+def _emap(url: str, **policy) -> dict:
+    entry = {"base_url": url, "timeout_s": 5, "retries": 0, "backoff_s": 0.01, **policy}
+    return {"endpoints": {name: {**entry, "model": name} for name in ANSWERS},
+            "termination": {"model": "good"}}
+
+
+@pytest.fixture
+def backend(server):
+    _control(server)
+    b = RealToolBackend(_emap(server))
+    yield b
+    b.close()
+
+
+def _task(**kw) -> RealTask:
+    base = {"id": "t0", "question": "What is six times seven?", "answer": "42", "domain": "math"}
+    from parasim.real.tasks import parse_task
+
+    return parse_task({**base, **kw})
+
+
+def _exact(answer: str, task: RealTask) -> bool:
+    return prompts.normalize_answer(answer) == prompts.normalize_answer(task.answer)
+
+
+# ---------------------------------------------------------------------------------------------- config
+def test_endpoint_map_parses_normalizes_and_names_bad_fields(tmp_path: Path):
+    emap = parse_endpoint_map({"m": {"base_url": "http://127.0.0.1:9/"}})
+    assert emap["m"].base_url == "http://127.0.0.1:9/v1" and emap["m"].server_root == "http://127.0.0.1:9"
+    assert emap["m"].model == "m" and emap.termination.model == "m"
+    path = tmp_path / "e.yaml"
+    path.write_text("endpoints:\n  a: {base_url: 'http://h:1/v1', max_concurrency: 3}\ntermination: {model: a}\n")
+    assert load_endpoint_map(path)["a"].max_concurrency == 3
+    bad = [
+        ({"m": {"base_url": "ftp://x"}}, "endpoints.m.base_url"),
+        ({"m": {"base_url": "http://x", "timeout_s": 0}}, "endpoints.m.timeout_s"),
+        ({"m": {"base_url": "http://x", "retries": 1.5}}, "endpoints.m.retries"),
+        ({"m": {"base_url": "http://x", "max_conc": 2}}, "endpoints.m.max_conc"),
+        ({"endpoints": {"m": {"base_url": "http://x"}}, "termination": {"model": "z"}}, "termination.model"),
+        ({}, "endpoints"),
+    ]
+    for raw, field in bad:
+        with pytest.raises(EndpointError, match=field.replace(".", r"\.")):
+            parse_endpoint_map(raw)
+
+
+def test_tasks_file_validation(tmp_path: Path):
+    path = tmp_path / "tasks.jsonl"
+    path.write_text(json.dumps({"id": "a", "question": "q", "answer": "B", "domain": "science",
+                                "options": ["x", "y"], "benchmark": "GPQA"}) + "\n")
+    (task,) = load_real_tasks(path)
+    assert task.options == ("x", "y") and task.view().domain == 1 and "answer" not in vars(task.view())
+    path.write_text(json.dumps({"id": "a", "question": "q", "answer": "1", "domain": "math", "benchmark": "GPQA"}))
+    with pytest.raises(ValueError, match=r"tasks\.jsonl:1\.domain"):
+        load_real_tasks(path)
+
+
+# --------------------------------------------------------------------------------------------- prompts
+def test_answer_extraction_and_vote():
+    assert prompts.extract_answer("work\nFinal answer: 12\n") == "12"
+    assert prompts.extract_answer("so \\boxed{\\frac{1}{2}} done") == "\\frac{1}{2}"
+    assert prompts.extract_answer("Answer: (C)\n") == "(C)"
+    assert prompts.extract_answer("a\n\nlast line  ") == "last line"
+    assert prompts.review_verdict("Verdict: WRONG") is True and prompts.review_verdict("Verdict: correct") is False
+    assert prompts.review_verdict("no verdict") is None
+    assert prompts.majority_vote(["41", "42 ", "$42$", ""]) == ("42", 2)
+    assert prompts.majority_vote(["a", "b"]) == ("a", 1) and prompts.majority_vote([]) == ("", 0)
+    assert prompts.extract_code("x\n```python\nprint(1)\n```\n") == "print(1)\n"
+
+
+@given(st.text())
+def test_answer_extraction_never_raises(text: str):
+    assert isinstance(prompts.extract_answer(text), str)
+    prompts.review_verdict(text)
+    prompts.extract_code(text)
+
+
+# --------------------------------------------------------------------------------------------- backend
+def test_round_runs_every_agent_tool_with_usage_prices_and_vote(backend: RealToolBackend, server: str):
+    calls = [ToolCall(Tool.STANDARD_REASONER, "good", "compute 6*7"),
+             ToolCall(Tool.CRITICAL_REVIEWER, "other", "check 42"),
+             ToolCall(Tool.ENSEMBLE_SOLVER, "split", "compute"),
+             ToolCall(Tool.KNOWLEDGE_SEARCHER, "good", "recall")]
+    results = backend.run_round(calls, [CallInput("What is six times seven?", seed=i) for i in range(4)])
+    assert [r.status for r in results] == [Status.OK] * 4
+    assert [r.extra["answer"] for r in results] == ["42", "7", "42", "42"]
+    assert results[1].extra["flagged"] is False
+    assert results[2].extra["votes"] == 2 and results[2].extra["samples"] == ["41", "42", "42"]
+    seen = httpx.get(f"{server}/stats").json()["seen"][-4:]
+    assert sorted(s["n"] for s in seen) == [1, 1, 1, backend.ensemble_k]
+    assert sorted(s["seed"] for s in seen) == [0, 1, 2, 3]
+    for res, msg in zip(results, sorted(seen, key=lambda s: s["seed"])):
+        assert res.tokens_in == sum(len(m["content"].split()) for m in msg["messages"])  # the server's usage
+        assert res.tokens_out > 0 and res.latency_s > 0
+        assert res.usd == 0.0  # endpoints unknown to the pool and without prices
+    assert results[2].cost_units == backend.pool.cost_units[Tool.ENSEMBLE_SOLVER]
+
+
+def test_prices_from_endpoint_map(server: str):
+    emap = _emap(server)
+    emap["endpoints"]["good"].update(input_per_mtok=2.0, output_per_mtok=10.0)
+    with RealToolBackend(emap) as b:
+        (res,) = b.run_round([ToolCall(Tool.STANDARD_REASONER, "good", "x")], [CallInput("q")])
+    assert res.usd == pytest.approx(res.tokens_in * 2e-6 + res.tokens_out * 1e-5)
+
+
+def test_concurrency_limit_is_per_endpoint_and_shared(server: str):
+    _control(server, delay_s=0.3)
+    with RealToolBackend(_emap(server, max_concurrency=2)) as b:
+        before = httpx.get(f"{server}/stats").json()["requests"]
+        calls = [ToolCall(Tool.STANDARD_REASONER, "good", str(i)) for i in range(6)]
+        start = time.monotonic()
+        results = b.run_round(calls, [CallInput("q")] * 6)
+        elapsed = time.monotonic() - start
+    stats = httpx.get(f"{server}/stats").json()
+    _control(server)
+    assert all(r.status is Status.OK for r in results)
+    assert stats["requests"] - before == 6
+    assert stats["peak_in_flight"] <= 2 and elapsed >= 3 * 0.3  # three waves of two
+
+
+def test_timeouts_and_server_errors_become_statuses(server: str):
+    with RealToolBackend(_emap(server, timeout_s=0.2, retries=1)) as b:
+        call, inp = [ToolCall(Tool.STANDARD_REASONER, "good", "x")], [CallInput("q")]
+        _control(server, delay_s=1.0)
+        (res,) = b.run_round(call, inp)
+        assert res.status is Status.TIMEOUT and res.extra["attempts"] == 2 and res.latency_s < 1.0
+        _control(server, fail_next=1, fail_status=503)  # one 5xx, then fine: the retry succeeds
+        (res,) = b.run_round(call, inp)
+        assert res.status is Status.OK and res.extra["attempts"] == 2
+        _control(server, fail_next=5, fail_status=500)
+        (res,) = b.run_round(call, inp)
+        assert res.status is Status.EXEC_ERR and "HTTP 500" in res.detail and res.extra["attempts"] == 2
+        _control(server, fail_next=5, fail_status=400)  # a client error is not retried
+        (res,) = b.run_round(call, inp)
+        assert res.status is Status.EXEC_ERR and res.extra["attempts"] == 1
+        _control(server)
+        (res,) = b.run_round([ToolCall(Tool.STANDARD_REASONER, "nobody", "x")], inp)
+        assert res.status is Status.INVALID_TOOL
+
+
+def test_refused_connection_is_timeout_not_exception():
+    emap = {"dead": {"base_url": f"http://127.0.0.1:{_free_port()}", "retries": 2, "backoff_s": 0.01}}
+    with RealToolBackend(emap, pool=None) as b:
+        results = b.run_round([ToolCall(Tool.STANDARD_REASONER, "dead", "x"), ToolCall(Tool.PYTHON, "", "print(1)")],
+                              [CallInput("q")] * 2)
+    assert results[0].status is Status.TIMEOUT and results[0].extra["attempts"] == 3
+    assert "ConnectError" in results[0].detail
+    assert results[1].status is Status.EXEC_ERR and "not configured" in results[1].detail
+
+
+def test_code_reasoner_runs_the_model_program(server: str):
+    from parasim.tools.sandbox import Sandbox, SandboxConfig
+
+    sandbox = Sandbox(SandboxConfig(mode="unsafe-subprocess", timeout_s=20))
+    with RealToolBackend(_emap(server), python_tool=sandbox.arun) as b:
+        code_call = ToolCall(Tool.CODE_REASONER, "good", "compute")
+        py_ok, py_err = ToolCall(Tool.PYTHON, "", "print(6 * 7)"), ToolCall(Tool.PYTHON, "", "1 / 0")
+        res, ok, err = b.run_round([code_call, py_ok, py_err], [CallInput("q")] * 3)
+    assert res.status is Status.OK and res.extra["executed"] and res.extra["answer"] == "42"
+    assert "Program output:\n42" in res.output
+    assert ok.status is Status.OK and ok.output.strip() == "42" and ok.tokens_out > 0
+    assert err.status is Status.EXEC_ERR and ok.cost_units == pytest.approx(0.2)
+
+
+async def _search_stub(query: str):
+    from parasim.protocol.schema import CallResult
+
+    return CallResult(Status.OK, output=f"Doc 1(Title: T) passage about {query}", latency_s=0.01)
+
+
+def test_knowledge_searcher_reads_retrieved_passages(server: str):
+    with RealToolBackend(_emap(server), search_tool=_search_stub) as b:
+        (res,) = b.run_round([ToolCall(Tool.KNOWLEDGE_SEARCHER, "good", "capital of Peru")], [CallInput("q")])
+    assert res.status is Status.OK
+    last = httpx.get(f"{server}/stats").json()["seen"][-1]
+    assert "passage about capital of Peru" in last["messages"][-1]["content"]
+
+
+# ---------------------------------------------------------------------------------------------- engine
+def test_engine_episode_context_termination_and_log(server: str, tmp_path: Path):
+    _control(server)
+    log = tmp_path / "calls.jsonl"
+    tasks = [_task(), _task(id="t1", answer="7")]
+    with RealToolBackend(_emap(server)) as b, CallLogger(log) as logger:
+        engine: EpisodeEngine = RealEpisodeEngine(b, tasks, logger=logger, verifier=_exact, seed=0)
+        view = engine.reset(options={"task_index": 0})
+        assert view.task_id == "t0" and not hasattr(view, "answer")
+        r1 = engine.run_round([ToolCall(Tool.STANDARD_REASONER, "good", "solve"),
+                               ToolCall(Tool.STANDARD_REASONER, "other", "solve")])
+        assert [r.extra["correct"] for r in r1] == [True, False]
+        r2 = engine.run_round([ToolCall(Tool.CRITICAL_REVIEWER, "good", "check it", target=1)])
+        seen = httpx.get(f"{server}/stats").json()["seen"]
+        assert "Earlier result:\nStep 1: think.\nFinal answer: 7" in seen[-1]["messages"][-1]["content"]
+        out = engine.finish("42")
+        assert out.answer == "42" and out.correct and engine.last_synthesis.method == "model"
+        traj = out.trajectory
+        assert traj["rounds"] == 2 and traj["tool_calls"] == 3 and traj["distinct_tools"] == 2
+        assert list(traj["tool_counts"]) == [2, 1] + [0] * (NUM_TOOLS - 2) and traj["ended_with_final"] == 1
+        assert traj["tokens"] == sum(r.tokens_out for r in r1 + r2)
+        assert traj["latency_s"] >= max(r.latency_s for r in r1) + r2[0].latency_s
+        engine.reset(options={"task_index": 1})
+        engine.run_round([ToolCall(Tool.STANDARD_REASONER, "other", "solve")])
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    assert len(records) == 4 and [r["episode"] for r in records] == [0, 0, 0, 1]
+    assert records[2]["target"] == 1 and records[2]["flagged"] is False and records[2]["context_tokens"] > 0
+    assert records[3]["correct"] is True  # "other" answers 7 = task t1's gold
+    table = read_calls(log)
+    assert len(table) == 4 and table.target[2] == 1 and table.models == ("good", "other")
+    with CallLogger(log) as again:  # appending continues the episode numbering
+        assert again.new_episode() == 2
+
+
+def test_round_limit_and_determinism(server: str):
+    _control(server)
+    with RealToolBackend(_emap(server)) as b:
+        seeds = []
+        for _ in range(2):
+            engine = RealEpisodeEngine(b, [_task(), _task(id="t1")], verifier=_exact, max_rounds=1, seed=5)
+            engine.reset()
+            engine.run_round([ToolCall(Tool.STANDARD_REASONER, "good", "x")])
+            (late,) = engine.run_round([ToolCall(Tool.STANDARD_REASONER, "good", "x")])
+            assert late.status is Status.BUDGET_EXCEEDED
+            seeds.append((engine.task.task_id, httpx.get(f"{server}/stats").json()["seen"][-1]["seed"]))
+    assert seeds[0] == seeds[1]
+
+
+def test_call_log_is_line_atomic_under_concurrent_writers(tmp_path: Path):
+    from parasim.protocol.schema import CallResult
+
+    log = tmp_path / "c.jsonl"
+    task = _task().log_fields()
+    with CallLogger(log) as logger:
+        def write(worker: int) -> None:
+            for i in range(200):
+                logger.log(episode=worker, call_index=i, round_index=0, task=task,
+                           call=ToolCall(Tool.STANDARD_REASONER, "m", "x" * 500),
+                           result=CallResult(Status.OK, output="y" * 3000, tokens_in=1, tokens_out=2), correct=True)
+        threads = [threading.Thread(target=write, args=(w,)) for w in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    lines = log.read_text().splitlines()
+    assert len(lines) == 800 and all(json.loads(line)["status"] == "OK" for line in lines)
+
+
+# ------------------------------------------------------------------------------------- killed server
+def test_server_killed_mid_episode_gives_timeouts_and_loses_no_log_line(tmp_path: Path):
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = _start_fake(port)
+    log = tmp_path / "calls.jsonl"
+    try:
+        emap = _emap(url, timeout_s=3, retries=1, backoff_s=0.05)
+        with RealToolBackend(emap, config=BackendConfig()) as b, CallLogger(log) as logger:
+            engine = RealEpisodeEngine(b, [_task()], logger=logger, verifier=_exact, seed=0)
+            engine.reset()
+            first = engine.run_round([ToolCall(Tool.STANDARD_REASONER, "good", "a"),
+                                      ToolCall(Tool.ENSEMBLE_SOLVER, "split", "b")])
+            assert [r.status for r in first] == [Status.OK, Status.OK]
+            _control(url, delay_s=30)  # the next round hangs in the server ...
+            killer = threading.Timer(0.5, lambda: os.killpg(proc.pid, signal.SIGKILL))  # ... which dies mid-round
+            killer.start()
+            start = time.monotonic()
+            second = engine.run_round([ToolCall(Tool.STANDARD_REASONER, "good", "c"),
+                                       ToolCall(Tool.CRITICAL_REVIEWER, "other", "d", target=0)])
+            killer.join()
+            assert [r.status for r in second] == [Status.TIMEOUT, Status.TIMEOUT]
+            assert time.monotonic() - start < 10
+            third = engine.run_round([ToolCall(Tool.STANDARD_REASONER, "good", "e")])  # refused now
+            assert third[0].status is Status.TIMEOUT
+            out = engine.finish("42")  # the termination endpoint is dead too: vote over round one
+            assert engine.last_synthesis.method == "vote" and out.answer == "42" and out.correct
+            assert out.trajectory["tool_calls"] == 5
+    finally:
+        _stop(proc)
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [r["status"] for r in records] == ["OK", "OK", "TIMEOUT", "TIMEOUT", "TIMEOUT"]
+    assert [r["call_index"] for r in records] == [0, 1, 2, 3, 4]
+    assert len(read_calls(log)) == 5
