@@ -1,0 +1,337 @@
+"""GRPO of a Hugging Face causal LM manager on ParaOrchText-v0, read top to bottom: collect, score, advantage,
+mask, update, sync, log, checkpoint.
+
+- collect: G rollouts per task (a group shares its task); HF ``generate`` or a vLLM server samples the manager's
+  turns; token ids and sampled logprobs are kept from generation (``rollout.py``), never re-tokenized.
+- score / advantage / mask: ``parasim.compute_rewards`` (a preset or RewardConfig), ``parasim.group_advantages``,
+  and the loss mask from role spans plus the loss normalizers of ``parasim.masks``: the same core the simulator's
+  trainers use, so a reward studied in a sweep is the reward trained here.
+- update: PPO's clipped objective with an asymmetric range (eps, eps_high: DAPO's clip-higher), optional k3 KL to
+  a frozen reference, optional entropy bonus; tool and environment tokens have mask 0 and contribute exactly nothing.
+- FSDP2 through ``torchrun`` when the world size is > 1; atomic checkpoints that resume exactly.
+
+    python -m parasim.training.llm.grpo --model_path runs/llm_sft/checkpoints/latest-model --env_kwargs '{...}'
+    torchrun --nproc_per_node 8 -m parasim.training.llm.grpo --config grpo.yaml
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from parasim.training.llm import runtime
+from parasim.training.llm.data import TokenTrajectory, pad_batch, token_mask
+from parasim.training.llm.rollout import HFEngine, RolloutConfig, VLLMEngine, collect, rollout_summary
+
+
+@dataclass
+class GRPOArgs:
+    """GRPO of an LLM manager on ParaOrchText-v0."""
+
+    model_path: str = ""  # HF directory: the SFT result, or a base model
+    ref_model_path: str = ""  # reference for the KL term (default: model_path); loaded only when kl_coef > 0
+    output_dir: str = "runs/llm_grpo"
+    seed: int = 0
+    # environment
+    env_id: str = "ParaOrchText-v0"
+    env_kwargs: str = '{"pool": "paramanager", "tools": "sim"}'  # JSON, passed to gym.make
+    # rollouts
+    engine: str = "hf"  # hf | vllm
+    vllm_url: str = "http://127.0.0.1:8000"
+    vllm_model: str = ""  # the served model name (default: model_path)
+    total_steps: int = 100
+    tasks_per_step: int = 8  # over all ranks; each task gets group_size rollouts
+    group_size: int = 8
+    max_tokens: int = 8192
+    max_turn_tokens: int = 512
+    temperature: float = 1.0
+    top_p: float = 1.0
+    # rewards and advantages (parasim core)
+    reward: str = "paramanager"  # a preset name in parasim.rewards.PRESETS, or a RewardConfig JSON file
+    adv_method: str = "grpo"  # grpo | dr_grpo | rloo | per_role
+    adv_std: str = "unbiased"
+    adv_scale: str = ""  # group | batch | none; empty: the method's default
+    adv_clip: float = 0.0  # 0: no clipping
+    min_group_std: float = 0.0  # ToolOrchestra's filter (0.1 there): drop groups whose reward std is below
+    loss_agg: str = "token-mean"  # token-mean | seq-mean-token-sum | seq-mean-token-mean
+    mask_truncated: bool = False
+    # update
+    ppo_epochs: int = 1
+    minibatch_size: int = 64  # trajectories per optimizer step, over all ranks
+    micro_batch_size: int = 4  # trajectories per forward on one rank
+    learning_rate: float = 1e-6
+    weight_decay: float = 0.0
+    warmup_steps: int = 0
+    max_grad_norm: float = 1.0
+    clip_eps: float = 0.2
+    clip_eps_high: float = 0.28
+    kl_coef: float = 0.0
+    entropy_coef: float = 0.0
+    compute_dtype: str = "bfloat16"
+    gradient_checkpointing: bool = False
+    # bookkeeping
+    save_every: int = 10
+    keep_checkpoints: int = 2
+    resume: bool = True
+    dump_rollouts: bool = False  # append every trajectory (ids, spans, logprobs, record) to rollouts.jsonl
+
+
+def ppo_token_loss(new_lp: torch.Tensor, old_lp: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor,
+                   row_weight: torch.Tensor, args: GRPOArgs, ref_lp: torch.Tensor | None = None,
+                   entropy: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Clipped policy loss summed over tokens with ``mask * row_weight`` (the core's normalizers); the metrics
+    are plain sums over the masked tokens (divide by ``metrics["tokens"]`` for means).
+
+    Masked tokens enter through ``torch.where`` *before* any exponential, so they contribute exactly zero value
+    and zero gradient (a multiplied-away inf would still leak NaN into the gradient).
+    """
+    on = mask > 0
+    log_ratio = torch.where(on, new_lp - old_lp, torch.zeros_like(new_lp)).clamp(-20.0, 20.0)
+    ratio = torch.exp(log_ratio)
+    pg1 = -adv * ratio
+    pg2 = -adv * ratio.clamp(1.0 - args.clip_eps, 1.0 + args.clip_eps_high)
+    tok = torch.maximum(pg1, pg2)
+    w = torch.where(on, row_weight.expand_as(mask), torch.zeros_like(mask))
+    on_f = on.float()
+    metrics = {"tokens": on_f.sum(), "clip_frac": ((pg2 > pg1).float() * on_f).sum(),
+               "approx_kl_old": (((ratio - 1) - log_ratio) * on_f).sum()}
+    if ref_lp is not None:
+        d = torch.where(on, ref_lp - new_lp, torch.zeros_like(new_lp)).clamp(-20.0, 20.0)
+        kl = torch.exp(d) - d - 1.0  # k3: unbiased, non-negative estimate of KL(pi || ref)
+        tok = tok + args.kl_coef * kl
+        metrics["kl_ref"] = (kl.detach() * on_f).sum()
+    if entropy is not None:
+        tok = tok - args.entropy_coef * torch.where(on, entropy, torch.zeros_like(entropy))
+        metrics["entropy"] = (entropy.detach() * on_f).sum()
+    loss = (tok * w).sum()
+    metrics["pg_loss"] = (torch.maximum(pg1, pg2).detach() * on_f).sum()
+    return loss, {k: v.detach() for k, v in metrics.items()}
+
+
+def task_reset_kwargs(step: int, task: int, rollout: int, seed: int) -> dict[str, Any]:
+    """How a rollout's episode starts: the task comes from (seed, step, task) so a group shares it; the tools'
+    randomness also depends on the rollout index so the G samples of a group are independent draws."""
+    task_seed = int(np.random.default_rng([seed, step, task]).integers(2**31))
+    return {"seed": int(np.random.default_rng([seed, step, task, rollout]).integers(2**31)),
+            "options": {"task_seed": task_seed}}
+
+
+def score(records: Sequence[dict[str, Any]], args: GRPOArgs) -> tuple[np.ndarray, np.ndarray, dict[str, float]]:
+    """Rewards and group advantages of the whole (global) batch by the parasim core; returns per-trajectory
+    advantages, the keep filter, and reward components / tool mix for the log."""
+    from parasim import TrajectoryBatch, compute_rewards, group_advantages
+    from parasim.protocol.schema import Tool
+
+    batch = TrajectoryBatch.from_records(list(records))
+    reward_cfg = _reward_config(args.reward)
+    result = compute_rewards(batch, reward_cfg)
+    adv, keep = group_advantages(
+        result.total, batch.group_id, args.adv_method, std=args.adv_std, scale=args.adv_scale or None,
+        clip=args.adv_clip or None, role_ids=batch.role_id, min_group_std=args.min_group_std or None)
+    log = {"reward_mean": float(result.total.mean()), "reward_std": float(result.total.std()),
+           "kept_frac": float(np.mean(keep))}
+    log.update({f"reward/{k}": float(np.mean(v)) for k, v in result.as_dict().items() if k != "total"})
+    for name in ("outcome", "rounds", "tool_calls", "distinct_tools", "cost_units", "usd", "latency_s", "tokens"):
+        log[f"traj/{name}"] = float(np.mean(getattr(batch, name)))
+    log["traj/ended_with_final"] = float(np.mean(batch.ended_with_final))
+    log["traj/format_violations"] = float(np.mean(batch.format_violations))
+    counts = batch.tool_counts.sum(axis=0)
+    total = max(1, int(counts.sum()))
+    log.update({f"tools/{Tool(i).wire_name}": float(c) / total for i, c in enumerate(counts)})
+    return np.asarray(adv, np.float64), np.asarray(keep, bool), log
+
+
+def _reward_config(spec: str) -> Any:
+    path = Path(spec)
+    if path.suffix == ".json" and path.exists():
+        from parasim import RewardConfig
+
+        return RewardConfig(**json.loads(path.read_text()))
+    return spec
+
+
+def make_engine(args: GRPOArgs, policy: runtime.TokenLogprobs, model_dir: Path, tokenizer: Any,
+                info: runtime.DistInfo) -> Any:
+    stop_ids = [i for i in {tokenizer.eos_token_id, tokenizer.pad_token_id} if i is not None]
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    if args.engine == "vllm":
+        return VLLMEngine(args.vllm_url, args.vllm_model or args.model_path, stop_ids,
+                          Path(args.output_dir) / "pushed_weights")
+    if args.engine != "hf":
+        raise ValueError(f"engine = {args.engine!r}; allowed: 'hf', 'vllm'")
+    if info.world_size == 1:
+        return HFEngine(policy.lm, stop_ids, pad_id, info.device, shared=True, compute_dtype=args.compute_dtype)
+    from transformers import AutoModelForCausalLM
+
+    dtype = torch.float32 if info.device.type == "cpu" else getattr(torch, args.compute_dtype)
+    copy = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).to(info.device).eval()
+    return HFEngine(copy, stop_ids, pad_id, info.device, shared=False, compute_dtype=args.compute_dtype)
+
+
+def main(args: GRPOArgs) -> Path:
+    import gymnasium as gym
+    from transformers import AutoTokenizer
+
+    import parasim  # noqa: F401  (registers the environments)
+    from parasim import broadcast_to_tokens, loss_normalizers
+
+    info = runtime.init_distributed()
+    if args.tasks_per_step % info.world_size or args.minibatch_size % info.world_size:
+        raise ValueError(f"tasks_per_step={args.tasks_per_step} and minibatch_size={args.minibatch_size} must be "
+                         f"multiples of the world size {info.world_size}")
+    out = Path(args.output_dir)
+    ckpt_root = out / "checkpoints"
+    ckpt = runtime.latest_checkpoint(ckpt_root) if args.resume else None
+    runtime.seed_everything(args.seed + info.rank)
+    model_dir = ckpt / "model" if ckpt else Path(args.model_path)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    policy = runtime.load_policy(model_dir, info, compute_dtype=args.compute_dtype,
+                                 gradient_checkpointing=args.gradient_checkpointing)
+    ref = None
+    if args.kl_coef > 0:
+        ref = runtime.load_policy(args.ref_model_path or args.model_path, info, compute_dtype=args.compute_dtype)
+        ref.requires_grad_(False)
+    optimizer = torch.optim.AdamW(policy.parameters(), lr=args.learning_rate, weight_decay=args.weight_decay)
+    start = runtime.load_training_state(ckpt, policy, optimizer, info)["step"] if ckpt else 0
+    engine = make_engine(args, policy, model_dir, tokenizer, info)
+    if ckpt and args.engine == "vllm":
+        sync(engine, policy, args, info, start)
+    env_kwargs = json.loads(args.env_kwargs) if args.env_kwargs else {}
+    local_tasks = args.tasks_per_step // info.world_size
+    envs = [gym.make(args.env_id, **env_kwargs) for _ in range(local_tasks * args.group_size)]
+    tools = getattr(envs[0].unwrapped, "tool_schema", None)
+    rollout_cfg = RolloutConfig(args.max_tokens, args.max_turn_tokens, args.temperature, args.top_p)
+    logger = runtime.JsonlLogger(out / "grpo_metrics.jsonl", info)
+
+    for step in range(start, args.total_steps):
+        t0 = time.perf_counter()
+        # ---- collect: this rank's tasks, group_size rollouts each
+        tasks = [info.rank * local_tasks + k for k in range(local_tasks)]
+        reset_kwargs = [task_reset_kwargs(step, t, g, args.seed) for t in tasks for g in range(args.group_size)]
+        group_ids = [step * args.tasks_per_step + t for t in tasks for _ in range(args.group_size)]
+        policy.eval()
+        trajs = collect(envs, engine, tokenizer, reset_kwargs, group_ids, rollout_cfg,
+                        seed=int(np.random.default_rng([args.seed, step, info.rank]).integers(2**31)), tools=tools)
+        policy.train()
+        t1 = time.perf_counter()
+        # ---- score and advantages over the global batch (group-dependent rewards need whole groups)
+        records = _all_gather(info, [t.record for t in trajs])
+        adv, keep, log = score(records, args)
+        lo = info.rank * len(trajs)
+        adv, keep = adv[lo:lo + len(trajs)], keep[lo:lo + len(trajs)]
+        # ---- masks: manager tokens only, dropped groups / filtered trajectories out
+        width = max(len(t.input_ids) for t in trajs)
+        mask = token_mask(trajs, width, mask_truncated=args.mask_truncated)
+        mask[:, 0] = 0
+        mask[~keep] = 0
+        adv_tok = broadcast_to_tokens(adv.astype(np.float32), mask)
+        t2 = time.perf_counter()
+        # ---- update
+        rng = np.random.default_rng([args.seed, step, 7])
+        local_mb = args.minibatch_size // info.world_size
+        sums: dict[str, float] = {}
+        lr = args.learning_rate * min(1.0, (step + 1) / max(1, args.warmup_steps))
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        mask_time, grad_norms = 0.0, []
+        for _epoch in range(args.ppo_epochs):
+            for rows in _minibatches(len(trajs), local_mb, rng):
+                tm = time.perf_counter()
+                mb_mask = mask[rows]
+                counts = torch.tensor([float(mb_mask.sum()), float((mb_mask.sum(1) > 0).sum())])
+                g_tokens, g_seqs = runtime.all_reduce_sum(counts, info).tolist()
+                weights = np.asarray(loss_normalizers(mb_mask, args.loss_agg, global_tokens=g_tokens,
+                                                      global_seqs=g_seqs), np.float64)
+                mask_time += time.perf_counter() - tm
+                optimizer.zero_grad(set_to_none=True)
+                for s in range(0, len(rows), args.micro_batch_size):
+                    sub = rows[s:s + args.micro_batch_size]
+                    loss, metrics = _micro_step(policy, ref, [trajs[i] for i in sub], mask[sub], adv_tok[sub],
+                                                weights[s:s + args.micro_batch_size], pad_id, args, info)
+                    loss.backward()
+                    for k, v in metrics.items():
+                        sums[k] = sums.get(k, 0.0) + float(v)
+                norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), args.max_grad_norm)
+                grad_norms.append(float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm))
+                optimizer.step()
+        t3 = time.perf_counter()
+        # ---- sync the sampler with the new weights
+        sync(engine, policy, args, info, step + 1)
+        t4 = time.perf_counter()
+        # ---- log: token means over all ranks and minibatches
+        keys = sorted(sums)
+        reduced = dict(zip(keys, runtime.all_reduce_sum(torch.tensor([sums[k] for k in keys]), info).tolist()))
+        n_tok = max(reduced.pop("tokens", 0.0), 1.0)
+        log.update({k: v / n_tok for k, v in reduced.items()})
+        lengths = rollout_summary(trajs)
+        if not math.isfinite(log.get("pg_loss", 0.0)):
+            raise FloatingPointError(f"GRPO loss is not finite at step {step}: {log}")
+        log.update({"step": step + 1, "lr": lr, "grad_norm": float(np.mean(grad_norms)) if grad_norms else 0.0,
+                    **{f"len/{k}": v for k, v in lengths.items()},
+                    "time/rollout": t1 - t0, "time/score_adv_mask": t2 - t1 + mask_time,
+                    "time/update": t3 - t2 - mask_time, "time/sync": t4 - t3})
+        logger.log(log)
+        if args.dump_rollouts and info.is_main:
+            from parasim.training.llm.rollout import dump_trajectories
+
+            dump_trajectories(out / "rollouts.jsonl", trajs)
+        if (step + 1) % args.save_every == 0 or step + 1 == args.total_steps:
+            runtime.save_checkpoint(ckpt_root, step + 1, policy, optimizer, info, {"args": asdict(args)},
+                                    tokenizer, keep=args.keep_checkpoints)
+    final = runtime.latest_checkpoint(ckpt_root)
+    runtime.barrier(info)
+    return final / "model" if final else model_dir
+
+
+def sync(engine: Any, policy: runtime.TokenLogprobs, args: GRPOArgs, info: runtime.DistInfo, step: int) -> None:
+    """Push the trainer's weights to the sampler: nothing to do for a single-process HF engine (it *is* the
+    policy); an FSDP2 run gathers the full weights on every rank (HF copies) or on rank 0 (vLLM push)."""
+    if args.engine == "hf" and info.world_size == 1:
+        return
+    state = runtime.full_state_dict(policy, info, all_ranks=args.engine == "hf")
+    if args.engine == "hf" or info.is_main:
+        engine.sync_weights(state, step)
+    runtime.barrier(info)
+
+
+def _micro_step(policy: runtime.TokenLogprobs, ref: runtime.TokenLogprobs | None, trajs: list[TokenTrajectory],
+                mask: np.ndarray, adv: np.ndarray, weights: np.ndarray, pad_id: int, args: GRPOArgs,
+                info: runtime.DistInfo) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    batch = pad_batch(trajs, pad_id).to(info.device)
+    width = batch.input_ids.shape[1]
+    m = torch.as_tensor(mask[:, :width], dtype=torch.float32, device=info.device)
+    adv_tok = torch.as_tensor(adv[:, :width], dtype=torch.float32, device=info.device)
+    row_w = torch.as_tensor(weights, dtype=torch.float32, device=info.device)[:, None]
+    with runtime.autocast(info, args.compute_dtype):
+        new_lp, entropy = policy(batch.input_ids, batch.attention_mask, args.temperature)
+        ref_lp = None
+        if ref is not None:
+            with torch.no_grad():
+                ref_lp, _ = ref(batch.input_ids, batch.attention_mask, args.temperature)
+    loss, metrics = ppo_token_loss(new_lp, batch.sampled_logprobs, adv_tok, m, row_w, args, ref_lp, entropy)
+    return loss * info.world_size, metrics
+
+
+def _minibatches(n: int, size: int, rng: np.random.Generator) -> list[np.ndarray]:
+    order = rng.permutation(n)
+    return [order[s:s + size] for s in range(0, n, size)]
+
+
+def _all_gather(info: runtime.DistInfo, items: list[Any]) -> list[Any]:
+    if info.world_size == 1:
+        return items
+    gathered: list[list[Any]] = [[] for _ in range(info.world_size)]
+    dist.all_gather_object(gathered, items)
+    return [x for part in gathered for x in part]
+
+
+if __name__ == "__main__":
+    main(runtime.parse_config(GRPOArgs))

@@ -1,0 +1,345 @@
+"""Plumbing shared by the LLM trainers: config, torchrun / FSDP2, token log-probs, checkpoints, logs.
+
+Kept out of ``sft.py`` / ``grpo.py`` so that those read as the algorithm only. Nothing here knows about rewards.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import random
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence, TypeVar
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import nn
+
+T = TypeVar("T")
+
+
+# ----------------------------------------------------------------------------------------------- config
+def parse_config(cls: type[T], argv: Sequence[str] | None = None) -> T:
+    """Build the dataclass ``cls`` from defaults, then ``--config FILE`` (YAML or JSON), then ``--field value`` flags.
+
+    Every field is a flag (``--learning_rate 1e-6``); later sources win. Unknown keys in the file are an error that
+    names the key, so a typo never silently trains with a default.
+    """
+    parser = argparse.ArgumentParser(description=(cls.__doc__ or "").splitlines()[0])
+    parser.add_argument("--config", default=None, help="YAML or JSON file of field values")
+    for f in dataclasses.fields(cls):
+        parser.add_argument(f"--{f.name}", default=None, help=f"(default: {f.default!r})")
+    ns = parser.parse_args(argv)
+    values: dict[str, Any] = {}
+    if ns.config:
+        values.update(load_config_file(ns.config, cls))
+    for f in dataclasses.fields(cls):
+        raw = getattr(ns, f.name)
+        if raw is not None:
+            values[f.name] = _coerce(f, raw)
+    return cls(**values)
+
+
+def load_config_file(path: str | Path, cls: type) -> dict[str, Any]:
+    """Read a YAML/JSON mapping and check its keys against ``cls``'s fields."""
+    text = Path(path).read_text()
+    if str(path).endswith((".yaml", ".yml")):
+        import yaml
+
+        data = yaml.safe_load(text) or {}
+    else:
+        data = json.loads(text)
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a mapping of field names to values, got {type(data).__name__}")
+    known = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - set(known))
+    if unknown:
+        raise ValueError(f"{path}: unknown field(s) {unknown}; allowed: {sorted(known)}")
+    return {k: _coerce(known[k], v) if isinstance(v, str) else v for k, v in data.items()}
+
+
+def _coerce(f: dataclasses.Field, raw: str) -> Any:
+    default = f.default if f.default is not dataclasses.MISSING else None
+    if isinstance(default, bool):
+        if raw.lower() in ("1", "true", "yes", "on"):
+            return True
+        if raw.lower() in ("0", "false", "no", "off"):
+            return False
+        raise ValueError(f"--{f.name}: expected true/false, got {raw!r}")
+    if isinstance(default, int):
+        return int(raw)
+    if isinstance(default, float):
+        return float(raw)
+    if raw.lower() == "none":
+        return None
+    return raw
+
+
+# ------------------------------------------------------------------------------------------ distributed
+@dataclass(frozen=True)
+class DistInfo:
+    """Where this process sits: rank 0 of 1 in a plain run, or torchrun's rank / world size."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    device: torch.device
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def init_distributed() -> DistInfo:
+    """Join torchrun's process group when WORLD_SIZE > 1 (NCCL on GPUs, gloo on CPU); a plain process otherwise."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    device = torch.device(f"cuda:{local}") if torch.cuda.is_available() else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    if world > 1 and not dist.is_initialized():
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    return DistInfo(rank, world, local, device)
+
+
+def all_reduce_sum(values: torch.Tensor, info: DistInfo) -> torch.Tensor:
+    """Sum a tensor over ranks (no-op in a single process); used for global loss normalizers and metrics."""
+    if info.world_size > 1:
+        out = values.clone().to(info.device if dist.get_backend() == "nccl" else "cpu")
+        dist.all_reduce(out)
+        return out.to(values.device)
+    return values
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+# ---------------------------------------------------------------------------------------------- policy
+class TokenLogprobs(nn.Module):
+    """Per-token log-probabilities and entropies of a causal LM, computed in sequence chunks.
+
+    Why a module: under FSDP2 the root ``fully_shard`` gathers embeddings / final norm / lm_head in the root's
+    forward, so the chunked head must run *inside* a forward. Why chunks with recomputation: at Qwen3's 151k vocab a
+    24k-token sequence has 14 GB of fp32 logits; each chunk's logits are rebuilt in backward instead of stored.
+    Output ``logprobs[:, t] = log p(ids[t] | ids[:t]) / temperature-scaled``; position 0 is 0 (nothing predicts it).
+    """
+
+    def __init__(self, lm: nn.Module, chunk_tokens: int = 2048) -> None:
+        super().__init__()
+        self.lm = lm
+        self.chunk_tokens = chunk_tokens
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+        hidden = self.lm.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        head = self.lm.get_output_embeddings()
+        targets = input_ids[:, 1:]
+        hidden = hidden[:, :-1]
+        lps, ents = [], []
+        for s in range(0, hidden.shape[1], self.chunk_tokens):
+            h, y = hidden[:, s:s + self.chunk_tokens], targets[:, s:s + self.chunk_tokens]
+            if torch.is_grad_enabled():
+                lp, ent = torch.utils.checkpoint.checkpoint(_head_chunk, h, y, head.weight, temperature,
+                                                            use_reentrant=False)
+            else:
+                lp, ent = _head_chunk(h, y, head.weight, temperature)
+            lps.append(lp)
+            ents.append(ent)
+        zero = torch.zeros_like(input_ids[:, :1], dtype=torch.float32)
+        return torch.cat([zero, *lps], dim=1), torch.cat([zero, *ents], dim=1)
+
+
+def _head_chunk(h: torch.Tensor, y: torch.Tensor, weight: torch.Tensor,
+                temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+    logits = (h @ weight.t()).float() / temperature
+    logp = torch.log_softmax(logits, dim=-1)
+    token_lp = logp.gather(-1, y.unsqueeze(-1)).squeeze(-1)
+    entropy = -(logp.exp() * logp).sum(-1)
+    return token_lp, entropy
+
+
+def load_policy(model_path: str | Path, info: DistInfo, *, compute_dtype: str = "bfloat16",
+                gradient_checkpointing: bool = False, chunk_tokens: int = 2048) -> TokenLogprobs:
+    """Load an HF causal LM with fp32 master weights; FSDP2-shard it when world size > 1.
+
+    Master weights stay fp32 so that checkpoints resume bit-exactly and small updates are not lost to bf16
+    rounding; compute runs in ``compute_dtype`` (FSDP2's mixed-precision policy, or autocast in a single process).
+    """
+    from transformers import AutoModelForCausalLM
+
+    lm = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    lm.config.use_cache = False
+    if gradient_checkpointing:
+        lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    policy = TokenLogprobs(lm, chunk_tokens).to(info.device)
+    if info.world_size > 1:
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+        mesh = init_device_mesh(info.device.type, (info.world_size,))
+        dtype = getattr(torch, compute_dtype)
+        mp = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
+        for layer in lm.model.layers:
+            fully_shard(layer, mesh=mesh, mp_policy=mp)
+        fully_shard(policy, mesh=mesh, mp_policy=mp)
+    return policy
+
+
+def autocast(info: DistInfo, compute_dtype: str) -> Any:
+    """bf16 autocast for single-process GPU runs; FSDP2 casts itself and CPU runs stay fp32 (exact tests)."""
+    if info.world_size == 1 and info.device.type == "cuda" and compute_dtype != "float32":
+        return torch.autocast("cuda", dtype=getattr(torch, compute_dtype))
+    return torch.autocast(info.device.type, enabled=False)
+
+
+def full_state_dict(policy: TokenLogprobs, info: DistInfo, *, all_ranks: bool = False) -> dict[str, torch.Tensor]:
+    """The unsharded HF state dict on CPU (rank 0 only unless ``all_ranks``); a collective under FSDP2."""
+    if info.world_size == 1:
+        return {k: v.detach().to("cpu", copy=True) for k, v in policy.lm.state_dict().items()}
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    opts = StateDictOptions(full_state_dict=True, cpu_offload=not all_ranks)
+    sd = get_model_state_dict(policy.lm, options=opts)
+    return {k: v.to("cpu") for k, v in sd.items()}
+
+
+# ---------------------------------------------------------------------------------------------- checkpoints
+def save_checkpoint(root: str | Path, step: int, policy: TokenLogprobs, optimizer: torch.optim.Optimizer,
+                    info: DistInfo, state: dict[str, Any], tokenizer: Any = None, keep: int = 2) -> Path | None:
+    """Write ``root/step_XXXXXXXX`` atomically: everything goes to a ``.tmp`` directory that is renamed at the end,
+    and ``root/latest`` is replaced last, so a crash mid-save leaves the previous checkpoint intact.
+
+    Contents: ``model/`` (an HF directory, servable by vLLM), ``optimizer.pt`` (full, unsharded),
+    ``rng_rank{r}.pt`` (every rank's RNG states), ``state.json`` (step and trainer state).
+    """
+    root = Path(root)
+    final = root / f"step_{step:08d}"
+    tmp = root / f"step_{step:08d}.tmp"
+    if info.is_main:
+        shutil.rmtree(tmp, ignore_errors=True)
+        (tmp / "model").mkdir(parents=True)
+    barrier(info)
+    torch.save(rng_state(), tmp / f"rng_rank{info.rank}.pt")
+    model_sd = full_state_dict(policy, info)
+    optim_sd = _full_optimizer_state(policy, optimizer, info)
+    if info.is_main:
+        policy.lm.save_pretrained(tmp / "model", state_dict=model_sd, safe_serialization=True)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(tmp / "model")
+        torch.save(optim_sd, tmp / "optimizer.pt")
+        (tmp / "state.json").write_text(json.dumps({"step": step, **state}, indent=1, default=str))
+    barrier(info)
+    if info.is_main:
+        shutil.rmtree(final, ignore_errors=True)
+        os.rename(tmp, final)
+        latest_tmp = root / "latest.tmp"
+        latest_tmp.write_text(final.name)
+        os.replace(latest_tmp, root / "latest")
+        for old in sorted(root.glob("step_????????"))[:-keep] if keep > 0 else []:
+            shutil.rmtree(old, ignore_errors=True)
+    barrier(info)
+    return final if info.is_main else None
+
+
+def latest_checkpoint(root: str | Path) -> Path | None:
+    """The checkpoint ``root/latest`` names, or None when there is none yet."""
+    pointer = Path(root) / "latest"
+    if not pointer.exists():
+        return None
+    path = Path(root) / pointer.read_text().strip()
+    return path if (path / "state.json").exists() else None
+
+
+def load_training_state(ckpt: Path, policy: TokenLogprobs, optimizer: torch.optim.Optimizer,
+                        info: DistInfo) -> dict[str, Any]:
+    """Restore optimizer and RNG states (the model was loaded from ``ckpt/model``); returns state.json."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+    optim_sd = torch.load(ckpt / "optimizer.pt", map_location="cpu", weights_only=False)
+    if info.world_size == 1:
+        optimizer.load_state_dict(_optimizer_ids_from_names(optim_sd, policy))
+    else:
+        set_optimizer_state_dict(policy.lm, optimizer, optim_sd,
+                                 options=StateDictOptions(full_state_dict=True))
+    set_rng_state(torch.load(ckpt / f"rng_rank{info.rank}.pt", weights_only=False))
+    return json.loads((ckpt / "state.json").read_text())
+
+
+def _full_optimizer_state(policy: TokenLogprobs, optimizer: torch.optim.Optimizer,
+                          info: DistInfo) -> dict[str, Any]:
+    """Optimizer state keyed by parameter *names* (world-size independent), the shape torch.distributed.checkpoint
+    uses; a single process builds it directly, FSDP2 gathers it."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+    if info.world_size == 1:
+        names = {id(p): n for n, p in policy.lm.named_parameters()}
+        sd = optimizer.state_dict()
+        params = [p for g in optimizer.param_groups for p in g["params"]]
+        id_to_name = {i: names[id(p)] for i, p in enumerate(params)}
+        return {
+            "state": {id_to_name[i]: {k: v.clone() if torch.is_tensor(v) else v for k, v in s.items()}
+                      for i, s in sd["state"].items()},
+            "param_groups": [{**g, "params": [id_to_name[i] for i in g["params"]]} for g in sd["param_groups"]],
+        }
+    return get_optimizer_state_dict(policy.lm, optimizer,
+                                    options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+
+def _optimizer_ids_from_names(sd: dict[str, Any], policy: TokenLogprobs) -> dict[str, Any]:
+    order = [n for n, _ in policy.lm.named_parameters()]
+    index = {n: i for i, n in enumerate(order)}
+    return {
+        "state": {index[n]: s for n, s in sd["state"].items()},
+        "param_groups": [{**g, "params": [index[n] for n in g["params"]]} for g in sd["param_groups"]],
+    }
+
+
+def rng_state() -> dict[str, Any]:
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.random.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.random.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def barrier(info: DistInfo) -> None:
+    if info.world_size > 1:
+        dist.barrier()
+
+
+# ---------------------------------------------------------------------------------------------- logging
+class JsonlLogger:
+    """One JSON object per step to ``path`` (appended, so a resumed run continues the file) and a line to stdout."""
+
+    def __init__(self, path: str | Path | None, info: DistInfo, echo: bool = True) -> None:
+        self.path = Path(path) if path and info.is_main else None
+        self.echo = echo and info.is_main
+        if self.path:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+
+    def log(self, record: dict[str, Any]) -> None:
+        record = {"time": round(time.time(), 3), **record}
+        if self.path:
+            with self.path.open("a") as fh:
+                fh.write(json.dumps(record, default=float) + "\n")
+        if self.echo:
+            brief = " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                             for k, v in record.items() if not isinstance(v, (dict, list)) and k != "time")
+            print(brief, file=sys.stdout, flush=True)
