@@ -28,10 +28,11 @@ def _random_mask(rng: np.random.Generator, n: int) -> torch.Tensor:
     return torch.from_numpy(mask)
 
 
-def test_obs_features_are_log_squashed_and_ordered():
-    obs = {"a": np.array([[0.0, 3.0]]), "b": np.array([[[-8.0], [1000.0]]])}
-    x = obs_to_tensor(obs, ("a", "b"))
-    assert torch.allclose(x, torch.tensor([[0.0, np.log(4.0), -np.log(9.0), np.log(1001.0)]], dtype=torch.float32))
+def test_obs_features_are_log_squashed_one_hot_and_ordered():
+    obs = {"a": np.array([[0.0, 3.0]]), "b": np.array([[[-8.0], [1000.0]]]), "last_status": np.array([[6, 0]], np.int8)}
+    x = obs_to_tensor(obs, ("a", "b", "last_status"))
+    want = [0.0, np.log(4.0), -np.log(9.0), np.log(1001.0)] + [0] * 6 + [1] + [1] + [0] * 6
+    assert torch.allclose(x, torch.tensor([want], dtype=torch.float32))
 
 
 @settings(max_examples=25, deadline=None)
@@ -59,7 +60,7 @@ def test_log_prob_counts_only_relevant_dimensions():
     assert rel[1].tolist() == [True, True, False, True, True, False, False]
     assert rel[2].all()
     logp, ent = policy.evaluate(x, mask, acts)
-    lsm = [torch.log_softmax(lg, 1) for lg in policy.logits(x, mask)]
+    lsm = [torch.log_softmax(lg, 1) for lg in policy.logits(x, mask, acts)]
     want = lsm[0][1, 0] + lsm[1][1, 5] + lsm[3][1, 1] + lsm[4][1, EMPTY]
     assert logp[1].item() == pytest.approx(want.item(), rel=1e-5)
     assert logp[0].item() == pytest.approx(lsm[0][0, 1].item(), rel=1e-5)
@@ -68,6 +69,18 @@ def test_log_prob_counts_only_relevant_dimensions():
     other[0, 2] = 2
     assert policy.evaluate(x[:1], mask[:1], other)[0].item() == pytest.approx(logp[0].item())
     assert (ent >= 0).all()
+
+
+def test_model_and_target_heads_are_conditioned_on_the_tool():
+    policy = _policy()
+    with torch.no_grad():
+        policy.tool_target[:, 1, 2] = 50.0  # critical_reviewer -> verify
+        policy.tool_target[:, 0, 0] = 50.0  # standard_reasoner -> question
+    x, mask = torch.randn(256, 6), torch.ones(256, sum(NVEC), dtype=torch.bool)
+    acts, _ = policy.act(x, mask, torch.Generator().manual_seed(0))
+    for s in range(K):
+        tool, target = acts[:, 1 + 3 * s], acts[:, 3 + 3 * s]
+        assert (target[tool == 1] == 2).all() and (target[tool == 0] == 0).all()
 
 
 def test_masked_logits_get_no_probability_and_no_gradient():

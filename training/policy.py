@@ -17,12 +17,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from parasim.training.fields import opt
 from torch import nn
 
-from parasim.protocol.schema import Tool
+from parasim.protocol.schema import NUM_STATUSES
+from parasim.training.fields import opt
 
-EMPTY_TOOL = len(Tool) - 1  # the tool head's last choice (index NUM_TOOLS) is "no call in this slot"
 MIN_LOGIT = -1e9
 
 
@@ -34,19 +33,36 @@ class PolicyConfig:
     layers: int = opt(2, lo=1, hi=8, help="hidden layers of the trunk")
 
 
-def obs_to_tensor(obs: Mapping[str, np.ndarray], keys: tuple[str, ...]) -> torch.Tensor:
-    """Flatten the observation keys (batched, leading dim N) into float features, log-squashed.
+CATEGORICAL = {"last_status": NUM_STATUSES + 1}  # per-slot status of the last round, NUM_STATUSES = no call
 
-    ``sign(x) * log1p(|x|)`` keeps token counts and costs (thousands) and flags (0/1) on one scale
-    without running statistics, which would make a run depend on its history and break exact resume.
+
+def obs_to_tensor(obs: Mapping[str, np.ndarray], keys: tuple[str, ...]) -> torch.Tensor:
+    """Flatten the observation keys (batched, leading dim N) into float features.
+
+    Counts, tokens and costs are squashed by ``sign(x) * log1p(|x|)`` (thousands and flags on one
+    scale without running statistics, which would make a run depend on its history and break exact
+    resume); categorical keys (``CATEGORICAL``) are one-hot encoded.
     """
-    parts = [np.asarray(obs[k], dtype=np.float32).reshape(len(obs[k]), -1) for k in keys]
-    x = torch.from_numpy(np.concatenate(parts, axis=1))
-    return torch.sign(x) * torch.log1p(x.abs())
+    parts = []
+    for k in keys:
+        arr = np.asarray(obs[k])
+        n = len(arr)
+        if k in CATEGORICAL:
+            parts.append(np.eye(CATEGORICAL[k], dtype=np.float32)[arr.astype(np.int64).reshape(n, -1)].reshape(n, -1))
+        else:
+            a = arr.astype(np.float32).reshape(n, -1)
+            parts.append(np.sign(a) * np.log1p(np.abs(a)))
+    return torch.from_numpy(np.concatenate(parts, axis=1))
 
 
 class ManagerPolicy(nn.Module):
-    """MLP trunk plus factorized categorical heads over the MultiDiscrete action dimensions."""
+    """MLP trunk, one categorical head per action dimension, model and target conditioned on the tool.
+
+    Slots are factorized (each has its own heads) but within a slot the model and target logits get a
+    learned per-tool offset, because the protocol couples them: only ``critical_reviewer`` may target
+    the leading answer for verification, and the best model depends on the tool. A fully factorized
+    head could not put all its probability on legal (tool, target) pairs.
+    """
 
     def __init__(self, obs_dim: int, nvec: np.ndarray | list[int], obs_keys: tuple[str, ...],
                  num_agent_tools: int, cfg: PolicyConfig = PolicyConfig()) -> None:
@@ -64,12 +80,36 @@ class ManagerPolicy(nn.Module):
             width = cfg.hidden
         self.trunk = nn.Sequential(*layers)
         self.heads = nn.Linear(width, sum(self.nvec))
+        tools, models, targets = self.nvec[1:4] if self.slots else (1, 1, 1)
+        self.tool_model = nn.Parameter(torch.zeros(self.slots, tools, models))
+        self.tool_target = nn.Parameter(torch.zeros(self.slots, tools, targets))
         self.splits = np.cumsum(self.nvec)[:-1].tolist()
 
-    def logits(self, x: torch.Tensor, mask: torch.Tensor) -> list[torch.Tensor]:
-        """Masked logits per dimension; ``mask`` is the concatenated per-dimension action mask."""
-        flat = self.heads(self.trunk(x)).masked_fill(~mask.bool(), MIN_LOGIT)
-        return list(torch.tensor_split(flat, self.splits, dim=1))
+    def _run(self, x: torch.Tensor, mask: torch.Tensor, actions: torch.Tensor | None,
+             generator: torch.Generator | None = None, greedy: bool = False) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """Masked logits per dimension, sampling each dimension first when ``actions`` is None."""
+        base = torch.tensor_split(self.heads(self.trunk(x)), self.splits, dim=1)
+        legal = torch.tensor_split(mask.bool(), self.splits, dim=1)
+        cols: list[torch.Tensor] = []
+        out = []
+        for d, lg in enumerate(base):
+            slot, part = divmod(d - 1, 3)
+            if d > 0 and part > 0:
+                tool = cols[1 + 3 * slot]
+                lg = lg + (self.tool_model if part == 1 else self.tool_target)[slot][tool]
+            lg = lg.masked_fill(~legal[d], MIN_LOGIT)
+            out.append(lg)
+            if actions is not None:
+                cols.append(actions[:, d])
+            elif greedy:
+                cols.append(lg.argmax(1))
+            else:
+                cols.append(torch.multinomial(torch.softmax(lg, dim=1), 1, generator=generator).squeeze(1))
+        return torch.stack(cols, dim=1), out
+
+    def logits(self, x: torch.Tensor, mask: torch.Tensor, actions: torch.Tensor) -> list[torch.Tensor]:
+        """Masked logits per dimension, model and target conditioned on the tools in ``actions``."""
+        return self._run(x, mask, actions)[1]
 
     def relevance(self, actions: torch.Tensor) -> torch.Tensor:
         """Which dimensions of each action changed what the env did (bool[N, D])."""
@@ -84,30 +124,27 @@ class ManagerPolicy(nn.Module):
             rel[:, 3 + 3 * s] = used
         return rel
 
-    def evaluate(self, x: torch.Tensor, mask: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Log-probability and entropy of ``actions`` (int[N, D]) over their relevant dimensions."""
-        logits = self.logits(x, mask)
+    def _score(self, logits: list[torch.Tensor], actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         rel = self.relevance(actions).float()
-        logp = torch.zeros(x.shape[0])
-        ent = torch.zeros(x.shape[0])
+        logp = torch.zeros(actions.shape[0])
+        ent = torch.zeros(actions.shape[0])
         for d, lg in enumerate(logits):
             lsm = torch.log_softmax(lg, dim=1)
             logp = logp + lsm.gather(1, actions[:, d : d + 1]).squeeze(1) * rel[:, d]
             ent = ent - (lsm.exp() * lsm).sum(1) * rel[:, d]
         return logp, ent
 
+    def evaluate(self, x: torch.Tensor, mask: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Log-probability and entropy of ``actions`` (int[N, D]) over their relevant dimensions.
+
+        The entropy is that of each relevant dimension's conditional distribution (given the sampled
+        tool), summed: what the PPO entropy bonus and the logs use.
+        """
+        return self._score(self.logits(x, mask, actions), actions)
+
     @torch.no_grad()
     def act(self, x: torch.Tensor, mask: torch.Tensor, generator: torch.Generator,
             greedy: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """Sample (or take the argmax of) every dimension; returns actions int64[N, D] and their log-probs."""
-        logits = self.logits(x, mask)
-        cols = []
-        for lg in logits:
-            if greedy:
-                cols.append(lg.argmax(1))
-            else:
-                probs = torch.softmax(lg, dim=1)
-                cols.append(torch.multinomial(probs, 1, generator=generator).squeeze(1))
-        actions = torch.stack(cols, dim=1)
-        logp, _ = self.evaluate(x, mask, actions)
-        return actions, logp
+        actions, logits = self._run(x, mask, None, generator, greedy)
+        return actions, self._score(logits, actions)[0]
