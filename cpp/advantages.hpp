@@ -31,7 +31,7 @@ inline double group_std(double m2, int64_t count, bool unbiased) {
 inline double centered_multiplier(const AdvParams& p, int64_t count, double sd, double batch_div) {
   if (count <= 1) return 0.0;  // a group of one has nothing to compare against
   double m = (p.method == AdvMethod::kRloo) ? static_cast<double>(count) / static_cast<double>(count - 1) : 1.0;
-  if (p.scale == AdvScale::kGroup) m /= (sd + p.eps);
+  if (p.scale == AdvScale::kGroup) m = (sd + p.eps) > 0.0 ? m / (sd + p.eps) : 0.0;
   if (p.scale == AdvScale::kBatch) m *= batch_div;
   return m;
 }
@@ -74,40 +74,61 @@ Status batch_divisor(const T* r, int64_t n, const AdvParams& p, double* out) {
   });
   double m2 = 0.0;
   for (double v : m2s) m2 += v;
-  *out = 1.0 / (group_std(m2, n, p.unbiased) + p.eps);
+  const double denom = group_std(m2, n, p.unbiased) + p.eps;
+  *out = denom > 0.0 ? 1.0 / denom : 0.0;
   return Status::ok();
 }
 
-// One block of KG (compile-time, or g at run time when KG == 0) rewards with one group id.
-template <int KG, class T, class I>
-inline Status contiguous_block(const T* r, const I* gid, int64_t base, int64_t g, const AdvParams& p,
-                               double batch_div, T* adv, uint8_t* keep) {
+// Blocks [b, e) of KG rewards each (KG compile-time, or g at run time when KG == 0), one group id per
+// block and increasing across blocks. Parameters are copied to locals and pointers are restrict, so the
+// compiler keeps them in registers across the output stores (a uint8 store may alias anything otherwise).
+template <int KG, bool kClip, class T, class I>
+Status contiguous_blocks(const T* __restrict r, const I* __restrict gid, int64_t b, int64_t e, int64_t g,
+                         const AdvParams p, double batch_div, T* __restrict adv, uint8_t* __restrict keep) {
   const int64_t G = KG > 0 ? KG : g;
-  const I id = gid[base];
-  if (base > 0 && !(gid[base - 1] < id)) return {Status::kFallback, base};
-  bool same = true;
-  double s = 0.0;
-  for (int64_t j = 0; j < G; ++j) {
-    same &= (gid[base + j] == id);
-    s += static_cast<double>(r[base + j]);
-  }
-  if (!same) return {Status::kFallback, base};
-  if (!std::isfinite(s)) {
-    Status bad = find_nonfinite(r, base, base + G);
-    if (!bad.is_ok()) return bad;
-  }
-  const double mean = s / static_cast<double>(G);
-  double m2 = 0.0;
-  for (int64_t j = 0; j < G; ++j) {
-    double d = static_cast<double>(r[base + j]) - mean;
-    m2 += d * d;
-  }
-  const double sd = group_std(m2, G, p.unbiased);
-  const bool kp = !p.has_min_std || !(sd < p.min_std);
-  const double mult = kp ? centered_multiplier(p, G, sd, batch_div) : 0.0;
-  for (int64_t j = 0; j < G; ++j) {
-    adv[base + j] = static_cast<T>(clip_value(p, (static_cast<double>(r[base + j]) - mean) * mult));
-    keep[base + j] = kp;
+  const double inv_g = 1.0 / static_cast<double>(G);
+  const int64_t dof = p.unbiased ? G - 1 : G;
+  const double inv_dof = dof > 0 ? 1.0 / static_cast<double>(dof) : 0.0;
+  const bool has_min = p.has_min_std;
+  const double min_std = p.min_std, eps = p.eps, lo = -p.clip, hi = p.clip;
+  double base_mult = (G <= 1) ? 0.0 : (p.method == AdvMethod::kRloo ? static_cast<double>(G) / (G - 1) : 1.0);
+  if (p.scale == AdvScale::kBatch) base_mult *= batch_div;
+  const bool by_group = p.scale == AdvScale::kGroup;
+  for (int64_t blk = b; blk < e; ++blk) {
+    const int64_t base = blk * G;
+    const T* __restrict x = r + base;
+    const I* __restrict ids = gid + base;
+    const I id = ids[0];
+    if (base > 0 && !(gid[base - 1] < id)) return {Status::kFallback, base};
+    bool same = true;
+    double s = 0.0;
+    for (int64_t j = 0; j < G; ++j) {
+      same &= (ids[j] == id);
+      s += static_cast<double>(x[j]);
+    }
+    if (!same) return {Status::kFallback, base};
+    if (!std::isfinite(s)) {
+      Status bad = find_nonfinite(r, base, base + G);
+      if (!bad.is_ok()) return bad;
+    }
+    const double mean = s * inv_g;
+    double m2 = 0.0;
+    for (int64_t j = 0; j < G; ++j) {
+      const double d = static_cast<double>(x[j]) - mean;
+      m2 += d * d;
+    }
+    const double sd = std::sqrt(m2 * inv_dof);
+    const bool kp = !has_min || !(sd < min_std);
+    double mult = kp ? base_mult : 0.0;
+    if (by_group) mult = (sd + eps) > 0.0 ? mult / (sd + eps) : 0.0;  // eps = 0 and identical rewards
+    T* __restrict a = adv + base;
+    uint8_t* __restrict k = keep + base;
+    for (int64_t j = 0; j < G; ++j) {
+      double v = (static_cast<double>(x[j]) - mean) * mult;
+      if constexpr (kClip) v = std::min(std::max(v, lo), hi);
+      a[j] = static_cast<T>(v);
+      k[j] = kp;
+    }
   }
   return Status::ok();
 }
@@ -117,14 +138,9 @@ Status contiguous_run(const T* r, const I* gid, int64_t n, int64_t g, const AdvP
                       T* adv, uint8_t* keep) {
   const int64_t blocks = n / g;
   std::vector<Status> st(num_threads());
-  parallel_for(blocks, 4096, [&](int k, int64_t b, int64_t e) {
-    for (int64_t blk = b; blk < e; ++blk) {
-      Status s = contiguous_block<KG>(r, gid, blk * g, g, p, batch_div, adv, keep);
-      if (!s.is_ok()) {
-        st[k] = s;
-        return;
-      }
-    }
+  parallel_for(blocks, 8192, [&](int k, int64_t b, int64_t e) {
+    st[k] = p.has_clip ? contiguous_blocks<KG, true>(r, gid, b, e, g, p, batch_div, adv, keep)
+                       : contiguous_blocks<KG, false>(r, gid, b, e, g, p, batch_div, adv, keep);
   });
   return first_failure(st);
 }

@@ -43,34 +43,48 @@ inline void build_loss_mask(const SpanTable& t, int64_t seq_len, const uint8_t* 
     for (int64_t b = b0; b < b1; ++b) {
       uint8_t* row = mask + b * seq_len;
       int32_t* trow = turn != nullptr ? turn + b * seq_len : nullptr;
-      std::memset(row, 0, static_cast<size_t>(seq_len));
       if (trow != nullptr) std::fill(trow, trow + seq_len, -1);
       const int64_t s0 = t.offsets[b], s1 = t.offsets[b + 1];
       bool over = truncated != nullptr && truncated[b] != 0;
       for (int64_t s = s0; s < s1 && !over; ++s) over = t.ends[s] > seq_len;
       counts[b] = 0;
-      if (mask_truncated && over) continue;
-      int32_t k = 0;
-      bool sorted = true;  // sorted, non-overlapping spans let us count without rescanning the row
-      int64_t prev_end = 0, count = 0;
-      for (int64_t s = s0; s < s1; ++s) {
-        const int64_t lo = std::min(t.starts[s], seq_len), hi = std::min(t.ends[s], seq_len);
-        sorted &= lo >= prev_end;
-        prev_end = std::max(prev_end, hi);
-        if (!t.trainable[s]) continue;
-        std::memset(row + lo, 1, static_cast<size_t>(hi - lo));
-        if (trow != nullptr) std::fill(trow + lo, trow + hi, k);
-        count += hi - lo;
-        ++k;
+      if (mask_truncated && over) {
+        std::memset(row, 0, static_cast<size_t>(seq_len));
+        continue;
       }
-      if (!sorted) {
+      bool sorted = true;  // sorted, non-overlapping spans: write every byte once, gaps and spans in order
+      for (int64_t s = s0 + 1; s < s1 && sorted; ++s) sorted = t.starts[s] >= t.ends[s - 1];
+      int32_t k = 0;
+      int64_t count = 0;
+      if (sorted) {
+        int64_t pos = 0;
+        for (int64_t s = s0; s < s1; ++s) {
+          const int64_t lo = std::min(t.starts[s], seq_len), hi = std::min(t.ends[s], seq_len);
+          std::memset(row + pos, 0, static_cast<size_t>(lo - pos));
+          std::memset(row + lo, t.trainable[s] ? 1 : 0, static_cast<size_t>(hi - lo));
+          if (t.trainable[s]) {
+            if (trow != nullptr) std::fill(trow + lo, trow + hi, k);
+            count += hi - lo;
+            ++k;
+          }
+          pos = hi;
+        }
+        std::memset(row + pos, 0, static_cast<size_t>(seq_len - pos));
+      } else {
+        std::memset(row, 0, static_cast<size_t>(seq_len));
+        for (int64_t s = s0; s < s1; ++s) {
+          if (!t.trainable[s]) continue;
+          const int64_t lo = std::min(t.starts[s], seq_len), hi = std::min(t.ends[s], seq_len);
+          std::memset(row + lo, 1, static_cast<size_t>(hi - lo));
+          if (trow != nullptr) std::fill(trow + lo, trow + hi, k);
+          ++k;
+        }
         for (int64_t s = s0; s < s1; ++s) {
           if (t.trainable[s]) continue;
           const int64_t lo = std::min(t.starts[s], seq_len), hi = std::min(t.ends[s], seq_len);
           std::memset(row + lo, 0, static_cast<size_t>(hi - lo));
           if (trow != nullptr) std::fill(trow + lo, trow + hi, -1);
         }
-        count = 0;
         for (int64_t j = 0; j < seq_len; ++j) count += row[j];
       }
       counts[b] = count;

@@ -40,7 +40,8 @@ FIELDS: tuple[str, ...] = tuple(_SPEC)
 
 
 def _fail(name: str, index: Any, value: Any, why: str) -> BatchValidationError:
-    return BatchValidationError(f"TrajectoryBatch.{name}[{index}] = {value!r}: {why}")
+    where = ", ".join(str(int(i)) for i in np.atleast_1d(index))
+    return BatchValidationError(f"TrajectoryBatch.{name}[{where}] = {value!r}: {why}")
 
 
 def _coerce(name: str, raw: Any, n: int | None) -> np.ndarray:
@@ -72,8 +73,7 @@ def _coerce(name: str, raw: Any, n: int | None) -> np.ndarray:
             bad = ~np.isfinite(arr) | (arr != np.round(arr))
             if bad.any():
                 i = np.unravel_index(int(np.flatnonzero(bad)[0]), arr.shape)
-                idx = i[0] if len(i) == 1 else i
-                raise _fail(name, idx, arr[i].item(), "must be an integer")
+                raise _fail(name, i, arr[i].item(), "must be an integer")
         elif arr.dtype.kind not in "iub":
             raise BatchValidationError(f"TrajectoryBatch.{name}: dtype {arr.dtype} is not an integer type")
         out = arr
@@ -82,8 +82,7 @@ def _coerce(name: str, raw: Any, n: int | None) -> np.ndarray:
         bad = (out < lo) | (out > hi)
         if bad.any():
             i = np.unravel_index(int(np.flatnonzero(bad)[0]), out.shape)
-            idx = i[0] if len(i) == 1 else i
-            raise _fail(name, idx, out[i].item(), f"must be in [{lo}, {hi}]")
+            raise _fail(name, i, out[i].item(), f"must be in [{lo}, {hi}]")
     return np.ascontiguousarray(out, dtype=dtype)
 
 

@@ -113,10 +113,12 @@ def group_advantages(rewards: np.ndarray, group_ids: np.ndarray, method: str = "
         else:
             centered = x - mean
         if scale == "group":
-            centered = centered / (_std(x, unbiased) + eps)
+            denom = _std(x, unbiased) + eps
+            centered = centered / denom if denom > 0 else 0.0 * centered
         adv[rows] = centered
     if scale == "batch":
-        adv = adv / (_std(r, unbiased) + eps)
+        denom = _std(r, unbiased) + eps
+        adv = adv / denom if denom > 0 else 0.0 * adv
     if min_group_std is not None:
         for gid in np.unique(g):
             rows = g == gid
