@@ -31,7 +31,7 @@ class Simulator:
 
     def __init__(self, pool: str | PoolSpec = "paramanager", suite: str | TaskSuite = "paramanager",
                  num_lanes: int = 1, *, max_rounds: int = 12, max_parallel: int = 4, serial: bool = False,
-                 token_budget: float | None = None, lane_offset: int = 0) -> None:
+                 token_budget: float | None = None) -> None:
         if not 1 <= int(max_rounds) <= 1000:
             raise ValueError(f"max_rounds: expected an integer in [1, 1000], got {max_rounds!r}")
         if not 1 <= int(max_parallel) <= 16:
@@ -51,13 +51,13 @@ class Simulator:
         self.env[E_TOKEN_BUDGET] = np.inf if token_budget is None else float(token_budget)
         self.nvec = action_nvec(self.slots, self.pool.num_models)
         self.done = np.zeros(self.num_lanes, np.uint8)
-        self._lane_ids = np.arange(lane_offset, lane_offset + self.num_lanes, dtype=np.int64)
 
     def seed(self, seeds: np.ndarray | list[int], lanes: np.ndarray | None = None) -> None:
-        """Start the random stream of each lane (all lanes, or ``lanes``) from its seed."""
+        """Start the random stream of each lane (all lanes, or ``lanes``) from its seed; episodes count from 1."""
         idx = np.arange(self.num_lanes) if lanes is None else np.asarray(lanes)
         for i, s in zip(idx, seeds):
             self.state.rng[i] = seed_state(int(s))
+            self.state.st_i[i, I_EPISODE] = 0
 
     def reset(self, mask: np.ndarray | None = None) -> None:
         """Draw new tasks for the lanes in ``mask`` (all lanes by default)."""
@@ -84,7 +84,7 @@ class Simulator:
             "distinct_tools": (counts_t > 0).sum(-1).astype(np.int32), "tool_counts": counts_t.copy(),
             "tokens": st_f[..., F_TOKENS].copy(), "cost_units": st_f[..., F_COST].copy(),
             "usd": st_f[..., F_USD].copy(), "latency_s": st_f[..., F_LAT].copy(),
-            "group_id": (self._lane_ids[lanes] << 32) + st_i[..., I_EPISODE],
+            "group_id": st_i[..., I_EPISODE].copy(),  # the lane's episode number since it was seeded
             "role_id": np.zeros(np.shape(st_i[..., 0]), np.int32),
         }
 

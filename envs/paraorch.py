@@ -1,0 +1,169 @@
+"""ParaOrch-v0: a manager orchestrating parallel tool calls, as a structured Gymnasium environment.
+
+One episode is one task (shared/DESIGN.md 3). Each step the manager either stops (``final_answer``) or
+issues one round of up to K parallel calls; the simulated tools (``parasim.sim``) answer, the round's
+latency is its slowest call (the sum in serial mode), and on stop or after ``max_rounds`` rounds the
+termination model answers and the verifier scores it. The reward, paid on the terminal step, is
+``parasim.compute_rewards`` of the episode's TrajectoryBatch row under a ``RewardConfig`` or preset.
+
+Options (``gym.make("ParaOrch-v0", **options)``): ``pool`` (shipped name, JSON path or PoolSpec;
+"paramanager"), ``suite`` (named suite, benchmark name, JSONL task file or TaskSuite; "paramanager"),
+``max_rounds`` (12), ``max_parallel`` (K, 4), ``serial`` (False), ``reward`` (preset name or RewardConfig;
+"paramanager"), ``token_budget`` (None: calls made once the trajectory holds this many tokens get
+BUDGET_EXCEEDED), ``seed`` (None: seed used by the first ``reset()`` without a seed), ``tools`` ("sim";
+"real" is accepted and raises, naming the missing backend).
+
+Action, ``MultiDiscrete(nvec)`` with ``nvec = [2] + [NUM_TOOLS + 1, M, 3] * K`` (M = pool models):
+  - ``a[0]``: stop flag, 1 = ``final_answer`` (the slots are then ignored), 0 = run a round.
+  - slot k (``a[1 + 3k : 4 + 3k]``): tool (``Tool`` value 0..6; 7 = empty slot), model (pool model index;
+    ignored by the basic tools python and search, which the manager runs itself), target (0 = the
+    question, fresh context; 1 = carry the trajectory and its leading answer, which the call may copy;
+    2 = verify the leading answer, critical_reviewer only, which must use it).
+  Masked or out-of-range parts become call statuses, never exceptions: an unknown tool or model, a slot
+  k >= max_parallel or a reviewer with nothing to review is INVALID_TOOL; a bad or inapplicable target is
+  FORMAT_ERR; a round with no call is a format violation. An action of the wrong shape or a non-integer
+  dtype raises ValueError (that is a caller bug, not model output).
+
+Observation, a Dict of arrays (C = 4 candidates, S = 6 statuses):
+  - ``task`` float32[8]: domain one-hot (math, science, knowledge, code), free-form flag, multiple-choice
+    flag, answer options / 16 (1 for free-form), question tokens / 1000.
+  - ``round`` float32[2]: rounds used, rounds left.
+  - ``budget`` float32[4]: tokens (trajectory length), cost units, USD, latency seconds used so far.
+  - ``candidates`` float32[C, 5]: candidate answers ranked by the termination model's score, each row
+    (present, score, supporting calls, reviewer flags, reviewer confirmations); answer ids are hidden.
+  - ``evidence`` float32[3]: OK answers so far, distinct answers, 1 if the termination model would fall
+    back to the manager's own answer (no evidence yet).
+  - ``tool_counts`` float32[7]: calls per tool so far; ``status_counts`` float32[6]: calls per status.
+  - ``last_status`` int8[K]: status of each slot's call in the last round (6 = no call).
+  - ``action_mask`` int8[sum(nvec)]: the per-dimension masks of the action, concatenated in ``nvec``
+    order (stop 2, then per slot tool T+1, model M, target 3); 1 = allowed.
+
+Info: on the terminal step ``reward_components`` (every component of the reward result, including
+``total``) and ``trajectory`` (the TrajectoryBatch fields of the episode); empty otherwise.
+"""
+from __future__ import annotations
+
+from typing import Any, NoReturn
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from parasim.protocol.schema import NUM_STATUSES, NUM_TOOLS
+from parasim.sim import Simulator
+from parasim.sim.kernel import CAND_FEATURES, NUM_CANDIDATES
+from parasim.sim.state import TASK_FEATURES
+
+
+def require_real_tools(**options: Any) -> NoReturn:
+    """The real-tools backend of ParaOrch-v0 (issue 5 fills this): raises until it exists."""
+    raise NotImplementedError(
+        "ParaOrch-v0 with tools='real' needs a real-tools backend: an OpenAI-compatible endpoint per pool model "
+        "for the agent tools, the python sandbox and the search retriever (parasim's real-tools backend, "
+        "not implemented yet). Use tools='sim' for the calibrated simulator.")
+
+
+def make_simulator(tools: str, num_lanes: int, *, pool: Any, suite: Any, max_rounds: int, max_parallel: int,
+                   serial: bool, token_budget: float | None) -> Simulator:
+    """The backend behind the structured envs: the compiled simulator, or the real-tools backend."""
+    if tools == "real":
+        require_real_tools(pool=pool, suite=suite)
+    if tools != "sim":
+        raise ValueError(f"tools: expected 'sim' or 'real', got {tools!r}")
+    return Simulator(pool, suite, num_lanes, max_rounds=max_rounds, max_parallel=max_parallel, serial=serial,
+                     token_budget=token_budget)
+
+
+def observation_space(sim: Simulator) -> spaces.Dict:
+    """The single-episode Dict observation space (see the module docstring)."""
+    inf = np.inf
+    f32 = np.float32
+    task_high = np.array([1, 1, 1, 1, 1, 1, 1, inf], f32)
+    k, r = sim.slots, float(sim.env[0])
+    return spaces.Dict({
+        "task": spaces.Box(0, task_high, (TASK_FEATURES,), f32),
+        "round": spaces.Box(0, r, (2,), f32),
+        "budget": spaces.Box(0, inf, (4,), f32),
+        "candidates": spaces.Box(-inf, inf, (NUM_CANDIDATES, CAND_FEATURES), f32),
+        "evidence": spaces.Box(0, inf, (3,), f32),
+        "tool_counts": spaces.Box(0, inf, (NUM_TOOLS,), f32),
+        "status_counts": spaces.Box(0, inf, (NUM_STATUSES,), f32),
+        "last_status": spaces.Box(0, NUM_STATUSES, (k,), np.int8),
+        "action_mask": spaces.Box(0, 1, (int(sim.nvec.sum()),), np.int8),
+    })
+
+
+def resolve_reward(reward: Any) -> Any:
+    """A RewardConfig from a config or preset name (validated at construction, not at the first episode)."""
+    from parasim.rewards import resolve_config
+
+    return resolve_config(reward)
+
+
+def terminal_info(sim: Simulator, lanes: np.ndarray, reward_config: Any) -> tuple[np.ndarray, dict, dict]:
+    """Rewards, reward components and trajectory fields of the finished episodes in ``lanes``.
+
+    Each episode is scored as its own group: an env knows nothing of which rollouts share a task, so a
+    group-relative preset (toolorchestra) sees a group of one here; trainers that group rollouts re-score
+    the logged trajectories with ``compute_rewards`` over their groups.
+    """
+    from parasim import TrajectoryBatch, compute_rewards
+
+    traj = sim.trajectory(lanes)
+    batch = TrajectoryBatch.from_arrays(**{**traj, "group_id": np.arange(len(lanes), dtype=np.int64)})
+    result = compute_rewards(batch, reward_config)
+    comps = {k: np.asarray(v, np.float64) for k, v in result.as_dict().items()}
+    return comps["total"], comps, traj
+
+
+class ParaOrchEnv(gym.Env):
+    """ParaOrch-v0 (see the module docstring for options, action layout and observation keys)."""
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, pool: Any = "paramanager", suite: Any = "paramanager", max_rounds: int = 12,
+                 max_parallel: int = 4, serial: bool = False, reward: Any = "paramanager", tools: str = "sim",
+                 token_budget: float | None = None, seed: int | None = None, render_mode: str | None = None) -> None:
+        if render_mode is not None:
+            raise ValueError(f"render_mode: ParaOrch-v0 has no render modes, got {render_mode!r}")
+        self.sim = make_simulator(tools, 1, pool=pool, suite=suite, max_rounds=max_rounds, max_parallel=max_parallel,
+                                  serial=serial, token_budget=token_budget)
+        self.reward_config = resolve_reward(reward)
+        self.observation_space = observation_space(self.sim)
+        self.action_space = spaces.MultiDiscrete(self.sim.nvec)
+        self._initial_seed = seed
+        self._act = np.zeros((1, len(self.sim.nvec)), np.int64)
+        self._keep = np.zeros(1, np.uint8)
+        self._seeded = False
+        self._done = True
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[dict, dict]:
+        super().reset(seed=seed)
+        if seed is None and not self._seeded:
+            seed = self._initial_seed
+            if seed is None:
+                seed = int(self.np_random.integers(2**62))
+        if seed is not None:
+            self.sim.seed([seed])
+            self._seeded = True
+        self.sim.reset()
+        self._done = False
+        return self.sim.observation(0), {}
+
+    def step(self, action: Any) -> tuple[dict, float, bool, bool, dict]:
+        a = np.asarray(action)
+        if a.shape != self._act.shape[1:] or a.dtype.kind not in "iu":
+            raise ValueError(f"action: expected an integer array of shape {self._act.shape[1:]} (MultiDiscrete "
+                             f"{self.sim.nvec.tolist()}), got dtype {a.dtype} shape {a.shape}")
+        if self._done:
+            raise RuntimeError("ParaOrch-v0: the episode is over; call reset() before step()")
+        self._act[0] = a
+        done = bool(self.sim.step(self._act, self._keep)[0])
+        obs = self.sim.observation(0)
+        if not done:
+            return obs, 0.0, False, False, {}
+        self._done = True
+        total, comps, traj = terminal_info(self.sim, np.array([0]), self.reward_config)
+        info = {"reward_components": {k: v[0] for k, v in comps.items()},
+                "trajectory": {k: v[0] for k, v in traj.items()}}
+        return obs, float(total[0]), True, False, info
