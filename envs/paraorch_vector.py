@@ -1,0 +1,125 @@
+"""ParaOrch-v0 as a batched VectorEnv: every lane stepped by one compiled call.
+
+Created by ``gym.make_vec("ParaOrch-v0", num_envs=N)`` (the registration's ``vector_entry_point``).
+Observation, action and reward are those of ``ParaOrchEnv`` (see ``parasim.envs.paraorch``), batched.
+
+Seeding contract: ``reset(seed=s)`` starts lane ``i`` from seed ``s + i`` (a list of seeds gives each
+lane its own), exactly as ``SyncVectorEnv`` seeds its sub-envs; each lane has its own random stream, and
+autoresets continue it. So lane ``i`` replays ``ParaOrchEnv`` reset with seed ``s + i`` step for step,
+and this env is trajectory-for-trajectory equal to ``SyncVectorEnv`` over ``gym.make("ParaOrch-v0")``.
+
+Autoreset (``autoreset_mode``): NEXT_STEP (default) resets a finished lane on the following step (its
+action is ignored, reward 0, not terminated); SAME_STEP resets it in the step where it finished and puts
+the terminal observation and info in ``info["final_obs"]`` / ``info["final_info"]``.
+``reset(options={"reset_mask": bool[N]})`` resets only the masked lanes (the others keep running and
+return their current observation). Infos follow Gymnasium's vector convention (``_key`` masks).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import batch_space
+
+from parasim.envs.paraorch import make_simulator, observation_space, resolve_reward, terminal_info
+
+
+def _masked(values: dict[str, np.ndarray], lanes: np.ndarray, n: int) -> dict[str, np.ndarray]:
+    """Per-lane values of the ``lanes`` scattered into [n]-arrays with their ``_key`` masks."""
+    out: dict[str, np.ndarray] = {}
+    mask = np.zeros(n, bool)
+    mask[lanes] = True
+    for k, v in values.items():
+        full = np.zeros((n, *v.shape[1:]), v.dtype)
+        full[lanes] = v
+        out[k] = full
+        out[f"_{k}"] = mask.copy()
+    return out
+
+
+class ParaOrchVectorEnv(VectorEnv):
+    """N ParaOrch-v0 episodes on one compiled simulator."""
+
+    metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP, "render_modes": []}
+
+    def __init__(self, num_envs: int = 1, pool: Any = "paramanager", suite: Any = "paramanager",
+                 max_rounds: int = 12, max_parallel: int = 4, serial: bool = False, reward: Any = "paramanager",
+                 tools: str = "sim", token_budget: float | None = None, seed: int | None = None,
+                 autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP, render_mode: str | None = None) -> None:
+        if not isinstance(num_envs, int | np.integer) or num_envs < 1:
+            raise ValueError(f"num_envs: expected a positive integer, got {num_envs!r}")
+        if render_mode is not None:
+            raise ValueError(f"render_mode: ParaOrch-v0 has no render modes, got {render_mode!r}")
+        mode = AutoresetMode(autoreset_mode)
+        if mode not in (AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP):
+            raise ValueError(f"autoreset_mode: expected NEXT_STEP or SAME_STEP, got {mode}")
+        self.num_envs = int(num_envs)
+        self.sim = make_simulator(tools, self.num_envs, pool=pool, suite=suite, max_rounds=max_rounds,
+                                  max_parallel=max_parallel, serial=serial, token_budget=token_budget)
+        self.reward_config = resolve_reward(reward)
+        self.metadata = {**self.metadata, "autoreset_mode": mode}
+        self.autoreset_mode = mode
+        self.single_observation_space = observation_space(self.sim)
+        self.single_action_space = spaces.MultiDiscrete(self.sim.nvec)
+        self.observation_space = batch_space(self.single_observation_space, self.num_envs)
+        self.action_space = batch_space(self.single_action_space, self.num_envs)
+        self._initial_seed = seed
+        self._seeded = False
+        self._autoreset = np.zeros(self.num_envs, np.uint8)
+        self._no_reset = np.zeros(self.num_envs, np.uint8)
+
+    def reset(self, *, seed: int | list[int] | None = None,
+              options: dict[str, Any] | None = None) -> tuple[dict[str, np.ndarray], dict]:
+        super().reset(seed=seed if isinstance(seed, int | None) else None)
+        mask = np.ones(self.num_envs, bool)
+        if options and "reset_mask" in options:
+            mask = np.asarray(options["reset_mask"])
+            if mask.shape != (self.num_envs,) or mask.dtype != np.bool_:
+                raise ValueError(f"options['reset_mask']: expected a bool array of shape ({self.num_envs},), "
+                                 f"got dtype {mask.dtype} shape {mask.shape}")
+        if seed is None and not self._seeded:
+            seed = self._initial_seed if self._initial_seed is not None else int(self.np_random.integers(2**62))
+        if seed is not None:
+            seeds = [seed + i for i in range(self.num_envs)] if isinstance(seed, int | np.integer) else list(seed)
+            if len(seeds) != self.num_envs:
+                raise ValueError(f"seed: expected an int or {self.num_envs} seeds, got {len(seeds)}")
+            lanes = np.flatnonzero(mask)
+            self.sim.seed([seeds[i] for i in lanes], lanes)
+            self._seeded = True
+        self.sim.reset(mask.astype(np.uint8))
+        self._autoreset[mask] = 0
+        return self.sim.observation(), {}
+
+    def step(self, actions: Any) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray, np.ndarray, dict]:
+        a = np.asarray(actions)
+        want = (self.num_envs, len(self.sim.nvec))
+        if a.shape != want or a.dtype.kind not in "iu":
+            raise ValueError(f"actions: expected an integer array of shape {want}, got dtype {a.dtype} shape "
+                             f"{a.shape}")
+        reset_first = self._autoreset.copy()
+        done = self.sim.step(a.astype(np.int64, copy=False), reset_first)
+        terminated = done.astype(bool) & (reset_first == 0)
+        rewards = np.zeros(self.num_envs)
+        infos: dict[str, Any] = {}
+        lanes = np.flatnonzero(terminated)
+        if len(lanes):
+            total, comps, traj = terminal_info(self.sim, lanes, self.reward_config)
+            rewards[lanes] = total
+            final = {"reward_components": _masked(comps, lanes, self.num_envs),
+                     "trajectory": _masked(traj, lanes, self.num_envs)}
+            for key in ("reward_components", "trajectory"):
+                final[f"_{key}"] = terminated.copy()
+            if self.autoreset_mode == AutoresetMode.SAME_STEP:
+                final_obs = np.full(self.num_envs, None, dtype=object)
+                for i in lanes:
+                    final_obs[i] = self.sim.observation(i)
+                self.sim.reset(terminated.astype(np.uint8))
+                infos = {"final_obs": final_obs, "_final_obs": terminated.copy(), "final_info": final,
+                         "_final_info": terminated.copy()}
+            else:
+                infos = final
+        if self.autoreset_mode == AutoresetMode.NEXT_STEP:
+            self._autoreset = terminated.astype(np.uint8)
+        return self.sim.observation(), rewards, terminated, np.zeros(self.num_envs, bool), infos
