@@ -1,0 +1,57 @@
+"""Each shipped pool, under a fixed scripted policy, reproduces its models' published accuracies.
+
+Policy: one direct standard_reasoner call by model m on the question, then final_answer; and, for the
+manager, final_answer at once (the termination model then answers itself). The episode outcome must
+match each (model, benchmark) target of the pool file within 2 points. 12,000 episodes per target put
+the standard error at <= 0.46 points, so the test fails on a real miscalibration, not on noise.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from parasim.envs.paraorch_vector import ParaOrchVectorEnv
+from parasim.pools import load_pool
+from parasim.protocol.schema import NUM_TOOLS, Tool
+from parasim.tasks import BENCHMARKS
+
+EPISODES = 12_000
+LANES = 4_000
+
+
+def _accuracy(pool_name: str, bench: str, model: int | None) -> float:
+    """Mean outcome of EPISODES scripted episodes (model None: the manager answers alone)."""
+    env = ParaOrchVectorEnv(num_envs=LANES, pool=pool_name, suite=bench, max_rounds=2)
+    n = len(env.sim.nvec)
+    call = np.zeros((LANES, n), np.int64)
+    call[:, 1::3] = NUM_TOOLS
+    call[:, 1], call[:, 2], call[:, 3] = int(Tool.STANDARD_REASONER), model or 0, 0
+    stop = np.zeros((LANES, n), np.int64)
+    stop[:, 0] = 1
+    outcomes = []
+    for rep in range(EPISODES // LANES):
+        env.reset(seed=rep * LANES)
+        if model is not None:
+            env.step(call)
+        _, _, term, _, info = env.step(stop)
+        assert term.all()
+        outcomes.append(info["trajectory"]["outcome"])
+    return float(np.concatenate(outcomes).mean())
+
+
+def _targets() -> list[tuple[str, str, int, float]]:
+    cases = []
+    for name in ("paramanager", "paramanager_mono", "toolorchestra"):
+        pool = load_pool(name)
+        for m, b in zip(*np.nonzero(~np.isnan(pool.accuracy_target))):
+            cases.append((name, BENCHMARKS[b].name, int(m), float(pool.accuracy_target[m, b])))
+    return cases
+
+
+@pytest.mark.parametrize("pool_name,bench,model,target", _targets(),
+                         ids=lambda v: v if isinstance(v, str) else None)
+def test_scripted_direct_call_reproduces_the_target(pool_name, bench, model, target):
+    pool = load_pool(pool_name)
+    is_manager = model == pool.num_models
+    acc = _accuracy(pool_name, bench, None if is_manager else model)
+    assert abs(acc - target) < 0.02, f"{pool.model_names[model]} on {bench}: {acc:.3f} vs {target:.3f}"
