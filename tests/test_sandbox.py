@@ -20,12 +20,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from parasim.protocol.schema import Status
+from parasim.tools import sandbox as sandbox_mod
 from parasim.tools.sandbox import (
     Sandbox,
     SandboxConfig,
     SandboxUnavailableError,
     _Capture,
     probe_bwrap,
+    uid_pool,
 )
 
 _REASON = probe_bwrap()
@@ -92,6 +94,13 @@ def test_errors_become_exec_err_with_traceback_from_model_code(tag: str) -> None
     code = sb.run("import sys; sys.exit(3)")
     assert code.status == Status.EXEC_ERR and code.extra["exit_code"] == 3
     assert_nothing_left(tag)
+
+
+@pytest.mark.sandbox
+@needs_bwrap
+def test_stdin_is_fed_to_the_script(tag: str) -> None:
+    res = make(tag).run("import sys\nprint(sum(int(x) for x in sys.stdin.read().split()))", stdin="1 2 3\n4")
+    assert (res.status, res.output) == (Status.OK, "10\n")
 
 
 @pytest.mark.sandbox
@@ -290,11 +299,36 @@ def test_unsafe_mode_is_opt_in_by_name_and_keeps_limits(tag: str) -> None:
     assert_nothing_left(tag)
 
 
+def test_spawn_failure_is_an_exec_err(tag: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    sb = make(tag, mode="unsafe-subprocess")
+
+    async def no_processes_left(*args: object, **kwargs: object) -> None:
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(sandbox_mod.asyncio, "create_subprocess_exec", no_processes_left)
+    res = sb.run("print(1)")
+    assert res.status == Status.EXEC_ERR and "could not start" in res.detail
+
+
+def test_uid_pool_follows_the_user_namespace(monkeypatch: pytest.MonkeyPatch) -> None:
+    full = [(0, 2**32 - 1)]
+    monkeypatch.setattr(sandbox_mod, "_mapped_ids", lambda path: full)
+    assert uid_pool((2_000_000_000, 2_100_000_000)) == (2_000_000_000, 2_100_000_000)
+    container = [(0, 65536)]  # rootless Docker / Podman
+    monkeypatch.setattr(sandbox_mod, "_mapped_ids", lambda path: container)
+    lo, hi = uid_pool((2_000_000_000, 2_100_000_000))
+    assert 1000 <= lo < hi <= 65534
+    monkeypatch.setattr(sandbox_mod, "_mapped_ids", lambda path: [(0, 1)])
+    with pytest.raises(SandboxUnavailableError, match="user ids"):
+        uid_pool((2_000_000_000, 2_100_000_000))
+
+
 @pytest.mark.parametrize("field,value", [("mode", "docker"), ("timeout_s", 0), ("memory_bytes", 1024),
-                                         ("uid_range", (5, 4)), ("extra_ro_binds", ("relative",))])
+                                         ("uid_range", (5, 4)), ("extra_ro_binds", ("relative",)),
+                                         ("python", "/nonexistent/python")])
 def test_config_errors_name_the_field(field: str, value: object) -> None:
     with pytest.raises(ValueError, match=field):
-        SandboxConfig(**{field: value})  # type: ignore[arg-type]
+        Sandbox(SandboxConfig(**{"mode": "unsafe-subprocess", field: value}))  # type: ignore[arg-type]
 
 
 @given(chunks=st.lists(st.binary(max_size=300), max_size=20), limit=st.integers(2, 400))

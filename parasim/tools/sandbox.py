@@ -201,6 +201,37 @@ def _system_binds() -> list[str]:
     return args
 
 
+def _mapped_ids(map_file: str) -> list[tuple[int, int]]:
+    """[lo, hi) id ranges this process's user namespace maps (all of them outside any container)."""
+    try:
+        with open(map_file) as f:
+            rows = [tuple(map(int, line.split())) for line in f if line.strip()]
+    except OSError:
+        return [(0, 2**32 - 1)]
+    return [(inside, inside + count) for inside, _, count in rows]
+
+
+def uid_pool(wanted: tuple[int, int]) -> tuple[int, int]:
+    """The ids to draw sandbox uids from: ``wanted`` where mapped, else the top of the widest mapped range.
+
+    Inside a container with a user namespace (rootless Docker / Podman maps 65536 ids), a uid of two
+    billion cannot be set; the top of the mapped range is as unlikely to belong to a real account.
+    """
+    ranges = [
+        (max(lo, glo), min(hi, ghi))
+        for lo, hi in _mapped_ids("/proc/self/uid_map") for glo, ghi in _mapped_ids("/proc/self/gid_map")
+        if max(lo, glo) < min(hi, ghi)
+    ]
+    for lo, hi in ranges:
+        if lo <= wanted[0] and wanted[1] <= hi:
+            return wanted
+    lo, hi = max(ranges, key=lambda r: r[1] - r[0], default=(0, 0))
+    top = hi - 2  # below the overflow ids 65534 / 65535 when the range ends at 65536
+    if top - max(lo, 1000) < 100:
+        raise SandboxUnavailableError(f"too few user ids mapped here ({ranges}) to run sandboxes as their own uid")
+    return (max(lo, 1000, top - 10000), top)
+
+
 def _covered(path: str, roots: Sequence[str]) -> bool:
     return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
 
@@ -260,7 +291,29 @@ class Sandbox:
                     "with SandboxConfig(mode=\"unsafe-subprocess\")."
                 )
             self._bwrap = shutil.which(self.config.bwrap)
-        self._roots = _interpreter_roots(self.config.python)
+        try:
+            self._roots = _interpreter_roots(self.config.python)
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise ValueError(f"SandboxConfig.python={self.config.python!r}: cannot run it ({exc})") from None
+        self._uids = uid_pool(self.config.uid_range) if self._as_root else self.config.uid_range
+        if self._bwrap is not None:
+            self._self_test()
+
+    def _self_test(self) -> None:
+        """Run one trivial script now, so a host that cannot run the sandbox fails here, clearly, once."""
+        fd = os.memfd_create("parasim-selftest", 0)
+        try:
+            os.write(fd, b"print('ok')\n")
+            os.lseek(fd, 0, os.SEEK_SET)
+            res = subprocess.run(self._bwrap_argv(fd, "selftest"), pass_fds=(fd,), capture_output=True,
+                                 timeout=60, check=False, stdin=subprocess.DEVNULL)
+        finally:
+            os.close(fd)
+        if res.returncode != 0 or res.stdout != b"ok\n":
+            raise SandboxUnavailableError(
+                f"the sandbox cannot run {self.config.python} here (exit {res.returncode}): "
+                f"{res.stderr.decode(errors='replace').strip()[-2000:]}"
+            )
 
     def _env(self, run_id: str) -> dict[str, str]:
         env = {
@@ -308,14 +361,16 @@ class Sandbox:
         argv += ["--tmpfs", WORKDIR, "--file", str(code_fd), f"{WORKDIR}/{SCRIPT_NAME}", "--chdir", WORKDIR, "--clearenv"]
         for key, value in self._env(run_id).items():
             argv += ["--setenv", key, value]
-        uid = random.SystemRandom().randrange(*c.uid_range) if self._as_root else None
+        uid = random.SystemRandom().randrange(*self._uids) if self._as_root else None
         argv += [c.python, "-I", "-S", "-B", "-c", BOOTSTRAP, self._spec(WORKDIR, uid)]
         return argv
 
-    async def arun(self, code: str) -> CallResult:
-        """Run ``code`` as a script; OK (exit 0), EXEC_ERR (nonzero exit, stderr in ``detail``) or TIMEOUT."""
+    async def arun(self, code: str, stdin: str | bytes = b"") -> CallResult:
+        """Run ``code`` as a script fed ``stdin``; OK (exit 0), EXEC_ERR (nonzero exit, stderr in ``detail``)
+        or TIMEOUT."""
         if not isinstance(code, str):
             raise TypeError(f"code must be str, got {type(code).__name__}")
+        feed = stdin.encode("utf-8", errors="surrogateescape") if isinstance(stdin, str) else bytes(stdin)
         run_id = uuid.uuid4().hex
         data = code.encode("utf-8", errors="surrogateescape")
         if self.config.mode == "bwrap":
@@ -323,31 +378,45 @@ class Sandbox:
             try:
                 os.write(fd, data)  # memfd writes are all-or-nothing for in-memory files
                 os.lseek(fd, 0, os.SEEK_SET)
-                return await self._execute(self._bwrap_argv(fd, run_id), pass_fds=(fd,), env=None)
+                return await self._execute(self._bwrap_argv(fd, run_id), feed, pass_fds=(fd,), env=None)
             finally:
                 os.close(fd)
         with tempfile.TemporaryDirectory(prefix="parasim-unsafe-") as work:
             Path(work, SCRIPT_NAME).write_bytes(data)
             argv = [self.config.python, "-I", "-S", "-B", "-c", BOOTSTRAP, self._spec(work, None)]
             env = {**self._env(run_id), "HOME": work, "TMPDIR": work}
-            return await self._execute(argv, pass_fds=(), env=env, cwd=work)
+            return await self._execute(argv, feed, pass_fds=(), env=env, cwd=work)
 
-    async def _execute(self, argv: list[str], pass_fds: tuple[int, ...], env: dict[str, str] | None,
+    async def _execute(self, argv: list[str], feed: bytes, pass_fds: tuple[int, ...], env: dict[str, str] | None,
                        cwd: str | None = None) -> CallResult:
         c = self.config
         out, err = _Capture(c.max_output_bytes), _Capture(c.max_output_bytes)
         start = time.monotonic()
-        proc = await asyncio.create_subprocess_exec(
-            *argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            pass_fds=pass_fds, env=env, cwd=cwd, start_new_session=True,
-        )
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv, stdin=subprocess.PIPE if feed else subprocess.DEVNULL, stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE, pass_fds=pass_fds, env=env, cwd=cwd, start_new_session=True,
+            )
+        except OSError as exc:  # the host is out of processes or memory: this call fails, the episode goes on
+            return CallResult(Status.EXEC_ERR, detail=f"sandbox could not start: {exc}",
+                              latency_s=time.monotonic() - start, extra={"reason": "spawn failed"})
 
         async def drain(stream: asyncio.StreamReader, cap: _Capture) -> None:
             while chunk := await stream.read(65536):
                 cap.feed(chunk)
 
+        async def write_stdin() -> None:
+            if proc.stdin is None:
+                return
+            try:
+                proc.stdin.write(feed)
+                await proc.stdin.drain()
+                proc.stdin.close()
+            except (BrokenPipeError, ConnectionResetError):  # the script stopped reading: its business
+                pass
+
         assert proc.stdout is not None and proc.stderr is not None
-        drains = asyncio.gather(drain(proc.stdout, out), drain(proc.stderr, err))
+        drains = asyncio.gather(drain(proc.stdout, out), drain(proc.stderr, err), write_stdin())
         timed_out = False
         try:
             try:
@@ -369,13 +438,19 @@ class Sandbox:
         latency = time.monotonic() - start
         return _to_result(proc.returncode, timed_out, out, err, latency, c)
 
-    def run(self, code: str) -> CallResult:
+    def run(self, code: str, stdin: str | bytes = b"") -> CallResult:
         """Synchronous :meth:`arun` for callers without a running event loop."""
-        return asyncio.run(self.arun(code))
+        return asyncio.run(self.arun(code, stdin))
 
-    async def arun_many(self, codes: Sequence[str]) -> list[CallResult]:
-        """The calls of one round, concurrently; results in input order."""
-        return list(await asyncio.gather(*(self.arun(code) for code in codes)))
+    async def arun_many(self, codes: Sequence[str], max_concurrency: int | None = None) -> list[CallResult]:
+        """The calls of one round, concurrently (at most ``max_concurrency`` at once); results in input order."""
+        gate = asyncio.Semaphore(max_concurrency or len(codes) or 1)
+
+        async def one(code: str) -> CallResult:
+            async with gate:
+                return await self.arun(code)
+
+        return list(await asyncio.gather(*(one(code) for code in codes)))
 
 
 def _signal_name(signo: int) -> str:
