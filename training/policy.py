@@ -55,6 +55,24 @@ def obs_to_tensor(obs: Mapping[str, np.ndarray], keys: tuple[str, ...]) -> torch
     return torch.from_numpy(np.concatenate(parts, axis=1))
 
 
+def relevance(actions: torch.Tensor, nvec: list[int], num_agent_tools: int) -> torch.Tensor:
+    """Which dimensions of each action changed what the env did (bool[N, D]).
+
+    ``stop`` always; a slot's tool only when the round runs; its model only for an agent tool; its
+    target for any call.
+    """
+    rel = torch.zeros_like(actions, dtype=torch.bool)
+    rel[:, 0] = True
+    go = actions[:, 0] == 0
+    for s in range((len(nvec) - 1) // 3):
+        tool = actions[:, 1 + 3 * s]
+        used = go & (tool != nvec[1 + 3 * s] - 1)
+        rel[:, 1 + 3 * s] = go
+        rel[:, 2 + 3 * s] = used & (tool < num_agent_tools)
+        rel[:, 3 + 3 * s] = used
+    return rel
+
+
 class ManagerPolicy(nn.Module):
     """MLP trunk, one categorical head per action dimension, model and target conditioned on the tool.
 
@@ -113,16 +131,7 @@ class ManagerPolicy(nn.Module):
 
     def relevance(self, actions: torch.Tensor) -> torch.Tensor:
         """Which dimensions of each action changed what the env did (bool[N, D])."""
-        rel = torch.zeros_like(actions, dtype=torch.bool)
-        rel[:, 0] = True
-        go = actions[:, 0] == 0
-        for s in range(self.slots):
-            tool = actions[:, 1 + 3 * s]
-            used = go & (tool != self.nvec[1 + 3 * s] - 1)
-            rel[:, 1 + 3 * s] = go
-            rel[:, 2 + 3 * s] = used & (tool < self.num_agent_tools)
-            rel[:, 3 + 3 * s] = used
-        return rel
+        return relevance(actions, self.nvec, self.num_agent_tools)
 
     def _score(self, logits: list[torch.Tensor], actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         rel = self.relevance(actions).float()

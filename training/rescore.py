@@ -132,4 +132,7 @@ def print_rescore(rows: Sequence[dict[str, Any]], n: int) -> None:
     for r in rows:
         table.add_row(r["config"], f"{r['mean_reward']:.4f}", f"{r['std_reward']:.4f}",
                       f"{r['kendall_tau_vs_base']:.3f}", f"{r[overlap_key]:.2f}")
-    Console().print(table)
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=200)  # logs and pipes: do not squeeze the table to 80 columns
+    console.print(table)

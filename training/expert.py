@@ -1,0 +1,174 @@
+"""The scripted expert whose correct trajectories warm-start the policy (SFT before GRPO).
+
+It plays what the ParaManager and ToolOrchestra papers describe as sensible orchestration: a first
+round of parallel calls with distinct, domain-appropriate tools on distinct models; then, depending on
+the evidence, stop on a confirmed consensus, ask the critical reviewer to verify an unconfirmed leader,
+add independent solvers when candidates disagree or the leader was flagged, and repair failed calls
+(EXEC_ERR / TIMEOUT) in the next round by re-issuing them with the trajectory carried. Exploration
+noise varies the number of calls, tools, models and the stopping round, so demonstrations cover more
+than one script.
+
+Only correct trajectories are kept, failures followed by a repair included (``recovered`` in the
+stats); then trajectories are dropped, most over-represented first, until no tool has more than
+``max_tool_share`` of the calls, so SFT does not teach a one-tool habit that GRPO must unlearn.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from parasim.protocol.schema import MAX_PARALLEL, NUM_TOOLS, Domain, Status, Tool
+from parasim.sim import TARGET_CARRY, TARGET_QUESTION, TARGET_VERIFY
+from parasim.training.fields import opt
+from parasim.training.rollout import collect, derive_seed, make_envs
+
+EMPTY = NUM_TOOLS
+FAILED = (int(Status.EXEC_ERR), int(Status.TIMEOUT))
+PREFERENCES: dict[int, tuple[Tool, ...]] = {  # domain -> tools by how well they suit it (DESIGN.md 3)
+    Domain.MATH: (Tool.CODE_REASONER, Tool.STANDARD_REASONER, Tool.ENSEMBLE_SOLVER, Tool.PYTHON),
+    Domain.SCIENCE: (Tool.STANDARD_REASONER, Tool.KNOWLEDGE_SEARCHER, Tool.ENSEMBLE_SOLVER, Tool.CODE_REASONER),
+    Domain.KNOWLEDGE: (Tool.KNOWLEDGE_SEARCHER, Tool.SEARCH, Tool.STANDARD_REASONER, Tool.ENSEMBLE_SOLVER),
+    Domain.CODE: (Tool.CODE_REASONER, Tool.PYTHON, Tool.STANDARD_REASONER, Tool.ENSEMBLE_SOLVER),
+}
+
+
+@dataclass(frozen=True)
+class ExpertConfig:
+    """How many demonstrations the expert plays and how they are filtered."""
+
+    episodes: int = opt(2048, lo=1, hi=10_000_000, help="episodes played (before filtering to correct ones)")
+    explore: float = opt(0.25, lo=0.0, hi=1.0, help="probability of a randomized choice at each decision")
+    max_rounds: int = opt(4, lo=1, hi=12, help="rounds after which the expert always stops")
+    max_tool_share: float = opt(0.3, lo=0.15, hi=1.0, help="balance: no tool above this share of kept calls")
+
+
+@dataclass
+class Demonstrations:
+    """The kept decisions (SFT inputs) and what was kept."""
+
+    x: torch.Tensor
+    mask: torch.Tensor
+    actions: torch.Tensor
+    stats: dict[str, Any]
+
+
+class ScriptedExpert:
+    """A per-lane scripted manager; remembers each lane's last round to repair its failed calls."""
+
+    def __init__(self, num_lanes: int, nvec: list[int], cfg: ExpertConfig, rng: np.random.Generator) -> None:
+        self.cfg, self.rng = cfg, rng
+        self.width = len(nvec)
+        self.num_models = int(nvec[2])
+        self.last = np.full((num_lanes, MAX_PARALLEL, 3), -1, np.int64)
+
+    def __call__(self, live: np.ndarray, obs: dict[str, np.ndarray], x: torch.Tensor,
+                 mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        acts = np.zeros((len(live), self.width), np.int64)
+        for j, lane in enumerate(live):
+            acts[j] = self.decide(lane, {k: v[j] for k, v in obs.items()})
+        return torch.from_numpy(acts), torch.zeros(len(live))
+
+    def decide(self, lane: int, o: dict[str, np.ndarray]) -> np.ndarray:
+        """One decision for one lane from its observation."""
+        act = np.zeros(self.width, np.int64)
+        act[1::3] = EMPTY
+        slots = int(sum(o["action_mask"][2 + k * (NUM_TOOLS + 1 + self.num_models + 3):][:NUM_TOOLS].any()
+                        for k in range((self.width - 1) // 3)))
+        rnd, distinct = int(o["round"][0]), int(o["evidence"][1])
+        cand = o["candidates"]
+        explore = self.rng.random() < self.cfg.explore
+        failed = [tuple(self.last[lane, k]) for k, s in enumerate(o["last_status"]) if s in FAILED and rnd > 0]
+        calls: list[tuple[int, int, int]] = []
+        if rnd >= self.cfg.max_rounds or o["round"][1] <= 1:
+            act[0] = 1  # the last round must be final_answer, or the episode ends without one
+        elif failed:
+            carry = TARGET_CARRY if distinct else TARGET_QUESTION
+            calls = [(t, m, target if t == Tool.CRITICAL_REVIEWER else carry) for t, m, target in failed]
+            if distinct and len(calls) < slots and self.rng.random() < 0.5:
+                calls.append((int(Tool.CRITICAL_REVIEWER), self._model(), TARGET_VERIFY))
+        elif distinct == 0:
+            calls = self._solvers(o, self._width(slots, explore, first=rnd == 0))
+        else:
+            confirmed, flagged = cand[0, 4] > 0, cand[0, 3] > 0
+            lead_margin = cand[0, 2] - cand[1, 2]
+            if confirmed and not flagged and lead_margin > 0 and not explore:
+                act[0] = 1
+            elif not flagged and lead_margin >= 2 and rnd >= 1 and self.rng.random() < 0.5:
+                act[0] = 1
+            elif flagged or lead_margin <= 0:
+                calls = self._solvers(o, max(1, self._width(slots, explore, first=False) - 1))
+                calls.append((int(Tool.CRITICAL_REVIEWER), self._model(), TARGET_VERIFY))
+            else:
+                calls = [(int(Tool.CRITICAL_REVIEWER), self._model(), TARGET_VERIFY)]
+                if explore and slots > 1:
+                    calls += self._solvers(o, 1)
+        calls = calls[:slots]
+        if act[0] == 0 and not calls:
+            act[0] = 1
+        self.last[lane] = -1
+        for k, (t, m, target) in enumerate(calls):
+            act[1 + 3 * k: 4 + 3 * k] = (t, m, target)
+            self.last[lane, k] = (t, m, target)
+        return act
+
+    def _width(self, slots: int, explore: bool, first: bool) -> int:
+        """Calls in a solving round: 2-3 in parallel (fewer later), a random width when exploring."""
+        if explore:
+            return int(self.rng.integers(1, slots + 1))
+        return min(slots, 3 if first else 2)
+
+    def _model(self) -> int:
+        return int(self.rng.integers(self.num_models))
+
+    def _solvers(self, o: dict[str, np.ndarray], n: int) -> list[tuple[int, int, int]]:
+        """``n`` independent solver calls: distinct domain-preferred tools on distinct models."""
+        domain = int(np.argmax(o["task"][:4]))
+        prefs = list(PREFERENCES[domain])
+        weights = np.array([0.4, 0.3, 0.2, 0.1])
+        tools = self.rng.choice(len(prefs), size=min(n, len(prefs)), replace=False, p=weights)
+        models = self.rng.permutation(self.num_models)
+        has_lead = int(o["evidence"][1]) > 0
+        out = []
+        for j, ti in enumerate(tools):
+            target = TARGET_CARRY if has_lead and self.rng.random() < 0.3 else TARGET_QUESTION
+            out.append((int(prefs[ti]), int(models[j % self.num_models]), target))
+        return out
+
+
+def balance(tool_counts: np.ndarray, keep: np.ndarray, max_share: float) -> np.ndarray:
+    """Drop kept trajectories, heaviest users of the dominant tool first, until no tool exceeds ``max_share``."""
+    keep = keep.copy()
+    while keep.any():
+        totals = tool_counts[keep].sum(0).astype(float)
+        share = totals / max(totals.sum(), 1.0)
+        top = int(np.argmax(share))
+        if share[top] <= max_share:
+            break
+        idx = np.flatnonzero(keep)
+        heavy = idx[np.argsort(-(tool_counts[idx, top] / np.maximum(tool_counts[idx].sum(1), 1)), kind="stable")]
+        keep[heavy[: max(1, len(heavy) // 50)]] = False
+    return keep
+
+
+def demonstrations(cfg: Any) -> Demonstrations:
+    """Play ``cfg.expert.episodes`` expert episodes and return the decisions of the kept ones."""
+    e: ExpertConfig = cfg.expert
+    envs = make_envs(cfg.env, e.episodes)
+    nvec = [int(v) for v in envs.single_action_space.nvec]
+    expert = ScriptedExpert(e.episodes, nvec, e, np.random.default_rng(derive_seed(cfg.seed, "expert-policy")))
+    ro = collect(expert, envs, seed=derive_seed(cfg.seed, "expert"), group_size=1)
+    envs.close()
+    b = ro.batch
+    correct = b.outcome >= 1.0
+    failed_calls = ro.status_counts[:, list(FAILED)].sum(1) > 0
+    keep = balance(b.tool_counts, correct & (b.format_violations == 0), e.max_tool_share)
+    sel = ro.decisions_of(torch.from_numpy(np.flatnonzero(keep)))
+    totals = b.tool_counts[keep].sum(0)
+    stats = {"episodes": int(len(keep)), "expert_accuracy": float(correct.mean()), "kept": int(keep.sum()),
+             "decisions": int(sel.numel()), "recovered": int((keep & failed_calls).sum()),
+             "tool_share": (totals / max(totals.sum(), 1)).round(4).tolist()}
+    return Demonstrations(ro.x[sel], ro.mask[sel], ro.actions[sel], stats)
+

@@ -1,0 +1,158 @@
+"""A sweep's outputs: the terminal table, CSV and JSON, and the plots (matplotlib, Agg backend).
+
+Seeds of one grid label are averaged (the table shows mean +- std over seeds); plots put each label
+on accuracy against tokens, cost and latency with the Pareto front (higher accuracy, lower
+spend) drawn through the non-dominated labels, and stack the tool and model distributions per label.
+"""
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from parasim.protocol.schema import Tool
+from parasim.training.store import atomic_write_bytes, atomic_write_json
+
+SCALARS = ("accuracy", "reward", "sft_reward", "final_train_reward", "tokens", "cost_units", "usd", "latency_s",
+           "rounds", "calls_per_round", "distinct_tools", "format_failure_rate", "wall_s")
+SPEND_AXES = (("tokens", "tokens per trajectory"), ("cost_units", "cost units per trajectory"),
+              ("latency_s", "latency (critical path, s)"))
+
+
+def aggregate(results: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per grid label (in first-seen order): mean and std of each scalar over seeds."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in results:
+        groups.setdefault(r["label"], []).append(r)
+    rows = []
+    for label, rs in groups.items():
+        row: dict[str, Any] = {"label": label, "seeds": sorted(r["seed"] for r in rs)}
+        for name in SCALARS:
+            vals = np.array([r[name] for r in rs if r.get(name) is not None], dtype=float)
+            row[name] = float(vals.mean()) if vals.size else float("nan")
+            row[f"{name}_std"] = float(vals.std()) if vals.size else float("nan")
+        row["tool_dist"] = np.mean([r["tool_dist"] for r in rs], axis=0).tolist()
+        models = sorted({m for r in rs for m in r["model_dist"]})
+        row["model_dist"] = {m: float(np.mean([r["model_dist"].get(m, 0.0) for r in rs])) for m in models}
+        rows.append(row)
+    return rows
+
+
+def pareto_front(acc: np.ndarray, spend: np.ndarray) -> np.ndarray:
+    """Indices of the points no other point beats on both axes (higher accuracy, lower spend), by spend."""
+    order = np.lexsort((-acc, spend))
+    front, best = [], -np.inf
+    for i in order:
+        if acc[i] > best:
+            front.append(int(i))
+            best = acc[i]
+    return np.array(front, dtype=int)
+
+
+def print_table(rows: Sequence[dict[str, Any]], title: str = "parasim sweep") -> None:
+    """The sweep table on the terminal (rich)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title)
+    cols = [("point", None), ("seeds", None), ("accuracy", "accuracy"), ("reward SFT->final", None),
+            ("tokens", "tokens"), ("cost", "cost_units"), ("USD", "usd"), ("latency s", "latency_s"),
+            ("calls/round", "calls_per_round"), ("tools/traj", "distinct_tools"), ("format fail", "format_failure_rate")]
+    for name, _ in cols:
+        table.add_column(name, justify="left" if name == "point" else "right", no_wrap=name == "point")
+    for r in rows:
+        cells = [r["label"], str(len(r["seeds"]))]
+        cells.append(f"{r['accuracy']:.3f} ± {r['accuracy_std']:.3f}")
+        cells.append(f"{r['sft_reward']:.3f} -> {r['final_train_reward']:.3f}")
+        cells += [f"{r['tokens']:.0f}", f"{r['cost_units']:.2f}", f"{r['usd']:.4f}", f"{r['latency_s']:.1f}",
+                  f"{r['calls_per_round']:.2f}", f"{r['distinct_tools']:.2f}", f"{r['format_failure_rate']:.3f}"]
+        table.add_row(*cells)
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=200)  # logs and pipes: do not squeeze the table to 80 columns
+    console.print(table)
+
+
+def write_tables(results: Sequence[dict[str, Any]], rows: Sequence[dict[str, Any]], out: Path) -> list[Path]:
+    """``results.json`` (every point, every field), ``summary.json`` and ``summary.csv`` (per label)."""
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(out / "results.json", list(results))
+    atomic_write_json(out / "summary.json", list(rows))
+    fields = ["label", "seeds"] + [n for s in SCALARS for n in (s, f"{s}_std")]
+    fields += [f"tool_{t.wire_name}" for t in Tool if t != Tool.FINAL_ANSWER]
+    lines: list[dict[str, Any]] = []
+    for r in rows:
+        line = {k: r[k] for k in fields if k in r}
+        line["seeds"] = " ".join(map(str, r["seeds"]))
+        line.update({f"tool_{Tool(i).wire_name}": v for i, v in enumerate(r["tool_dist"])})
+        lines.append(line)
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(lines)
+    atomic_write_bytes(out / "summary.csv", buf.getvalue().encode())
+    return [out / "results.json", out / "summary.json", out / "summary.csv"]
+
+
+def write_plots(rows: Sequence[dict[str, Any]], out: Path) -> list[Path]:
+    """``pareto.png`` (accuracy vs tokens / cost / latency) and ``distributions.png`` (tools, models)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out.mkdir(parents=True, exist_ok=True)
+    labels = [r["label"] for r in rows]
+    acc = np.array([r["accuracy"] for r in rows])
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
+    for ax, (key, title) in zip(axes, SPEND_AXES):
+        spend = np.array([r[key] for r in rows])
+        ax.scatter(spend, acc, s=40, zorder=3)
+        for x, y, lab in zip(spend, acc, labels):
+            ax.annotate(lab, (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
+        front = pareto_front(acc, spend)
+        ax.step(spend[front], acc[front], where="post", color="tab:red", lw=1.2, label="Pareto front")
+        ax.set_xlabel(title)
+        ax.set_ylabel("accuracy (mean@k)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    pareto = out / "pareto.png"
+    fig.savefig(pareto, dpi=120)
+    plt.close(fig)
+
+    fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(14, 4.5))
+    x = np.arange(len(rows))
+    bottom = np.zeros(len(rows))
+    for i, tool in enumerate(t for t in Tool if t != Tool.FINAL_ANSWER):
+        vals = np.array([r["tool_dist"][i] for r in rows])
+        ax_t.bar(x, vals, bottom=bottom, label=tool.wire_name)
+        bottom += vals
+    models = sorted({m for r in rows for m in r["model_dist"]})
+    bottom = np.zeros(len(rows))
+    for m in models:
+        vals = np.array([r["model_dist"].get(m, 0.0) for r in rows])
+        ax_m.bar(x, vals, bottom=bottom, label=m)
+        bottom += vals
+    for ax, title in ((ax_t, "tool distribution (share of calls)"), (ax_m, "model distribution (share of agent calls)")):
+        ax.set_xticks(x, labels, rotation=30, ha="right", fontsize=8)
+        ax.set_title(title)
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    fig.tight_layout()
+    dists = out / "distributions.png"
+    fig.savefig(dists, dpi=120)
+    plt.close(fig)
+    return [pareto, dists]
+
+
+def write_report(results: Sequence[dict[str, Any]], out: str | Path, show: bool = True) -> list[Path]:
+    """Everything a finished sweep writes; returns the paths written."""
+    out = Path(out)
+    rows = aggregate(results)
+    if show:
+        print_table(rows)
+    paths = write_tables(results, rows, out) + write_plots(rows, out)
+    return paths

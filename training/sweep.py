@@ -1,0 +1,178 @@
+"""Reward / budget sweeps: a grid of training configs, run on local processes or on Ray, resumable.
+
+A grid is a list of axes ``name=v1,v2,...`` over any ``TrainConfig`` option (see ``config.resolve``),
+crossed with seeds. Each point trains (expert -> SFT -> GRPO) and evaluates in its own process with
+one torch thread, so a point's result depends only on its config and seed: the local and Ray backends
+give identical numbers, and a crash loses at most the points in flight. Finished points live in a
+``ResultsStore``; a rerun with the same grid skips them.
+"""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import hashlib
+import itertools
+import json
+import multiprocessing as mp
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence
+
+from parasim.training.config import TrainConfig, addressable_names, make_config, resolve
+from parasim.training.store import ResultsStore
+
+DEFAULT_GRID = ("c_tar=4,8,12,16",)
+DEFAULT_SEEDS = 2
+
+
+@dataclass(frozen=True)
+class GridPoint:
+    """One training run of a sweep: an ablation preset, option overrides and a seed."""
+
+    preset: str
+    overrides: tuple[tuple[str, str], ...]  # the grid coordinates
+    seed: int
+    fixed: tuple[tuple[str, str], ...] = ()  # options set for every point (``--set``)
+
+    @property
+    def label(self) -> str:
+        """The grid coordinates without the seed, e.g. ``c_tar=4``; seeds of a label are averaged."""
+        parts = [f"{k}={v}" for k, v in self.overrides]
+        return ",".join(([self.preset] if self.preset != "default" else []) + parts) or self.preset
+
+    def config(self) -> TrainConfig:
+        """The validated config of this point."""
+        return make_config(self.preset, {**dict(self.fixed), **dict(self.overrides), "seed": self.seed})
+
+    @property
+    def key(self) -> str:
+        """A file-safe key that changes whenever the point's full config does (code defaults included)."""
+        digest = hashlib.sha256(json.dumps(self.config().to_dict(), sort_keys=True, default=str).encode())
+        safe = "".join(c if c.isalnum() or c in "=.-_" else "_" for c in self.label.replace(",", "__"))
+        return f"{safe}__seed{self.seed}__{digest.hexdigest()[:10]}"
+
+
+def parse_grid(specs: Sequence[str]) -> list[tuple[str, list[str]]]:
+    """Parse repeated ``--grid name=v1,v2`` into axes; names are checked against the config."""
+    axes: list[tuple[str, list[str]]] = []
+    seen: set[tuple[str, str]] = set()
+    for spec in specs:
+        name, sep, values = spec.partition("=")
+        if not sep or not name.strip():
+            raise ValueError(f"--grid {spec!r}: expected NAME=V1,V2,... (e.g. c_tar=4,8,12,16)")
+        target = resolve(name)
+        if target in seen:
+            raise ValueError(f"--grid {spec!r}: option {name!r} appears in two axes")
+        seen.add(target)
+        items = [v.strip() for v in values.split(",") if v.strip()]
+        if not items:
+            raise ValueError(f"--grid {spec!r}: no values after '='")
+        axes.append((name.strip(), items))
+    return axes
+
+
+def expand(axes: Sequence[tuple[str, Sequence[str]]], seeds: Sequence[int], preset: str = "default",
+           fixed: dict[str, str] | None = None) -> list[GridPoint]:
+    """The cross product of the axes and the seeds; every point's config is validated up front."""
+    names = [n for n, _ in axes]
+    points = []
+    for values in itertools.product(*(v for _, v in axes)):
+        for seed in seeds:
+            point = GridPoint(preset, tuple(zip(names, values)), int(seed), tuple(sorted((fixed or {}).items())))
+            point.config()
+            points.append(point)
+    return points
+
+
+def run_point(point: GridPoint) -> dict[str, Any]:
+    """Train and evaluate one grid point (runs in a worker process or a Ray task)."""
+    import torch
+
+    from parasim.training.pipeline import run_pipeline
+
+    torch.set_num_threads(1)
+    start = time.perf_counter()
+    result = run_pipeline(point.config())
+    return {**result, "key": point.key, "label": point.label, "preset": point.preset,
+            "overrides": dict(point.overrides), "seed": point.seed, "wall_s": time.perf_counter() - start}
+
+
+def run_local(points: Sequence[GridPoint], workers: int) -> Iterator[dict[str, Any]]:
+    """Each point in a fresh ``spawn`` process (no forked torch state), results as they finish."""
+    ctx = mp.get_context("spawn")
+    with cf.ProcessPoolExecutor(max_workers=max(1, workers), mp_context=ctx) as pool:
+        futures = [pool.submit(run_point, p) for p in points]
+        for fut in cf.as_completed(futures):
+            yield fut.result()
+
+
+def run_ray(points: Sequence[GridPoint], address: str | None = None, num_cpus: int | None = None) -> Iterator[dict[str, Any]]:
+    """Each point a Ray task on the cluster ``ray.init`` finds (a new local instance by default)."""
+    import ray
+
+    started = not ray.is_initialized()
+    if started:
+        ray.init(address=address, num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+    task = ray.remote(num_cpus=1, max_retries=0)(run_point)
+    try:
+        pending = [task.remote(p) for p in points]
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            yield ray.get(done[0])
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def run_sweep(points: Sequence[GridPoint], out: str | Path, backend: str = "local", workers: int = 2,
+              progress: bool = True, ray_address: str | None = None,
+              on_result: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+    """Run the unfinished points, store each as it finishes, and return all results in grid order."""
+    store = ResultsStore(Path(out) / "store")
+    todo = [p for p in points if not store.done(p.key)]
+    if backend == "local":
+        stream = run_local(todo, workers) if todo else iter(())
+    elif backend == "ray":
+        stream = run_ray(todo, ray_address, num_cpus=workers if ray_address is None else None) if todo else iter(())
+    else:
+        raise ValueError(f"backend={backend!r}: allowed one of local, ray")
+    with _progress(len(points), len(points) - len(todo), enabled=progress) as advance:
+        for result in stream:
+            store.put(result)
+            if on_result is not None:
+                on_result(result)
+            advance(result)
+    return store.results([p.key for p in points])
+
+
+class _progress:
+    """A rich progress bar over grid points (a no-op when disabled or not a terminal-like run)."""
+
+    def __init__(self, total: int, done: int, enabled: bool) -> None:
+        self.total, self.done, self.enabled = total, done, enabled
+
+    def __enter__(self) -> Callable[[dict[str, Any]], None]:
+        if not self.enabled:
+            return lambda result: None
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self._bar = Progress(TextColumn("[bold]sweep"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                             TextColumn("{task.description}"))
+        self._bar.__enter__()
+        task = self._bar.add_task("" if not self.done else f"{self.done} already done", total=self.total,
+                                  completed=self.done)
+
+        def advance(result: dict[str, Any]) -> None:
+            desc = f"{result['label']} seed {result['seed']}: acc {result['accuracy']:.3f}"
+            self._bar.update(task, advance=1, description=desc)
+
+        return advance
+
+    def __exit__(self, *exc: object) -> None:
+        if self.enabled:
+            self._bar.__exit__(*exc)
+
+
+def option_names() -> list[str]:
+    """Every name a grid axis may use (for ``--list-options``)."""
+    return sorted(addressable_names())
