@@ -1,20 +1,26 @@
 """Answer extraction and verification: the forms models really write, and text that must not crash it."""
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from parasim.protocol.schema import Domain
+from parasim.tools.sandbox import Sandbox, SandboxConfig, probe_bwrap
 from parasim.tools.verify import (
     AnswerKind,
+    _same_output,
     extract_boxed,
     extract_choice,
+    extract_code,
     extract_final,
     kind_for,
     math_equal,
     normalize_text,
     verify,
+    verify_code,
 )
 
 
@@ -104,8 +110,9 @@ def test_kind_for() -> None:
     assert kind_for(Domain.MATH) is AnswerKind.MATH
     assert kind_for(Domain.SCIENCE, 4) is AnswerKind.CHOICE
     assert kind_for(Domain.KNOWLEDGE) is AnswerKind.EXACT
-    with pytest.raises(ValueError, match="code"):
-        kind_for(Domain.CODE)
+    assert kind_for(Domain.CODE) is AnswerKind.CODE
+    with pytest.raises(ValueError, match="verify_code"):
+        verify("print(1)", "1", "code")
     with pytest.raises(ValueError):
         AnswerKind("regex")
 
@@ -125,3 +132,42 @@ def test_fuzzed_text_never_raises(text: str) -> None:
     for kind, kw in (("math", {}), ("exact", {}), ("choice", {"num_options": 10})):
         verdict = verify(text, "7" if kind != "choice" else "B", kind, **kw)
         assert isinstance(verdict.correct, bool)
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("Here:\n```python\nprint(1)\n```\nand a test\n```\nprint(2)\n```", "print(1)\n"),  # python tag wins
+    ("```\nx = 1\n```", "x = 1\n"),
+    ("```py\nfirst\n```\n```python3\nsecond\n```", "second\n"),
+    ("```python\nunclosed = True\n", "unclosed = True\n"),
+    ("no code at all", None),
+    ("```python\n```", None),
+])
+def test_extract_code(text: str, expected: str | None) -> None:
+    assert extract_code(text) == expected
+
+
+def test_output_comparison() -> None:
+    assert _same_output("1 2\n3  \n\n", "1 2\n3")
+    assert _same_output("0.3333333", "0.33333333")
+    assert not _same_output("1 2", "1 3")
+    assert not _same_output("1\n2", "1")
+    assert not _same_output("yes", "Yes")
+
+
+@pytest.mark.sandbox
+@pytest.mark.skipif(probe_bwrap() is not None, reason=f"sandbox unavailable: {probe_bwrap()}")
+def test_verify_code_runs_tests_in_the_sandbox() -> None:
+    sandbox = Sandbox(SandboxConfig(timeout_s=3))
+    tests = [("1 2\n", "3\n"), ("10 -4\n", "6\n"), ("0 0\n", "0\n")]
+    right = "Read two ints.\n```python\na, b = map(int, input().split())\nprint(a + b)\n```"
+    wrong = "```python\na, b = map(int, input().split())\nprint(a - b)\n```"
+    hangs = "```python\nwhile True:\n    pass\n```"
+    verdicts = asyncio.run(_verify_all(sandbox, [right, wrong, hangs, "no code"], tests))
+    assert [v.correct for v in verdicts] == [True, False, False, False]
+    assert verdicts[1].reason == "test 0: wrong output"
+    assert "TIMEOUT" in verdicts[2].reason
+    assert verdicts[3].reason == "no code block found"
+
+
+async def _verify_all(sandbox: Sandbox, responses: list[str], tests: list[tuple[str, str]]) -> list:
+    return [await verify_code(r, tests, sandbox) for r in responses]

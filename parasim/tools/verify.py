@@ -1,9 +1,11 @@
 """Answer extraction and verification: what scores an episode's final answer against the gold one.
 
-Three kinds, chosen per task (:func:`kind_for`): ``math`` answers are compared as mathematical
+Four kinds, chosen per task (:func:`kind_for`): ``math`` answers are compared as mathematical
 objects by math-verify (``1/2`` = ``0.5`` = ``\\frac12``, ``x^2+1`` = ``1+x^2``); ``choice`` answers
 by option letter (or the option's text); ``exact`` answers by exact match after SQuAD / Search-R1
-normalization (case, punctuation, articles, whitespace), against any of the gold aliases.
+normalization (case, punctuation, articles, whitespace), against any of the gold aliases; ``code``
+answers (LiveCodeBench-style stdin/stdout problems) by running the response's program on the tests
+in the python sandbox (:func:`verify_code`).
 
 Extraction looks, in order, for the last ``<answer>...</answer>`` (Search-R1), the last
 ``\\boxed{...}`` (math benchmarks, braces matched), and the last "Answer:" / "the answer is" phrase;
@@ -23,8 +25,12 @@ import string
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from parasim.protocol.schema import Domain
+from parasim.protocol.schema import Domain, Status
+
+if TYPE_CHECKING:
+    from parasim.tools.sandbox import Sandbox
 
 MAX_SCAN_CHARS = 20000  # only the end of a response can hold its final answer; bounds regex and parse cost
 LETTERS = string.ascii_uppercase
@@ -36,6 +42,7 @@ class AnswerKind(str, enum.Enum):
     MATH = "math"
     CHOICE = "choice"
     EXACT = "exact"
+    CODE = "code"
 
 
 @dataclass(frozen=True)
@@ -49,18 +56,11 @@ class Verdict:
 
 
 def kind_for(domain: Domain | int, num_options: int = 0) -> AnswerKind:
-    """The checking rule of a task: options make it multiple choice, math is math, the rest exact match.
-
-    Code tasks are refused: their answers are programs, judged by running tests, not by matching.
-    """
+    """The checking rule of a task: options make it multiple choice, math is math, code runs tests,
+    the rest is exact match."""
     if num_options > 1:
         return AnswerKind.CHOICE
-    domain = Domain(domain)
-    if domain == Domain.MATH:
-        return AnswerKind.MATH
-    if domain == Domain.CODE:
-        raise ValueError("free-form code answers are judged by executing tests, not by answer matching")
-    return AnswerKind.EXACT
+    return {Domain.MATH: AnswerKind.MATH, Domain.CODE: AnswerKind.CODE}.get(Domain(domain), AnswerKind.EXACT)
 
 
 # ---------------------------------------------------------------------------------------------- extraction
@@ -213,6 +213,8 @@ def verify(response: str, gold: str | int | Sequence[str], kind: AnswerKind | st
     ``num_options`` (or ``options``, the option texts in letter order) is required for ``choice``.
     """
     kind = AnswerKind(kind)
+    if kind is AnswerKind.CODE:
+        raise ValueError("verify: code answers need tests and a sandbox; use verify_code")
     want = None
     if kind is AnswerKind.CHOICE:
         num_options = num_options or len(options)
@@ -249,3 +251,69 @@ def _verify_free(response: str, gold: str | int | Sequence[str], kind: AnswerKin
     norm = normalize_text(candidate)
     ok = bool(norm) and any(norm == normalize_text(str(g)) for g in golds)
     return Verdict(ok, candidate or None, kind, "" if extracted is not None else "no marked answer; used last line")
+
+
+# ---------------------------------------------------------------------------------------------- code
+
+_FENCE = re.compile(r"```[ \t]*([\w+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
+
+
+def extract_code(text: str) -> str | None:
+    """The program in a response: its last fenced block tagged python (else its last fenced block),
+    an unclosed final fence included, since models often stop before closing it."""
+    if not isinstance(text, str):
+        return None
+    blocks = _FENCE.findall(text[-4 * MAX_SCAN_CHARS:])
+    python = [body for lang, body in blocks if lang.lower() in ("python", "py", "python3")]
+    chosen = (python or [body for _, body in blocks] or [None])[-1]
+    return chosen if chosen and chosen.strip() else None
+
+
+def _same_output(got: str, expected: str, tol: float = 1e-6) -> bool:
+    """LiveCodeBench-style comparison: line by line, surrounding whitespace ignored, numbers within ``tol``."""
+    got_lines, want_lines = got.strip().splitlines(), expected.strip().splitlines()
+    if len(got_lines) != len(want_lines):
+        return False
+    for g_line, w_line in zip(got_lines, want_lines):
+        g_tok, w_tok = g_line.split(), w_line.split()
+        if len(g_tok) != len(w_tok):
+            return False
+        for g, w in zip(g_tok, w_tok):
+            if g == w:
+                continue
+            try:
+                if abs(float(g) - float(w)) > tol * max(1.0, abs(float(w))):
+                    return False
+            except ValueError:
+                return False
+    return True
+
+
+async def verify_code(response: str, tests: Sequence[tuple[str, str]], sandbox: Sandbox, *,
+                      max_concurrency: int = 4) -> Verdict:
+    """Run the response's program on each ``(stdin, expected stdout)`` test; right only if all pass.
+
+    Each test is a separate sandboxed run with the sandbox's limits, so a program that hangs or
+    crashes fails its test (the reason names the first failing test and how it failed).
+    """
+    import asyncio
+
+    if not tests:
+        raise ValueError("verify_code: needs at least one (stdin, expected) test")
+    code = extract_code(response)
+    if code is None:
+        return Verdict(False, None, AnswerKind.CODE, "no code block found")
+    gate = asyncio.Semaphore(max_concurrency)
+
+    async def run(stdin: str) -> tuple[Status, str]:
+        async with gate:
+            res = await sandbox.arun(code, stdin=stdin)
+            return res.status, res.output
+
+    outcomes = await asyncio.gather(*(run(stdin) for stdin, _ in tests))
+    for i, ((status, output), (_, expected)) in enumerate(zip(outcomes, tests)):
+        if status is not Status.OK:
+            return Verdict(False, code, AnswerKind.CODE, f"test {i}: {status.name}")
+        if not _same_output(output, expected):
+            return Verdict(False, code, AnswerKind.CODE, f"test {i}: wrong output")
+    return Verdict(True, code, AnswerKind.CODE, f"passed {len(tests)} tests")
