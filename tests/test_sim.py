@@ -168,3 +168,41 @@ def test_token_budget_blocks_calls():
 def test_simulator_option_errors(bad):
     with pytest.raises(ValueError, match=next(iter(bad))):
         Simulator("paramanager", "math", 1, **bad)
+
+
+def test_threaded_step_equals_the_serial_loop():
+    from parasim.sim import PARALLEL_MIN_LANES
+    from parasim.sim.step import step_lanes
+
+    n = PARALLEL_MIN_LANES
+    sims = [Simulator("toolorchestra", "paramanager", n, max_rounds=3) for _ in range(2)]
+    sims[1]._step = step_lanes  # force the serial loop on the second copy
+    rng = np.random.default_rng(0)
+    for sim in sims:
+        sim.seed(np.arange(n))
+        sim.reset()
+    for _ in range(8):
+        a = rng.integers(0, sims[0].nvec, size=(n, len(sims[0].nvec)))
+        a[:, 0] = rng.random(n) < 0.2
+        done = [sim.step(a, np.zeros(n, np.uint8)).copy() for sim in sims]
+        np.testing.assert_array_equal(done[0], done[1])
+        for x, y in zip(sims[0].state, sims[1].state):
+            np.testing.assert_array_equal(x, y)
+        for sim in sims:
+            sim.reset(done[0])
+
+
+def test_trajectory_fields_satisfy_the_batch_contract():
+    from parasim.batch import TrajectoryBatch
+
+    sim = Simulator("paramanager", "paramanager", 32, max_rounds=2)
+    sim.seed(np.arange(32))
+    sim.reset()
+    for _ in range(2):
+        sim.step(_actions(sim, [(SR, 0, 0), (PY, 0, 0), (99, 0, 0)]), np.zeros(32, np.uint8))
+    traj = sim.trajectory()
+    checked = TrajectoryBatch.from_arrays(**traj)
+    for k, v in traj.items():
+        got = getattr(checked, k)
+        assert got.dtype == v.dtype and got.shape == v.shape, k
+        np.testing.assert_array_equal(got, v)

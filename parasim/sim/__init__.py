@@ -18,9 +18,11 @@ from parasim.sim.kernel import (E_MAX_ROUNDS, E_SERIAL, E_SLOTS, E_TOKEN_BUDGET,
                                 NUM_TARGETS, TARGET_CARRY, TARGET_QUESTION, TARGET_VERIFY)
 from parasim.sim.rng import seed_state
 from parasim.sim.state import ObsBuffers, SimState, action_nvec, allocate_obs, allocate_state
-from parasim.sim.step import reset_lanes, step_lanes
+from parasim.sim.step import reset_lanes, step_lanes, step_lanes_parallel
 from parasim.sim.tables import SimTables, build_tables
 from parasim.tasks import TaskSuite, load_suite
+
+PARALLEL_MIN_LANES = 1024
 
 __all__ = ["NUM_TARGETS", "TARGET_CARRY", "TARGET_QUESTION", "TARGET_VERIFY", "ObsBuffers", "SimState", "SimTables",
            "Simulator", "action_nvec", "build_tables", "simulate_calls"]
@@ -51,6 +53,8 @@ class Simulator:
         self.env[E_TOKEN_BUDGET] = np.inf if token_budget is None else float(token_budget)
         self.nvec = action_nvec(self.slots, self.pool.num_models)
         self.done = np.zeros(self.num_lanes, np.uint8)
+        # threads pay off only when a step has enough lanes to amortize waking them (results are identical)
+        self._step = step_lanes_parallel if self.num_lanes >= PARALLEL_MIN_LANES else step_lanes
 
     def seed(self, seeds: np.ndarray | list[int], lanes: np.ndarray | None = None) -> None:
         """Start the random stream of each lane (all lanes, or ``lanes``) from its seed; episodes count from 1."""
@@ -67,7 +71,7 @@ class Simulator:
 
     def step(self, actions: np.ndarray, reset_first: np.ndarray) -> np.ndarray:
         """Step all lanes (``actions`` int64[N, D]); lanes flagged in ``reset_first`` reset instead."""
-        step_lanes(actions, reset_first, self.done, *self.state, *self.tables, *self.obs, self.env)
+        self._step(actions, reset_first, self.done, *self.state, *self.tables, *self.obs, self.env)
         return self.done
 
     def observation(self, lanes: Any = slice(None)) -> dict[str, np.ndarray]:

@@ -127,7 +127,9 @@ def sample_call(rng, lane, tool, mm, target, lead, ctx, exec_before, row, bench,
             answer = lead
         else:
             kind = OUT_ANSWER
-            theta = skill[mm, bench] + bonus[tool, dom] - z - mmt[MM_LAM, mm] * math.log(1.0 + carried / 1000.0)
+            theta = skill[mm, bench] + bonus[tool, dom] - z
+            if carried > 0.0:
+                theta -= mmt[MM_LAM, mm] * math.log(1.0 + carried / 1000.0)
             p = _sigmoid(theta)
             if target == 1 and lead >= 0 and uniform(rng, lane) < mmt[MM_RHO, mm]:
                 answer = lead

@@ -42,9 +42,28 @@ def uniform(state: np.ndarray, i: int) -> float:
     return float(next_u64(state, i) >> np.uint64(11)) * (1.0 / 9007199254740992.0)
 
 
+# Acklam's rational approximation of the normal quantile (relative error < 1.2e-9): one uniform and, in
+# the central 95%, no transcendental call, about 4x cheaper than Box-Muller inside the step kernel.
+_A = (-3.969683028665376e01, 2.209460984245205e02, -2.759285104469687e02, 1.383577518672690e02,
+      -3.066479806614716e01, 2.506628277459239e00)
+_B = (-5.447609879822406e01, 1.615858368580409e02, -1.556989798598866e02, 6.680131188771972e01,
+      -1.328068155288572e01)
+_C = (-7.784894002430293e-03, -3.223964580411365e-01, -2.400758277161838e00, -2.549732539343734e00,
+      4.374664141464968e00, 2.938163982698783e00)
+_D = (7.784695709041462e-03, 3.224671290700398e-01, 2.445134137142996e00, 3.754408661907416e00)
+_P_LOW = 0.02425
+
+
 @njit(cache=True)
 def normal(state: np.ndarray, i: int) -> float:
-    """A standard normal draw (Box-Muller, one of the pair)."""
-    u1 = uniform(state, i)
-    u2 = uniform(state, i)
-    return math.sqrt(-2.0 * math.log(1.0 - u1)) * math.cos(2.0 * math.pi * u2)
+    """A standard normal draw by inverting its CDF at a uniform."""
+    p = uniform(state, i)
+    if p < _P_LOW or p > 1.0 - _P_LOW:
+        q = math.sqrt(-2.0 * math.log(max(p if p < 0.5 else 1.0 - p, 1e-300)))
+        x = (((((_C[0] * q + _C[1]) * q + _C[2]) * q + _C[3]) * q + _C[4]) * q + _C[5]) / (
+            (((_D[0] * q + _D[1]) * q + _D[2]) * q + _D[3]) * q + 1.0)
+        return x if p < 0.5 else -x
+    q = p - 0.5
+    r = q * q
+    return (((((_A[0] * r + _A[1]) * r + _A[2]) * r + _A[3]) * r + _A[4]) * r + _A[5]) * q / (
+        ((((_B[0] * r + _B[1]) * r + _B[2]) * r + _B[3]) * r + _B[4]) * r + 1.0)

@@ -6,7 +6,7 @@ the Python side calls them as ``step_lanes(actions, reset_first, done, *state, *
 """
 from __future__ import annotations
 
-from numba import njit
+from numba import njit, prange
 
 from parasim.protocol.schema import NUM_STATUSES, NUM_TOOLS, Tool
 from parasim.sim.kernel import (CAND_FEATURES, E_CONFIRMS, E_FLAGS, E_MAX_ROUNDS, E_SCORE, E_SLOTS, E_SUPPORT,
@@ -102,20 +102,42 @@ def reset_lanes(mask, st_i, st_f, counts_t, counts_s, last_status, exec_prev, pr
 
 
 @njit(cache=True)
+def _step_one(i, actions, reset_first, done, st_i, st_f, counts_t, counts_s, last_status, exec_prev, pref, ev,
+              arrival, rng, scratch, skill, bonus, tok_mu, tm, tt, mmt, md, rel_logit, proto, row_i, row_f, row_cdf,
+              row_dcdf, o_task, o_round, o_budget, o_cand, o_evid, o_tools, o_status, o_last, o_mask, env):
+    if reset_first[i]:
+        reset_lane(i, st_i, st_f, counts_t, counts_s, last_status, exec_prev, pref, ev, arrival, rng, row_i, row_f,
+                   row_cdf, row_dcdf)
+    elif st_i[i, I_DONE] == 0:
+        step_lane(i, actions[i], st_i, st_f, counts_t, counts_s, last_status, exec_prev, pref, ev, arrival, rng,
+                  scratch, skill, bonus, tok_mu, tm, tt, mmt, md, rel_logit, proto, row_dcdf, env)
+    done[i] = st_i[i, I_DONE]
+    write_obs(i, st_i, st_f, counts_t, counts_s, last_status, ev, arrival, skill.shape[0] - 1, env, o_task, o_round,
+              o_budget, o_cand, o_evid, o_tools, o_status, o_last, o_mask)
+
+
+@njit(cache=True)
 def step_lanes(actions, reset_first, done, st_i, st_f, counts_t, counts_s, last_status, exec_prev, pref, ev,
                arrival, rng, scratch, skill, bonus, tok_mu, tm, tt, mmt, md, rel_logit, proto, row_i, row_f,
                row_cdf, row_dcdf, o_task, o_round, o_budget, o_cand, o_evid, o_tools, o_status, o_last, o_mask,
                env):
     """Step every lane with its action row; lanes with ``reset_first`` set reset instead (NEXT_STEP)."""
-    nm = skill.shape[0] - 1
     for i in range(actions.shape[0]):
-        if reset_first[i]:
-            reset_lane(i, st_i, st_f, counts_t, counts_s, last_status, exec_prev, pref, ev, arrival, rng, row_i,
-                       row_f, row_cdf, row_dcdf)
-        elif st_i[i, I_DONE] == 0:
-            step_lane(i, actions[i], st_i, st_f, counts_t, counts_s, last_status, exec_prev, pref, ev, arrival,
-                      rng, scratch, skill, bonus, tok_mu, tm, tt, mmt, md, rel_logit, proto, row_dcdf, env)
-        done[i] = st_i[i, I_DONE]
-        write_obs(i, st_i, st_f, counts_t, counts_s, last_status, ev, arrival, nm, env, o_task, o_round,
-                  o_budget, o_cand, o_evid, o_tools, o_status, o_last, o_mask)
+        _step_one(i, actions, reset_first, done, st_i, st_f, counts_t, counts_s, last_status, exec_prev, pref, ev,
+                  arrival, rng, scratch, skill, bonus, tok_mu, tm, tt, mmt, md, rel_logit, proto, row_i, row_f,
+                  row_cdf, row_dcdf, o_task, o_round, o_budget, o_cand, o_evid, o_tools, o_status, o_last, o_mask,
+                  env)
 
+
+@njit(cache=True, parallel=True)
+def step_lanes_parallel(actions, reset_first, done, st_i, st_f, counts_t, counts_s, last_status, exec_prev, pref,
+                        ev, arrival, rng, scratch, skill, bonus, tok_mu, tm, tt, mmt, md, rel_logit, proto, row_i,
+                        row_f, row_cdf, row_dcdf, o_task, o_round, o_budget, o_cand, o_evid, o_tools, o_status,
+                        o_last, o_mask, env):
+    """``step_lanes`` over threads: lanes share nothing mutable (own rows, own random streams), so the
+    result is identical to the serial loop whatever the scheduling."""
+    for i in prange(actions.shape[0]):
+        _step_one(i, actions, reset_first, done, st_i, st_f, counts_t, counts_s, last_status, exec_prev, pref, ev,
+                  arrival, rng, scratch, skill, bonus, tok_mu, tm, tt, mmt, md, rel_logit, proto, row_i, row_f,
+                  row_cdf, row_dcdf, o_task, o_round, o_budget, o_cand, o_evid, o_tools, o_status, o_last, o_mask,
+                  env)

@@ -1,0 +1,228 @@
+"""Env-steps per second: ParaOrch-v0 single env through gym.make, the compiled vector env at 1, 64, 1,024
+and 4,096 lanes, and a NumPy-batched reference env (same per-call model, vectorized over lanes with NumPy)
+in the same run. Goals on a 2-core machine: >= 2M steps/s batched at 4,096 lanes, >= 50k steps/s single.
+
+Run: ``pytest benchmarks/bench_env.py --benchmark-only`` (steps/s and the speedup over NumPy land in
+``extra_info``), or ``python benchmarks/bench_env.py`` for a table.
+"""
+from __future__ import annotations
+
+import time
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import parasim  # noqa: F401  (registers the envs)
+from parasim.envs.paraorch import resolve_reward, terminal_info
+from parasim.protocol.schema import NUM_TOOLS, Status, Tool
+from parasim.sim import Simulator
+from parasim.sim.kernel import (E_MAX_ROUNDS, F_COST, F_LAT, F_OUTCOME, F_TOKENS, F_USD, I_CALLS, I_DONE, I_FINAL,
+                                I_FMT, I_ROUND)
+from parasim.sim.tables import (MD_LLR_CONFIRM, MD_LLR_FLAG, MD_SENS, MD_SPEC, MM_KAPPA, MM_LAM, MM_RHO,
+                                P_ENSEMBLE_K, P_MAX_OUT, P_MGR_CALL, P_MGR_ROUND, P_PROMPT, P_STATUS, R_BENCH,
+                                R_DOMAIN, R_MU, R_OPTIONS, R_QTOK, R_SIGMA, TM_LAT_BASE, TM_LAT_PER_TOK, TM_LAT_SD,
+                                TM_P_EXEC, TM_PRICE_IN, TM_PRICE_OUT, TM_TOK_ALPHA, TM_TOK_SD, TT_COST, TT_FEEDBACK,
+                                TT_TIMEOUT, TT_USD_CALL, TT_USD_S)
+from parasim.tasks import FREE_FORM, NUM_ANSWERS
+
+LANES = (1, 64, 1024, 4096)
+STOP_P = 1 / 6  # a policy that runs about five rounds before answering
+
+
+def policy_actions(nvec: np.ndarray, lanes: int, steps: int, seed: int = 0) -> np.ndarray:
+    """Pre-sampled actions [steps, lanes, D]: random calls, stop with prob STOP_P."""
+    rng = np.random.default_rng(seed)
+    acts = rng.integers(0, nvec, size=(steps, lanes, len(nvec)))
+    acts[..., 0] = rng.random((steps, lanes)) < STOP_P
+    acts[..., 3::3] = 0  # fresh-question targets keep most calls valid, as a trained policy would
+    return acts
+
+
+class NumpyReferenceEnv:
+    """The same per-call model vectorized with NumPy over lanes (the baseline, not a product)."""
+
+    def __init__(self, lanes: int, pool: str = "paramanager", suite: str = "paramanager", seed: int = 0) -> None:
+        self.sim = Simulator(pool, suite, lanes)  # reuse the tables and state layout
+        self.t = self.sim.tables
+        self.n = lanes
+        self.rng = np.random.default_rng(seed)
+        self.reward = resolve_reward("paramanager")
+        self.nm = self.sim.pool.num_models
+        self.reset(np.ones(lanes, bool))
+
+    def reset(self, mask: np.ndarray) -> None:
+        t, s, idx = self.t, self.sim.state, np.flatnonzero(mask)
+        rows = np.minimum(np.searchsorted(t.row_cdf, self.rng.random(len(idx)), side="right"), len(t.row_cdf) - 1)
+        s.st_i[idx] = 0
+        s.st_f[idx] = 0.0
+        s.counts_t[idx] = 0
+        s.ev[idx] = 0.0
+        self.row, self.bench = np.zeros(self.n, np.int64), np.zeros(self.n, np.int64)
+        self.dom, self.nans = np.zeros(self.n, np.int64), np.zeros(self.n, np.int64)
+        self.row[idx], self.bench[idx], self.dom[idx] = rows, t.row_i[rows, R_BENCH], t.row_i[rows, R_DOMAIN]
+        opts = t.row_i[rows, R_OPTIONS]
+        self.nans[idx] = np.where(opts == FREE_FORM, NUM_ANSWERS, opts)
+        z = t.row_f[rows, R_MU] + t.row_f[rows, R_SIGMA] * self.rng.standard_normal(len(idx))
+        self.z = np.zeros(self.n) if not hasattr(self, "z") else self.z
+        self.z[idx] = z
+        self.pref = np.zeros((self.n, self.nm + 1), np.int64) if not hasattr(self, "pref") else self.pref
+        for m in range(self.nm + 1):
+            self.pref[idx, m] = self._distractor(idx)
+
+    def _distractor(self, lanes: np.ndarray) -> np.ndarray:
+        cdf = self.t.row_dcdf[self.row[lanes]]
+        j = (self.rng.random(len(lanes))[:, None] >= cdf).sum(1)
+        return np.minimum(j + 1, self.nans[lanes] - 1)
+
+    def _wrong(self, lanes: np.ndarray, mm: np.ndarray) -> np.ndarray:
+        use_pref = self.rng.random(len(lanes)) < self.t.mm[MM_KAPPA, mm]
+        return np.where(use_pref, self.pref[lanes, mm], self._distractor(lanes))
+
+    def step(self, actions: np.ndarray) -> np.ndarray:
+        t, s, n = self.t, self.sim.state, self.n
+        ev = s.ev
+        score, support = ev[:, 0], ev[:, 1]
+        has = support > 0
+        lead = np.where(has.any(1), np.argmax(np.where(has, score, -np.inf), 1), -1)
+        stop = actions[:, 0] == 1
+        run = ~stop
+        lat_round = np.zeros(n)
+        tok_round = np.where(run, t.proto[P_MGR_ROUND], 0.0)
+        loga = np.log(self.nans - 1.0)
+        for k in range(self.sim.slots):
+            tool, model, target = actions[:, 1 + 3 * k], actions[:, 2 + 3 * k], actions[:, 3 + 3 * k]
+            active = run & (tool != NUM_TOOLS)
+            agent = tool < int(Tool.PYTHON)
+            invalid = active & ((agent & (model >= self.nm)) | ((tool == Tool.CRITICAL_REVIEWER) & (lead < 0)))
+            fmt = active & ~invalid & ((target != 0) & (lead < 0) | ((tool == Tool.CRITICAL_REVIEWER) != (target == 2)))
+            ok = active & ~invalid & ~fmt
+            lanes = np.flatnonzero(ok)
+            tl, mm = tool[lanes], np.where(agent[lanes], model[lanes], self.nm)
+            d, b, z = self.dom[lanes], self.bench[lanes], self.z[lanes]
+            kk = np.where(tl == Tool.ENSEMBLE_SOLVER, int(t.proto[P_ENSEMBLE_K]), 1)
+            mu = t.tok_mu[tl, mm, d] + t.tm[TM_TOK_ALPHA, tl, mm] * z
+            tok = np.minimum(np.exp(mu + t.tm[TM_TOK_SD, tl, mm] * self.rng.standard_normal(len(lanes))),
+                             t.proto[P_MAX_OUT]) * kk
+            lat = (t.tm[TM_LAT_BASE, tl, mm] + tok / kk * t.tm[TM_LAT_PER_TOK, tl, mm]) * np.exp(
+                t.tm[TM_LAT_SD, tl, mm] * self.rng.standard_normal(len(lanes)))
+            timeout = lat > t.tt[TT_TIMEOUT, tl]
+            lat = np.minimum(lat, t.tt[TT_TIMEOUT, tl])
+            exec_err = ~timeout & (self.rng.random(len(lanes)) < t.tm[TM_P_EXEC, tl, mm])
+            good = ~timeout & ~exec_err
+            ctx = np.where(target[lanes] != 0, s.st_f[lanes, F_TOKENS], 0.0)
+            tok_in = (t.proto[P_PROMPT] + t.row_f[self.row[lanes], R_QTOK] + ctx) * kk
+            s.st_f[lanes, F_USD] += tok_in * t.tm[TM_PRICE_IN, tl, mm] + tok * t.tm[TM_PRICE_OUT, tl, mm] \
+                + t.tt[TT_USD_CALL, tl] + t.tt[TT_USD_S, tl] * lat
+            s.st_f[lanes, F_COST] += t.tt[TT_COST, tl]
+            lat_round[lanes] = np.maximum(lat_round[lanes], lat)
+            tok_round[lanes] += np.where(good, tok * t.tt[TT_FEEDBACK, tl], t.proto[P_STATUS])
+            np.add.at(s.counts_t, (lanes, tl), 1)
+            p = 1 / (1 + np.exp(-(t.skill[mm, b] + t.bonus[tl, d] - z - t.mm[MM_LAM, mm] * np.log1p(ctx / 1000))))
+            ans = np.where(self.rng.random(len(lanes)) < p, 0, self._wrong(lanes, mm))
+            copy = (target[lanes] == 1) & (self.rng.random(len(lanes)) < t.mm[MM_RHO, mm])
+            ans = np.where(copy, lead[lanes], ans)
+            review = good & (tl == Tool.CRITICAL_REVIEWER)
+            lr = lead[lanes]
+            flag = np.where(lr == 0, self.rng.random(len(lanes)) >= t.md[MD_SPEC, mm, d],
+                            self.rng.random(len(lanes)) < t.md[MD_SENS, mm, d])
+            llr = np.where(flag, t.md[MD_LLR_FLAG, mm, d], t.md[MD_LLR_CONFIRM, mm, d])
+            solve = good & ~review
+            w = np.maximum(0.05, t.rel_logit[b, tl, mm] + loga[lanes])
+            np.add.at(score, (lanes[solve], ans[solve]), w[solve])
+            np.add.at(support, (lanes[solve], ans[solve]), 1.0)
+            np.add.at(score, (lanes[review], lr[review]), llr[review])
+            s.st_i[:, I_CALLS] += active
+            s.st_i[:, I_FMT] += invalid | fmt
+        tok_round += run * (actions[:, 1::3] != NUM_TOOLS).sum(1) * t.proto[P_MGR_CALL]
+        s.st_f[:, F_TOKENS] += tok_round
+        s.st_f[:, F_LAT] += lat_round
+        s.st_i[:, I_ROUND] += run
+        final = stop | (s.st_i[:, I_ROUND] >= self.sim.env[E_MAX_ROUNDS])
+        has = support > 0
+        answer = np.where(has.any(1), np.argmax(np.where(has, score, -np.inf), 1), 1)
+        s.st_f[:, F_OUTCOME] = answer == 0
+        s.st_i[:, I_FINAL] = stop
+        s.st_i[:, I_DONE] = final
+        self._observe()
+        if final.any():
+            lanes = np.flatnonzero(final)
+            terminal_info(self.sim, lanes, self.reward)
+            self.reset(final)
+        return final
+
+    def _observe(self) -> dict[str, np.ndarray]:
+        """The same observation content: top-4 candidates by score, counts, budgets, a mask."""
+        ev = self.sim.state.ev
+        order = np.argsort(-np.where(ev[:, 1] > 0, ev[:, 0], -np.inf), 1)[:, :4]
+        cand = np.take_along_axis(ev, order[:, None, :], 2).transpose(0, 2, 1)
+        st = self.sim.state
+        has = (ev[:, 1] > 0).any(1)
+        mask = np.ones((self.n, int(self.sim.nvec.sum())), np.int8)
+        mask[:, 2 + int(Tool.CRITICAL_REVIEWER)] = has
+        return {"candidates": cand.astype(np.float32), "budget": st.st_f[:, [F_TOKENS, F_COST, F_USD, F_LAT]]
+                .astype(np.float32), "tool_counts": st.counts_t.astype(np.float32), "action_mask": mask,
+                "round": st.st_i[:, [I_ROUND]].astype(np.float32), "status": np.full((self.n, 4), Status.OK)}
+
+
+def run_single(steps: int) -> float:
+    """Steps per second of one env made by gym.make (wrappers included), random calls, episodes ~6 steps."""
+    env = gym.make("ParaOrch-v0")
+    env.reset(seed=0)
+    acts = policy_actions(env.unwrapped.sim.nvec, 1, steps)[:, 0]
+    t0 = time.perf_counter()
+    for a in acts:
+        _, _, term, trunc, _ = env.step(a)
+        if term or trunc:
+            env.reset()
+    return steps / (time.perf_counter() - t0)
+
+
+def run_vector(lanes: int, steps: int) -> float:
+    env = gym.make_vec("ParaOrch-v0", num_envs=lanes, vectorization_mode="vector_entry_point")
+    env.reset(seed=0)
+    acts = policy_actions(env.unwrapped.sim.nvec, lanes, steps)
+    env.step(acts[0])
+    t0 = time.perf_counter()
+    for a in acts:
+        env.step(a)
+    return lanes * steps / (time.perf_counter() - t0)
+
+
+def run_numpy(lanes: int, steps: int) -> float:
+    env = NumpyReferenceEnv(lanes)
+    acts = policy_actions(env.sim.nvec, lanes, steps)
+    t0 = time.perf_counter()
+    for a in acts:
+        env.step(a)
+    return lanes * steps / (time.perf_counter() - t0)
+
+
+def _steps_for(lanes: int) -> int:
+    return max(20, 200_000 // lanes) if lanes > 1 else 5_000
+
+
+def test_single_env_gym_make(benchmark):
+    rate = benchmark.pedantic(run_single, args=(20_000,), rounds=3, iterations=1)
+    benchmark.extra_info["steps_per_s"] = rate
+
+
+@pytest.mark.parametrize("lanes", LANES)
+def test_vector_env(benchmark, lanes):
+    steps = _steps_for(lanes)
+    rate = benchmark.pedantic(run_vector, args=(lanes, steps), rounds=3, iterations=1)
+    base = run_numpy(lanes, max(10, steps // 4))
+    benchmark.extra_info.update(steps_per_s=rate, numpy_steps_per_s=base, speedup=rate / base)
+
+
+def main() -> None:
+    run_vector(4, 10)  # compile / load the cache outside the timings
+    print(f"single env via gym.make: {run_single(20_000):,.0f} steps/s")
+    for lanes in LANES:
+        steps = _steps_for(lanes)
+        fast, base = run_vector(lanes, steps), run_numpy(lanes, max(10, steps // 4))
+        print(f"{lanes:5d} lanes: compiled {fast:12,.0f} steps/s  numpy {base:12,.0f} steps/s  x{fast / base:6.1f}")
+
+
+if __name__ == "__main__":
+    main()
