@@ -380,15 +380,16 @@ def _build_call(tool: Tool, args: dict[str, Any], models: Collection[str] | None
         repairs.append("ignored unknown argument(s)")
     if tool is Tool.FINAL_ANSWER:
         return values["answer"]
+    context = values.get("context_from")
+    target = -1 if context is None else context
     if not tool.is_agent:
-        return ToolCall(tool=tool, subtask=next(v for v in values.values() if isinstance(v, str)))
+        return ToolCall(tool=tool, subtask=values[TOOL_ARGUMENTS[tool][0].name], target=target)
     model = values["model"] or ""
     if models is not None:
         model = _resolve_model(model, models, repairs)
     elif not model.strip():
         raise _Unreadable("missing required argument 'model'")
-    target = values.get("context_from")
-    return ToolCall(tool=tool, model=model, subtask=values["subtask"], target=-1 if target is None else target)
+    return ToolCall(tool=tool, model=model, subtask=values["subtask"], target=target)
 
 
 def _argument(spec: Argument, args: dict[str, Any], repairs: list[str]) -> Any:

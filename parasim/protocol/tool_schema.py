@@ -44,9 +44,9 @@ TOOL_ARGUMENTS: dict[Tool, tuple[Argument, ...]] = {
     Tool.KNOWLEDGE_SEARCHER: (_MODEL, _SUBTASK, _CONTEXT),
     Tool.ENSEMBLE_SOLVER: (_MODEL, _SUBTASK, _CONTEXT),
     Tool.PYTHON: (Argument("code", "string", "Python source to run; print what you need to see.",
-                           aliases=("input", "subtask", "script", "source")),),
+                           aliases=("input", "subtask", "script", "source")), _CONTEXT),
     Tool.SEARCH: (Argument("query", "string", "Search query for the retriever.",
-                           aliases=("input", "subtask", "q", "question")),),
+                           aliases=("input", "subtask", "q", "question")), _CONTEXT),
     Tool.FINAL_ANSWER: (Argument("answer", "string", "The final answer to the question.",
                                  aliases=("final_answer", "text", "content", "result", "response")),),
 }

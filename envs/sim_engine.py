@@ -1,0 +1,210 @@
+"""``SimEpisodeEngine``: ParaOrch-v0's simulator behind the ``EpisodeEngine`` interface of ParaOrchText-v0.
+
+The text env must give the manager per-call feedback (status, output, tokens, cost, latency), while the
+compiled simulator keeps only per-episode totals, which is what makes it fast. Rather than a second
+implementation of the episode (two copies drift), a round is stepped through the structured env itself
+and then *replayed*: the lane's state and random stream are copied before the step, and the same
+per-call sampler (``parasim.sim.kernel.sample_call``) is run on the copy in slot order, which draws the
+same random numbers and so returns each call's own figures. The replay checks itself against the step
+(statuses, cost, the random stream's end state) and raises if they ever differ, since that would be a
+bug in this module, never in model output. Same seed, same calls: the same episode as ParaOrch-v0.
+
+Answers in the simulator are ids (0 is the gold answer); the manager sees them as labels under a
+per-episode random permutation, so no label means "right".
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from parasim.envs.paraorch import ParaOrchEnv
+
+from parasim.protocol.engine import EpisodeOutcome, TaskView
+from parasim.protocol.schema import CallResult, Domain, Status, Tool, ToolCall
+from parasim.sim import NUM_TARGETS, TARGET_CARRY, TARGET_QUESTION, TARGET_VERIFY
+from parasim.sim.kernel import (
+    EMPTY_SLOT,
+    F_COST,
+    F_QTOK,
+    F_TOKENS,
+    F_Z,
+    I_BENCH,
+    I_DOMAIN,
+    I_EPISODE,
+    I_NANS,
+    I_ROW,
+    OUT_ANSWER,
+    OUT_CONFIRM,
+    OUT_FLAG,
+    leading_answer,
+    sample_call,
+)
+from parasim.sim.tables import TT_TIMEOUT
+from parasim.tasks import BENCHMARKS, NUM_ANSWERS
+
+_SAMPLED = (Status.OK, Status.EXEC_ERR, Status.TIMEOUT)
+
+
+def _labels(nans: int, rng: np.random.Generator) -> list[str]:
+    """Answer-id -> label under a random permutation: option letters, or opaque tags for free-form answers."""
+    letters = [chr(ord("A") + j) for j in range(nans)]
+    names = letters if nans < NUM_ANSWERS else [f"ans-{c}" for c in letters]
+    return [names[j] for j in rng.permutation(nans)]
+
+
+class SimEpisodeEngine:
+    """One simulated episode at a time, over ParaOrch-v0 (same options, same seeds, same episodes)."""
+
+    counts_manager_tokens = True  # the simulator already adds the manager's per-round / per-call tokens
+
+    def __init__(self, pool: Any = "paramanager", suite: Any = "paramanager", *, max_rounds: int = 12,
+                 max_parallel: int = 4, serial: bool = False, reward: Any = "paramanager",
+                 token_budget: float | None = None, seed: int | None = None) -> None:
+        self.env = ParaOrchEnv(pool=pool, suite=suite, max_rounds=max_rounds, max_parallel=max_parallel,
+                               serial=serial, reward=reward, tools="sim", token_budget=token_budget, seed=seed)
+        self.sim = self.env.sim
+        self.model_names: tuple[str, ...] = self.sim.pool.model_names[:-1]
+        self.labels: list[str] = []
+        self.calls_so_far = 0
+        self._info: dict[str, Any] | None = None
+
+    def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> TaskView:
+        """Draw the next task exactly as ``ParaOrch-v0.reset(seed=seed)`` does."""
+        self.env.reset(seed=seed, options=options)
+        st_i = self.sim.state.st_i[0]
+        nans = int(st_i[I_NANS])
+        # The label permutation comes from the lane's (already seeded) stream state without advancing it.
+        self.labels = _labels(nans, np.random.default_rng(int(self.sim.state.rng[0])))
+        self.calls_so_far = 0
+        self._info = None
+        bench = BENCHMARKS[int(st_i[I_BENCH])]
+        domain = Domain(int(st_i[I_DOMAIN]))
+        episode = int(st_i[I_EPISODE])
+        options_view = tuple(sorted(self.labels)) if nans < NUM_ANSWERS else ()
+        fmt = f"one of the options {', '.join(options_view)}" if options_view else "a free-form answer"
+        question = (f"[{bench.name}] Simulated {domain.name.lower()} task #{episode} "
+                    f"(about {self.sim.state.st_f[0, F_QTOK]:.0f} question tokens). Answer with {fmt}.")
+        return TaskView(task_id=f"{bench.name}-{episode}", question=question, domain=int(domain),
+                        options=options_view)
+
+    def _slot(self, call: ToolCall, index: int) -> tuple[int, int, int]:
+        names = self.model_names
+        model = names.index(call.model) if call.model in names else (0 if not call.tool.is_agent else len(names))
+        if call.tool is Tool.CRITICAL_REVIEWER:
+            target = TARGET_VERIFY
+        elif call.target < 0:
+            target = TARGET_QUESTION
+        else:
+            target = TARGET_CARRY if call.target < index else NUM_TARGETS  # no such earlier call: FORMAT_ERR
+        return int(call.tool), model, target
+
+    def run_round(self, calls: Sequence[ToolCall]) -> list[CallResult]:
+        """Step one round of ParaOrch-v0 with these calls (at most ``max_parallel``), then replay it per call."""
+        if self._info is not None:
+            return [CallResult(Status.BUDGET_EXCEEDED, detail="the episode is over") for _ in calls]
+        sim, slots = self.sim, self.sim.slots
+        if len(calls) > slots:
+            raise ValueError(f"calls: at most max_parallel={slots} per round, got {len(calls)}")
+        action = np.zeros(len(sim.nvec), np.int64)
+        action[1::3] = EMPTY_SLOT
+        slot_args = [self._slot(c, self.calls_so_far) for c in calls]
+        for k, (tool, model, target) in enumerate(slot_args):
+            action[1 + 3 * k: 4 + 3 * k] = (tool, model, target)
+        state = sim.state
+        snap = {name: np.array(getattr(state, name)[0:1], copy=True) for name in state._fields}
+        cost_before = float(state.st_f[0, F_COST])
+        _, _, terminated, _, info = self.env.step(action)
+        results = self._replay(snap, slot_args, state.last_status[0], terminated)
+        self.calls_so_far += len(calls)
+        replayed_cost = sum(r.cost_units for r in results)
+        if not terminated and not math.isclose(state.st_f[0, F_COST] - cost_before, replayed_cost, abs_tol=1e-9):
+            raise RuntimeError("SimEpisodeEngine: replayed call costs differ from the simulator's step")
+        if terminated:
+            self._info = info
+        return results
+
+    def _replay(self, snap: dict[str, np.ndarray], slot_args: list[tuple[int, int, int]], statuses: np.ndarray,
+                terminated: bool) -> list[CallResult]:
+        t = self.sim.tables
+        st_i, st_f = snap["st_i"][0], snap["st_f"][0]
+        nans, row, bench, dom = int(st_i[I_NANS]), int(st_i[I_ROW]), int(st_i[I_BENCH]), int(st_i[I_DOMAIN])
+        lead = int(leading_answer(snap["ev"], snap["arrival"], 0, nans))
+        rng, exec_prev, scratch = snap["rng"], snap["exec_prev"][0], snap["scratch"][0]
+        nm = len(self.model_names)
+        results = []
+        for k, (tool, model, target) in enumerate(slot_args):
+            status = Status(int(statuses[k]))
+            if status not in _SAMPLED:
+                results.append(CallResult(status, detail=self._reason(status, tool, model, target, lead)))
+                continue
+            mm = model if tool < int(Tool.PYTHON) else nm
+            out = sample_call(rng, 0, tool, mm, target, lead, st_f[F_TOKENS], exec_prev[tool] != 0, row, bench, dom,
+                              nans, st_f[F_Z], st_f[F_QTOK], snap["pref"][0, mm], scratch, t.skill, t.bonus,
+                              t.tok_mu, t.tm, t.tt, t.mm, t.md, t.proto, t.row_dcdf)
+            got, kind, answer, tok_in, tok_out, lat, usd, cost = out
+            exec_prev[tool] = got == int(Status.EXEC_ERR)
+            if got != status:
+                raise RuntimeError(f"SimEpisodeEngine: replay of slot {k} gave {Status(got).name}, "
+                                   f"the simulator {status.name}")
+            results.append(CallResult(status, output=self._output(kind, answer), tokens_in=int(tok_in + 0.5),
+                                      tokens_out=int(tok_out + 0.5), cost_units=float(cost), usd=float(usd),
+                                      latency_s=float(lat), detail=self._failure(status, tool),
+                                      extra={"answer_id": int(answer), "kind": int(kind)}))
+        if not terminated and rng[0] != self.sim.state.rng[0]:
+            raise RuntimeError("SimEpisodeEngine: the replay drew a different number of random values than the step")
+        return results
+
+    def _output(self, kind: int, answer: int) -> str:
+        if kind == OUT_ANSWER:
+            return f"answer: {self.labels[answer]}"
+        if kind == OUT_FLAG:
+            return f"review: the leading answer {self.labels[answer]} looks wrong"
+        if kind == OUT_CONFIRM:
+            return f"review: the leading answer {self.labels[answer]} looks right"
+        return ""
+
+    def _failure(self, status: Status, tool: int) -> str:
+        if status is Status.EXEC_ERR:
+            return "the code raised an error"
+        if status is Status.TIMEOUT:
+            return f"timed out after {self.sim.tables.tt[TT_TIMEOUT, tool]:g} s"
+        return ""
+
+    def _reason(self, status: Status, tool: int, model: int, target: int, lead: int) -> str:
+        """Why the simulator rejected a call without running it (mirrors its validation order)."""
+        if status is Status.INVALID_TOOL:
+            if tool == int(Tool.CRITICAL_REVIEWER) and lead < 0:
+                return "critical_reviewer needs an answer to review; none exists yet"
+            if model >= len(self.model_names):
+                return f"unknown model; models: {', '.join(self.model_names)}"
+            return "tool not allowed in this slot"
+        if status is Status.FORMAT_ERR:
+            if target >= NUM_TARGETS:
+                return "context_from names no earlier call"
+            return "context_from needs an earlier answer to carry; none exists yet"
+        if status is Status.BUDGET_EXCEEDED:
+            return "the token budget is spent"
+        return ""
+
+    @property
+    def done(self) -> bool:
+        return self._info is not None
+
+    def finish(self, manager_answer: str | None = None) -> EpisodeOutcome:
+        """Stop (``final_answer``) unless the round limit already ended the episode; the termination model answers.
+
+        In simulation the answer is the termination model's vote, exactly as in ParaOrch-v0; the manager's
+        own ``final_answer`` text is kept by the text env but does not change the outcome.
+        """
+        if self._info is None:
+            action = np.zeros(len(self.sim.nvec), np.int64)
+            action[0] = 1
+            action[1::3] = EMPTY_SLOT
+            _, _, _, _, self._info = self.env.step(action)
+        answer = int(self.sim.final_answers()[0])
+        trajectory = dict(self._info["trajectory"])
+        return EpisodeOutcome(answer=self.labels[answer] if answer >= 0 else "",
+                              correct=bool(trajectory["outcome"] >= 1.0), trajectory=trajectory)
+
