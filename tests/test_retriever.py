@@ -9,8 +9,6 @@ import asyncio
 import json
 import os
 import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -20,6 +18,8 @@ import httpx
 import pytest
 
 from parasim.protocol.schema import Status
+from parasim.tools.retriever import build as build_cli
+from parasim.tools.retriever import serve
 from parasim.tools.retriever.client import RetrieverClient, format_passages
 from parasim.tools.retriever.index import (
     DenseIndex,
@@ -79,30 +79,27 @@ def index_dir(tmp_path_factory: pytest.TempPathFactory, encoder: Encoder) -> Pat
 
 @pytest.fixture(scope="module")
 def service(index_dir: Path) -> Iterator[str]:
-    """The real CLI in a subprocess on a loopback port; yields its base URL."""
+    """The CLI's server (argument parsing, index loading, uvicorn) on a loopback port, in a thread."""
+    import torch
+
+    threads = torch.get_num_threads()  # --threads sets it process-wide: give it back to later tests
     port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "parasim.tools.retriever.serve", "--index", str(index_dir), "--port", str(port)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ, "HF_HUB_OFFLINE": "1"},
-    )
+    server = serve.make_server(["--index", str(index_dir), "--port", str(port), "--threads", "1"])
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"retriever exited: {proc.stdout.read().decode() if proc.stdout else ''}")
-            try:
-                if httpx.get(url + "/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("retriever did not become healthy in 120 s")
-            time.sleep(0.2)
+        deadline = time.monotonic() + 60
+        while not server.started:
+            if not thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("retriever service did not start")
+            time.sleep(0.05)
+        assert httpx.get(url + "/health", timeout=10).json()["documents"] == len(CORPUS)
         yield url
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+        server.should_exit = True
+        thread.join(timeout=30)
+        torch.set_num_threads(threads)
 
 
 def test_service_returns_search_r1_shape_and_relevant_top1(service: str) -> None:
@@ -204,3 +201,16 @@ def test_corpus_errors_name_line_and_field(tmp_path: Path, line: str, match: str
     path.write_text('{"id": 0, "contents": "ok"}\n' + line + "\n")
     with pytest.raises(ValueError, match=f":2: .*{match}"):
         list(read_corpus(path))
+
+
+def test_build_cli_writes_a_loadable_index(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                           encoder: Encoder) -> None:
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("\n".join(json.dumps({"id": i, "contents": f'"{t}"\n{x}'}) for i, t, x in CORPUS[:3]) + "\n")
+    argv = ["--corpus", str(corpus), "--out", str(tmp_path / "ix"), "--model", str(gt_model.get_model_path()),
+            "--query-prefix", "query: ", "--passage-prefix", "passage: "]
+    assert build_cli.main(argv) == 0
+    meta = json.loads(capsys.readouterr().out)
+    assert (meta["count"], meta["query_prefix"], meta["passage_prefix"]) == (3, "query: ", "passage: ")
+    index = DenseIndex(tmp_path / "ix", encoder=encoder)
+    assert index.meta.query_prefix == "query: " and len(index) == 3
