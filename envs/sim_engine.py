@@ -131,7 +131,7 @@ class SimEpisodeEngine:
         st_i, st_f = snap["st_i"][0], snap["st_f"][0]
         nans, row, bench, dom = int(st_i[I_NANS]), int(st_i[I_ROW]), int(st_i[I_BENCH]), int(st_i[I_DOMAIN])
         lead = int(leading_answer(snap["ev"], snap["arrival"], 0, nans))
-        rng, exec_prev, scratch = snap["rng"], snap["exec_prev"][0], snap["scratch"][0]
+        rng, exec_prev, scratch = snap["rng"], snap["exec_prev"][0], snap["scratch"]
         nm = len(self.model_names)
         results = []
         for k, (tool, model, target) in enumerate(slot_args):
