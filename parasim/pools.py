@@ -310,6 +310,11 @@ def parse_pool(raw: Any, name: str = "pool") -> PoolSpec:
         max_output_tokens=_num(proto, "max_output_tokens", "protocol", 1, 1e7), sources=sources)
 
 
+def assumed_parameters(pool: str | Path | dict | PoolSpec) -> list[str]:
+    """Paths of the parameter groups of a pool with no published source (the README's assumed list)."""
+    return sorted(path for path, src in load_pool(pool).sources.items() if src == "assumed")
+
+
 def shipped_pools() -> list[str]:
     """Names of the pools shipped in ``parasim/pool_files``."""
     return sorted(p.stem for p in POOL_DIR.glob("*.json"))

@@ -165,3 +165,11 @@ def test_task_file_errors_name_line_and_field(tmp_path, line, message):
     with pytest.raises(ValueError) as err:
         load_tasks(f)
     assert message in str(err.value)
+
+
+def test_assumed_parameters_are_listed():
+    from parasim.pools import assumed_parameters
+
+    listed = assumed_parameters("paramanager")
+    assert "models[0].anchoring" in listed and "tools.search.output" not in listed
+    assert all(load_pool("paramanager").sources[p] == "assumed" for p in listed)

@@ -47,6 +47,7 @@ class Simulator:
         self.tables = build_tables(self.pool, self.suite)
         self.state = allocate_state(self.num_lanes, self.slots, self.pool.num_models)
         self.obs = allocate_obs(self.num_lanes, self.slots, self.pool.num_models)
+        self._obs_items = tuple(self.obs._asdict().items())
         self.env = np.zeros(NUM_ENV_PARAMS)
         self.env[E_MAX_ROUNDS], self.env[E_SLOTS] = max_rounds, max_parallel
         self.env[E_SERIAL] = float(bool(serial))
@@ -76,7 +77,7 @@ class Simulator:
 
     def observation(self, lanes: Any = slice(None)) -> dict[str, np.ndarray]:
         """Copies of the observation arrays of ``lanes``."""
-        return {k: v[lanes].copy() for k, v in self.obs._asdict().items()}
+        return {k: v[lanes].copy() for k, v in self._obs_items}
 
     def trajectory(self, lanes: Any = slice(None)) -> dict[str, np.ndarray]:
         """The TrajectoryBatch fields of the episodes in ``lanes`` (as they stand)."""

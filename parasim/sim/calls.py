@@ -31,7 +31,7 @@ def _simulate(n_tasks, per_task, tools, models, carry_prob, max_context, rng, in
               tt, mmt, md, proto, row_i, row_f, row_cdf, row_dcdf):
     nm1 = skill.shape[0]
     pref = np.empty(nm1, np.int64)
-    scratch = np.empty(NUM_ANSWERS, np.int64)
+    scratch = np.empty((1, NUM_ANSWERS), np.int64)
     c = 0
     for task in range(n_tasks):
         row, bench, dom, nans, z = draw_task(rng, 0, row_i, row_f, row_cdf)

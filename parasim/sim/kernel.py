@@ -138,18 +138,18 @@ def sample_call(rng, lane, tool, mm, target, lead, ctx, exec_before, row, bench,
                                                                       mmt[MM_KAPPA, mm], row_dcdf)
             else:
                 for j in range(k):
-                    scratch[j] = 0 if uniform(rng, lane) < p else draw_wrong(rng, lane, mm, row, nans, pref,
+                    scratch[lane, j] = 0 if uniform(rng, lane) < p else draw_wrong(rng, lane, mm, row, nans, pref,
                                                                               mmt[MM_KAPPA, mm], row_dcdf)
                 best = 0
                 for j in range(k):  # plurality; ties go to the earliest sample
                     c = 0
                     cb = 0
                     for j2 in range(k):
-                        c += scratch[j2] == scratch[j]
-                        cb += scratch[j2] == scratch[best]
+                        c += scratch[lane, j2] == scratch[lane, j]
+                        cb += scratch[lane, j2] == scratch[lane, best]
                     if c > cb:
                         best = j
-                answer = scratch[best]
+                answer = scratch[lane, best]
     return status, kind, answer, tok_in, tok_out, lat, usd, cost
 
 
@@ -185,18 +185,25 @@ def reset_lane(i, st_i, st_f, counts_t, counts_s, last_status, exec_prev, pref, 
     """Draw a new task for lane ``i`` and clear its episode accumulators."""
     row, bench, dom, nans, z = draw_task(rng, i, row_i, row_f, row_cdf)
     episode = st_i[i, I_EPISODE]
-    st_i[i, :] = 0
+    for c in range(st_i.shape[1]):
+        st_i[i, c] = 0
     st_i[i, I_ROW], st_i[i, I_BENCH], st_i[i, I_DOMAIN], st_i[i, I_NANS] = row, bench, dom, nans
     st_i[i, I_ANSWER] = -1
     st_i[i, I_EPISODE] = episode + 1
-    st_f[i, :] = 0.0
+    for c in range(st_f.shape[1]):
+        st_f[i, c] = 0.0
     st_f[i, F_Z], st_f[i, F_QTOK] = z, row_f[row, R_QTOK]
-    counts_t[i, :] = 0
-    counts_s[i, :] = 0
-    last_status[i, :] = NO_CALL
-    exec_prev[i, :] = 0
-    ev[i, :, :] = 0.0
-    arrival[i, :] = -1
+    for c in range(counts_t.shape[1]):
+        counts_t[i, c] = 0
+        exec_prev[i, c] = 0
+    for c in range(counts_s.shape[1]):
+        counts_s[i, c] = 0
+    for c in range(last_status.shape[1]):
+        last_status[i, c] = NO_CALL
+    for a in range(ev.shape[2]):
+        arrival[i, a] = -1
+        for c in range(ev.shape[1]):
+            ev[i, c, a] = 0.0
     for m in range(pref.shape[1]):
         pref[i, m] = draw_wrong(rng, i, m, row, nans, -1, 0.0, row_dcdf)
 
@@ -220,7 +227,7 @@ def finalize_lane(i, ended_final, st_i, st_f, pref, ev, arrival, rng, skill, bon
 
 
 @njit(cache=True)
-def step_lane(i, act, st_i, st_f, counts_t, counts_s, last_status, exec_prev, pref, ev, arrival, rng, scratch,
+def step_lane(i, actions, st_i, st_f, counts_t, counts_s, last_status, exec_prev, pref, ev, arrival, rng, scratch,
               skill, bonus, tok_mu, tm, tt, mmt, md, rel_logit, proto, row_dcdf, env):
     """One manager turn of lane ``i``: ``final_answer`` or a round of up to K isolated parallel calls.
 
@@ -231,7 +238,7 @@ def step_lane(i, act, st_i, st_f, counts_t, counts_s, last_status, exec_prev, pr
     parallelism or a masked tool is INVALID_TOOL; a target outside the range or not applicable is
     FORMAT_ERR; a round with no call at all is a format violation.
     """
-    stop = act[0]
+    stop = actions[i, 0]
     if stop == 1:
         finalize_lane(i, 1, st_i, st_f, pref, ev, arrival, rng, skill, bonus, mmt, proto, row_dcdf)
         return
@@ -249,7 +256,7 @@ def step_lane(i, act, st_i, st_f, counts_t, counts_s, last_status, exec_prev, pr
     bad = stop != 0
     loga = math.log(nans - 1.0)
     for k in range(slots):
-        tool, model, target = act[1 + 3 * k], act[2 + 3 * k], act[3 + 3 * k]
+        tool, model, target = actions[i, 1 + 3 * k], actions[i, 2 + 3 * k], actions[i, 3 + 3 * k]
         if tool == EMPTY_SLOT:
             last_status[i, k] = NO_CALL
             continue
@@ -267,7 +274,7 @@ def step_lane(i, act, st_i, st_f, counts_t, counts_s, last_status, exec_prev, pr
             mm = model if agent else nm
             status, kind, answer, tok_in, tok_out, lat, usd, cost = sample_call(
                 rng, i, tool, mm, target, lead, ctx, exec_prev[i, tool] != 0, row, bench, dom, nans, z, qtok,
-                pref[i, mm], scratch[i], skill, bonus, tok_mu, tm, tt, mmt, md, proto, row_dcdf)
+                pref[i, mm], scratch, skill, bonus, tok_mu, tm, tt, mmt, md, proto, row_dcdf)
             exec_prev[i, tool] = status == _EXEC
             st_f[i, F_COST] += cost
             st_f[i, F_USD] += usd

@@ -28,7 +28,8 @@ def write_obs(i, st_i, st_f, counts_t, counts_s, last_status, ev, arrival, num_m
               o_budget, o_cand, o_evid, o_tools, o_status, o_last, o_mask):
     """Lane ``i``'s observation: candidates ranked by the termination score (ids never shown)."""
     nans = st_i[i, I_NANS]
-    o_task[i, :] = 0.0
+    for c in range(4):
+        o_task[i, c] = 0.0
     o_task[i, st_i[i, I_DOMAIN]] = 1.0
     o_task[i, 4] = 1.0 if nans == NUM_ANSWERS else 0.0
     o_task[i, 5] = 1.0 - o_task[i, 4]
@@ -109,7 +110,7 @@ def _step_one(i, actions, reset_first, done, st_i, st_f, counts_t, counts_s, las
         reset_lane(i, st_i, st_f, counts_t, counts_s, last_status, exec_prev, pref, ev, arrival, rng, row_i, row_f,
                    row_cdf, row_dcdf)
     elif st_i[i, I_DONE] == 0:
-        step_lane(i, actions[i], st_i, st_f, counts_t, counts_s, last_status, exec_prev, pref, ev, arrival, rng,
+        step_lane(i, actions, st_i, st_f, counts_t, counts_s, last_status, exec_prev, pref, ev, arrival, rng,
                   scratch, skill, bonus, tok_mu, tm, tt, mmt, md, rel_logit, proto, row_dcdf, env)
     done[i] = st_i[i, I_DONE]
     write_obs(i, st_i, st_f, counts_t, counts_s, last_status, ev, arrival, skill.shape[0] - 1, env, o_task, o_round,
