@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import sys
 import threading
 import time
 import uuid
@@ -215,7 +216,7 @@ def test_escape_loopback_socket_reaches_nothing(tag: str) -> None:
 @needs_bwrap
 def test_escape_writes_outside_tmp_fail(tag: str, tmp_path: Path) -> None:
     targets = [str(tmp_path / "escaped.txt"), str(REPO / "escaped.txt"), "/usr/escaped.txt", "/escaped.txt",
-               "/etc/escaped.txt", "/proc/escaped.txt", "/dev/escaped.txt"]
+               "/etc/escaped.txt", "/proc/escaped.txt", "/dev/escaped.txt", f"{sys.prefix}/escaped.txt"]
     code = (
         f"for path in {targets!r}:\n"
         "    try:\n"
@@ -230,7 +231,7 @@ def test_escape_writes_outside_tmp_fail(tag: str, tmp_path: Path) -> None:
     assert res.status == Status.OK
     assert "wrote" not in res.output and res.output.count("denied") == len(targets)
     assert res.output.endswith("ok\n")  # the private tmpfs is writable
-    for path in targets[:2]:
+    for path in (*targets[:2], targets[-1]):
         assert not Path(path).exists()
     assert_nothing_left(tag)
 
@@ -250,6 +251,32 @@ def test_escape_reading_project_files_fails(tag: str) -> None:
     assert res.status == Status.OK
     assert res.output.count("denied") == len(secrets) and "read " not in res.output
     assert "[project]" not in res.output and "escape" not in res.output.lower()
+    assert_nothing_left(tag)
+
+
+@pytest.mark.sandbox
+@needs_bwrap
+def test_writable_dirs_are_size_capped(tag: str) -> None:
+    """/tmp and /dev/shm are the only writable places, and both are capped tmpfs: files cannot eat RAM."""
+    code = (
+        "import os\nfor d in ('/tmp', '/dev/shm'):\n    n = 0\n    try:\n        while n < 64:\n"
+        "            with open(f'{d}/f{n}', 'wb') as f:\n                f.write(b'0' * (1 << 20))\n"
+        "            n += 1\n    except OSError as e:\n        print(d, n, e.errno)\n"
+    )
+    res = make(tag, tmpfs_bytes=8 << 20).run(code)
+    assert res.status == Status.OK
+    lines = {line.split()[0]: line.split()[1:] for line in res.output.splitlines()}
+    for d in ("/tmp", "/dev/shm"):
+        written, errno = map(int, lines[d])
+        assert written <= 8 and errno == 28  # ENOSPC at the 8 MiB cap
+
+
+@pytest.mark.sandbox
+@needs_bwrap
+def test_multiprocessing_works_inside(tag: str) -> None:
+    code = "import multiprocessing as mp\nwith mp.Pool(2) as p:\n    print(p.map(abs, [-1, -2]))\n"
+    res = make(tag).run(code)
+    assert (res.status, res.output) == (Status.OK, "[1, 2]\n")
     assert_nothing_left(tag)
 
 

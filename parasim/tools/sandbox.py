@@ -182,7 +182,7 @@ def _interpreter_roots(python: str) -> tuple[str, ...]:
     out = subprocess.run(
         [python, "-I", "-c", "import sys; print(sys.prefix); print(sys.base_prefix)"],
         capture_output=True, text=True, timeout=30, check=True,
-    ).stdout.split()
+    ).stdout.splitlines()
     roots = {os.path.realpath(p) for p in out} | set(out)
     roots.add(os.path.dirname(os.path.realpath(python)))
     return tuple(sorted(roots))
@@ -355,10 +355,14 @@ class Sandbox:
                     made.add(str(parent))
             argv += ["--ro-bind", root, root]
             binds.append(root)
-        argv += ["--proc", "/proc", "--dev", "/dev"]
-        if _bwrap_supports(self._bwrap, "--size"):  # bwrap >= 0.7; older ones leave only RLIMIT_FSIZE per file
-            argv += ["--size", str(c.tmpfs_bytes)]
-        argv += ["--tmpfs", WORKDIR, "--file", str(code_fd), f"{WORKDIR}/{SCRIPT_NAME}", "--chdir", WORKDIR, "--clearenv"]
+        size = ["--size", str(c.tmpfs_bytes)] if _bwrap_supports(self._bwrap, "--size") else []  # bwrap >= 0.7
+        argv += ["--proc", "/proc", "--dev", "/dev", *size, "--tmpfs", WORKDIR,
+                 # POSIX semaphores (multiprocessing) need a writable /dev/shm: sized like the work dir
+                 *size, *(["--perms", "1777"] if perms else []), "--tmpfs", "/dev/shm",
+                 "--file", str(code_fd), f"{WORKDIR}/{SCRIPT_NAME}",
+                 # bwrap's root and /dev are unbounded tmpfs: read-only, so files cannot eat the host's memory
+                 "--remount-ro", "/dev", "--remount-ro", "/",
+                 "--chdir", WORKDIR, "--clearenv"]
         for key, value in self._env(run_id).items():
             argv += ["--setenv", key, value]
         uid = random.SystemRandom().randrange(*self._uids) if self._as_root else None
