@@ -371,3 +371,59 @@ def test_capture_keeps_head_and_tail(chunks: list[bytes], limit: int) -> None:
         assert bytes(cap.head) == data[: limit // 2]
         assert bytes(cap.tail) == data[len(data) - (limit - limit // 2):]
         assert f"[... {cap.dropped} bytes truncated ...]" in cap.text()
+
+
+NON_ROOT_CHECK = r"""
+import json, sys
+from parasim.protocol.schema import Status
+from parasim.tools.sandbox import Sandbox, SandboxConfig, probe_bwrap
+reason = probe_bwrap()
+if reason is not None:
+    print(json.dumps({"skip": reason}))
+    sys.exit(0)
+sb = Sandbox(SandboxConfig(python=sys.executable, max_processes=10, timeout_s=5))
+fork = sb.run("import os, time\nn = 0\ntry:\n    for _ in range(100):\n        if os.fork() == 0:\n"
+              "            time.sleep(5)\n            os._exit(0)\n        n += 1\nexcept OSError:\n    pass\nprint(n)\n")
+writes = sb.run("import os\nfor p in ('/x', '/dev/x', '/usr/x', %r):\n    try:\n        open(p, 'w')\n"
+                "        print('wrote', p)\n    except OSError:\n        print('denied', p)\n" % (sys.argv[1],))
+uid = sb.run("import os; print(os.getuid())")
+print(json.dumps({"fork": [fork.status.name, fork.output], "writes": [writes.status.name, writes.output],
+                  "uid": uid.output}))
+"""
+
+
+@pytest.mark.sandbox
+@needs_bwrap
+@pytest.mark.skipif(os.geteuid() != 0, reason="non-root already runs every test above through the user-namespace path")
+@pytest.mark.skipif(not os.access("/usr/bin/python3", os.X_OK), reason="needs a system /usr/bin/python3")
+def test_unprivileged_user_path_when_ci_runs_as_root() -> None:
+    """As root the tests above take the privilege-drop path; this runs the user-namespace path too,
+    as nobody, with the system interpreter and a world-readable copy of the two modules it needs."""
+    import json
+    import shutil
+    import subprocess
+    import tempfile
+
+    work = Path(tempfile.mkdtemp(prefix="parasim-nonroot-", dir="/tmp"))
+    try:
+        for rel in ("parasim/protocol/schema.py", "parasim/tools/sandbox.py"):
+            (work / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(REPO / rel, work / rel)
+        for pkg in ("parasim", "parasim/protocol", "parasim/tools"):
+            (work / pkg / "__init__.py").touch()
+        (work / "check.py").write_text(NON_ROOT_CHECK)
+        for path in [work, *work.rglob("*")]:
+            path.chmod(0o755)
+        res = subprocess.run(["/usr/bin/python3", "check.py", str(REPO / "escaped.txt")], cwd=work, user=65534,
+                             group=65534, extra_groups=[], capture_output=True, text=True, timeout=120,
+                             env={"PATH": "/usr/bin:/bin", "HOME": "/tmp"}, check=False)
+    finally:
+        shutil.rmtree(work)
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    if "skip" in out:
+        pytest.skip(f"user namespaces unavailable to unprivileged users: {out['skip']}")
+    assert out["fork"][0] == "OK" and int(out["fork"][1]) < 10
+    assert out["writes"][0] == "OK" and out["writes"][1].count("denied") == 4
+    assert out["uid"] == "65534\n"
+    assert not (REPO / "escaped.txt").exists()
