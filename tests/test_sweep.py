@@ -1,0 +1,149 @@
+"""Sweeps: grid parsing and config addressing, the crash-safe results store, kill-and-restart, report, Ray."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from parasim.training import config, report, sweep
+from parasim.training.store import ResultsStore
+
+TINY = {"grpo.steps": "2", "grpo.tasks_per_step": "4", "grpo.group_size": "4", "grpo.minibatches": "2",
+        "expert.episodes": "64", "sft.epochs": "1", "eval.tasks": "8", "eval.k": "2", "policy.hidden": "32"}
+
+
+def test_every_section_and_reward_field_is_addressable():
+    names = config.addressable_names()
+    assert names["c_tar"] == ("reward", "c_tar") and names["reward.c_tar"] == ("reward", "c_tar")
+    assert names["grpo.lr"] == ("grpo", "lr") and names["max_parallel"] == ("env", "max_parallel")
+    cfg = config.make_config("default", {"c_tar": "4", "grpo.lr": "0.01", "max_parallel": "2", "seed": "3"})
+    assert (cfg.reward.c_tar, cfg.grpo.lr, cfg.env.max_parallel, cfg.seed) == (4.0, 0.01, 2, 3)
+
+
+@pytest.mark.parametrize("overrides, match", [
+    ({"c_tar": "-1"}, "c_tar"),
+    ({"grpo.lr": "2"}, r"grpo\.lr=2\.0: allowed range \[0\.0, 1\.0\]"),
+    ({"grpo.group_size": "1"}, r"grpo\.group_size"),
+    ({"env.max_parallel": "9"}, r"env\.max_parallel"),
+    ({"grpo.advantage": "ppo"}, r"grpo\.advantage='ppo': allowed one of"),
+    ({"grpo.steps": "x"}, r"cannot parse 'x' as int"),
+    ({"nope": "1"}, "unknown option 'nope'"),
+    ({"grpo.clip_eps": "0.3", "grpo.clip_eps_high": "0.2"}, "clip_eps_high"),
+])
+def test_bad_values_name_the_field_and_range(overrides, match):
+    with pytest.raises(ValueError, match=match):
+        config.make_config("default", overrides)
+
+
+def test_ablation_presets_and_round_trip(tmp_path):
+    assert config.make_config("serial").env.max_parallel == 1
+    assert config.make_config("mono").env.pool == "paramanager_mono"
+    assert config.make_config("no_diversity").reward.w_diversity == 0.0
+    assert config.make_config("sft_only").grpo.steps == 0
+    assert config.make_config("rl_from_base").sft.epochs == 0
+    cfg = config.make_config("serial", {"reward": "xrouter", "usd_scale": "2", "seed": "5"})
+    assert cfg.reward.formula == "xrouter" and cfg.reward.usd_scale == 2.0
+    assert config.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg
+    path = tmp_path / "c.toml"
+    path.write_text('preset = "serial"\nc_tar = 12\n[grpo]\nsteps = 3\n')
+    loaded = config.load_config(str(path))
+    assert (loaded.env.max_parallel, loaded.reward.c_tar, loaded.grpo.steps) == (1, 12.0, 3)
+
+
+def test_grid_expansion_and_keys():
+    axes = sweep.parse_grid(["c_tar=4,8", "grpo.lr=0.001,0.01"])
+    points = sweep.expand(axes, range(2))
+    assert len(points) == 8 and len({p.key for p in points}) == 8
+    assert points[0].label == "c_tar=4,grpo.lr=0.001" and points[0].config().reward.c_tar == 4.0
+    for bad, match in (("c_tar", "NAME=V1"), ("c_tar=", "no values"), ("bogus=1", "unknown option")):
+        with pytest.raises(ValueError, match=match):
+            sweep.parse_grid([bad])
+    with pytest.raises(ValueError, match="two axes"):
+        sweep.parse_grid(["c_tar=4", "reward.c_tar=8"])
+    with pytest.raises(ValueError, match="c_tar"):
+        sweep.expand(sweep.parse_grid(["c_tar=0"]), [0])
+
+
+def test_store_survives_reopen_and_ignores_temp_files(tmp_path):
+    store = ResultsStore(tmp_path)
+    store.put({"key": "a", "seed": 0, "overrides": {"c_tar": "4"}, "accuracy": 0.5})
+    (tmp_path / "points" / ".b.json.123.tmp").write_text("{half a fi")  # a crash mid-write leaves only this
+    again = ResultsStore(tmp_path)
+    assert again.done("a") and not again.done("b") and again.get("a")["accuracy"] == 0.5
+    assert json.loads((tmp_path / "index.json").read_text()) == {"a": {"overrides": {"c_tar": "4"}, "seed": 0}}
+
+
+def test_pareto_front():
+    acc = np.array([0.5, 0.6, 0.55, 0.7, 0.4])
+    spend = np.array([1.0, 2.0, 3.0, 4.0, 0.5])
+    assert report.pareto_front(acc, spend).tolist() == [4, 0, 1, 3]
+
+
+def _fake_result(label: str, seed: int, acc: float) -> dict:
+    return {"key": f"{label}{seed}", "label": label, "seed": seed, "accuracy": acc, "reward": acc,
+            "sft_reward": 0.1, "final_train_reward": 0.2, "tokens": 1000 * acc, "cost_units": 5.0, "usd": 0.01,
+            "latency_s": 30.0, "rounds": 3.0, "calls_per_round": 2.0, "distinct_tools": 2.5,
+            "format_failure_rate": 0.0, "wall_s": 1.0, "tool_dist": [1 / 7] * 7, "model_dist": {"m": 1.0}}
+
+
+def test_report_writes_table_csv_json_and_plots(tmp_path, capsys):
+    results = [_fake_result("c_tar=4", 0, 0.4), _fake_result("c_tar=4", 1, 0.6), _fake_result("c_tar=8", 0, 0.7)]
+    paths = report.write_report(results, tmp_path)
+    assert {p.name for p in paths} == {"results.json", "summary.json", "summary.csv", "pareto.png",
+                                       "distributions.png"}
+    rows = json.loads((tmp_path / "summary.json").read_text())
+    assert rows[0]["accuracy"] == pytest.approx(0.5) and rows[0]["seeds"] == [0, 1]
+    assert (tmp_path / "summary.csv").read_text().splitlines()[0].startswith("label,seeds,accuracy")
+    assert (tmp_path / "pareto.png").read_bytes()[:4] == b"\x89PNG"
+    assert "c_tar=8" in capsys.readouterr().out
+
+
+def _tiny_args() -> list[str]:
+    return [a for k, v in TINY.items() for a in ("--set", f"{k}={v}")]
+
+
+TIMING = {"wall_s", "sft_s", "grpo_s", "eval_s", "env_steps_per_s"}
+
+
+@pytest.mark.slow
+def test_killed_sweep_restarts_without_redoing_or_losing_points(tmp_path):
+    out = tmp_path / "sweep"
+    cmd = [sys.executable, "-m", "parasim.cli", "sweep", "--grid", "c_tar=4,8,12", "--seeds", "1", "--workers", "1",
+           "--out", str(out), "--no-progress", *_tiny_args()]
+    log = open(tmp_path / "first.log", "w")
+    proc = subprocess.Popen(cmd, start_new_session=True, stdout=log, stderr=subprocess.STDOUT)
+    points = out / "store" / "points"
+    deadline = time.time() + 180
+    while time.time() < deadline and not (points.is_dir() and list(points.glob("*.json"))):
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)  # the driver and its worker, mid-sweep
+    proc.wait()
+    first = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in points.glob("*.json")}
+    assert 1 <= len(first) < 3, (tmp_path / "first.log").read_text()
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    after = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in points.glob("*.json")}
+    assert len(after) == 3 and all(after[name] == first[name] for name in first)  # kept, not redone
+    rows = json.loads((out / "summary.json").read_text())
+    assert [r["label"] for r in rows] == ["c_tar=4", "c_tar=8", "c_tar=12"]
+    assert not list(points.glob(".*.tmp"))
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_ray_backend_matches_local_backend(tmp_path):
+    pytest.importorskip("ray")
+    points = sweep.expand(sweep.parse_grid(["c_tar=4,12"]), [0], fixed=TINY)
+    local = sweep.run_sweep(points, tmp_path / "local", "local", workers=1, progress=False)
+    remote = sweep.run_sweep(points, tmp_path / "ray", "ray", workers=1, progress=False)  # ray.init(num_cpus=1)
+    assert [r["key"] for r in remote] == [r["key"] for r in local]
+    for a, b in zip(local, remote):
+        assert {k: v for k, v in a.items() if k not in TIMING} == {k: v for k, v in b.items() if k not in TIMING}
+    assert local[0]["accuracy"] != local[1]["accuracy"] or local[0]["reward"] != local[1]["reward"]
