@@ -6,8 +6,9 @@ text environment, rewards and trainers run against either without branches.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol
 
 from parasim.protocol.schema import CallResult, ToolCall
 

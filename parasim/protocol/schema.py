@@ -36,7 +36,7 @@ class Tool(enum.IntEnum):
         return self <= Tool.ENSEMBLE_SOLVER
 
     @classmethod
-    def from_wire(cls, name: str) -> "Tool":
+    def from_wire(cls, name: str) -> Tool:
         """Parse a tool name as written by a manager; raises ``KeyError`` for unknown names."""
         return cls[name.strip().upper()]
 
