@@ -28,6 +28,7 @@ from parasim.tools.sandbox import (
     SandboxUnavailableError,
     _Capture,
     probe_bwrap,
+    seccomp_program,
     uid_pool,
 )
 
@@ -277,6 +278,24 @@ def test_multiprocessing_works_inside(tag: str) -> None:
     code = "import multiprocessing as mp\nwith mp.Pool(2) as p:\n    print(p.map(abs, [-1, -2]))\n"
     res = make(tag).run(code)
     assert (res.status, res.output) == (Status.OK, "[1, 2]\n")
+    assert_nothing_left(tag)
+
+
+@pytest.mark.sandbox
+@needs_bwrap
+@pytest.mark.skipif(seccomp_program() is None, reason=f"no seccomp filter for {os.uname().machine}")
+def test_escape_new_namespaces_are_refused(tag: str) -> None:
+    """A user namespace would let the code mount a tmpfs no rlimit bounds; threads and forks still work."""
+    code = (
+        "import ctypes, os, threading\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        "for flag in (0x10000000, 0x00020000, 0x40000000):\n"
+        "    print(libc.unshare(flag), ctypes.get_errno())\n"
+        "t = threading.Thread(target=print, args=('thread',))\nt.start()\nt.join()\n"
+        "pid = os.fork()\nif pid == 0:\n    os._exit(7)\nprint('child', os.waitpid(pid, 0)[1] >> 8)\n"
+    )
+    res = make(tag).run(code)
+    assert res.status == Status.OK
+    assert res.output == "-1 1\n" * 3 + "thread\nchild 7\n"  # EPERM for user, mount and net namespaces
     assert_nothing_left(tag)
 
 

@@ -3,9 +3,12 @@
 Model code is untrusted, so it runs under ``bwrap`` with no network (its own empty network namespace),
 its own pid / ipc / uts / mount namespaces, a read-only view of the system (``/usr``, the interpreter's
 prefix and virtual environment, nothing of the project), a private size-capped tmpfs as its working
-directory, and rlimits on CPU time, address space, processes, file size and open files. A wall-clock
-timeout kills the whole sandbox: bwrap runs a pid-1 reaper inside the pid namespace, so killing the
-outer bwrap (``--die-with-parent``) tears the namespace down with every process the code forked.
+directory, a seccomp filter refusing new namespaces (see ``seccomp_program``), and rlimits on CPU
+time, address space, processes, file size and open files. The only writable places are the work
+directory and ``/dev/shm``, both size-capped tmpfs; bwrap's own root and ``/dev`` are read-only.
+A wall-clock timeout kills the whole sandbox: bwrap runs a pid-1 reaper inside the pid namespace, so
+killing the outer bwrap (``--die-with-parent``) tears the namespace down with every process the code
+forked.
 
 Why two privilege paths. ``RLIMIT_NPROC`` is what contains a fork bomb, and the kernel never enforces
 it for processes whose real uid is host root. Run as a normal user, bwrap creates a user namespace
@@ -24,18 +27,20 @@ timeouts, no isolation at all.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import os
 import random
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -232,6 +237,48 @@ def uid_pool(wanted: tuple[int, int]) -> tuple[int, int]:
     return (max(lo, 1000, top - 10000), top)
 
 
+# seccomp: the one door namespaces leave open. Any uid may create a user namespace and, inside it,
+# mount a tmpfs that no rlimit bounds (its pages are the host's memory), so model code could fill RAM
+# until the wall-clock kill. The filter refuses new namespaces (unshare, clone with CLONE_NEW* flags;
+# clone3 hides its flags in memory, so it reports ENOSYS and glibc falls back to clone) and kills
+# other syscall ABIs (i386, x32) that would bypass the numbering. Architectures without numbers here
+# run without the filter.
+_SECCOMP_ARCHES = {  # machine: (AUDIT_ARCH, unshare, clone, clone3, x32 bit)
+    "x86_64": (0xC000003E, 272, 56, 435, 0x40000000),
+    "aarch64": (0xC00000B7, 97, 220, 435, 0),
+}
+_CLONE_NEW_FLAGS = 0x7E020080  # NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET | NEWTIME
+
+
+@functools.cache
+def seccomp_program() -> bytes | None:
+    """The classic-BPF filter above as bwrap's ``--seccomp`` expects it (struct sock_filter array)."""
+    arch = _SECCOMP_ARCHES.get(os.uname().machine)
+    if arch is None:
+        return None
+    audit_arch, nr_unshare, nr_clone, nr_clone3, x32_bit = arch
+    ld_w_abs, jeq_k, jge_k, jset_k, ret_k = 0x20, 0x15, 0x35, 0x45, 0x06
+    allow, kill, eperm, enosys = 0x7FFF0000, 0x80000000, 0x00050000 | 1, 0x00050000 | 38
+    prog = [
+        (ld_w_abs, 0, 0, 4),                # A = arch
+        (jeq_k, 1, 0, audit_arch),
+        (ret_k, 0, 0, kill),                # another ABI: refuse outright
+        (ld_w_abs, 0, 0, 0),                # A = syscall number
+        (jge_k, 0, 1, x32_bit or 0xFFFFFFFF),
+        (ret_k, 0, 0, eperm),               # x32 numbers
+        (jeq_k, 0, 1, nr_unshare),
+        (ret_k, 0, 0, eperm),
+        (jeq_k, 0, 1, nr_clone3),
+        (ret_k, 0, 0, enosys),
+        (jeq_k, 0, 3, nr_clone),
+        (ld_w_abs, 0, 0, 16),               # A = low word of args[0], clone's flags
+        (jset_k, 0, 1, _CLONE_NEW_FLAGS),
+        (ret_k, 0, 0, eperm),
+        (ret_k, 0, 0, allow),
+    ]
+    return b"".join(struct.pack("=HBBI", *ins) for ins in prog)
+
+
 def _covered(path: str, roots: Sequence[str]) -> bool:
     return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
 
@@ -301,14 +348,9 @@ class Sandbox:
 
     def _self_test(self) -> None:
         """Run one trivial script now, so a host that cannot run the sandbox fails here, clearly, once."""
-        fd = os.memfd_create("parasim-selftest", 0)
-        try:
-            os.write(fd, b"print('ok')\n")
-            os.lseek(fd, 0, os.SEEK_SET)
-            res = subprocess.run(self._bwrap_argv(fd, "selftest"), pass_fds=(fd,), capture_output=True,
+        with _sandbox_fds(b"print('ok')\n") as fds:
+            res = subprocess.run(self._bwrap_argv(fds, "selftest"), pass_fds=fds.all, capture_output=True,
                                  timeout=60, check=False, stdin=subprocess.DEVNULL)
-        finally:
-            os.close(fd)
         if res.returncode != 0 or res.stdout != b"ok\n":
             raise SandboxUnavailableError(
                 f"the sandbox cannot run {self.config.python} here (exit {res.returncode}): "
@@ -340,7 +382,7 @@ class Sandbox:
         return json.dumps({"uid": uid, "rlimits": rlimits, "workdir": workdir,
                            "script": f"{workdir}/{SCRIPT_NAME}"})
 
-    def _bwrap_argv(self, code_fd: int, run_id: str) -> list[str]:
+    def _bwrap_argv(self, fds: _Fds, run_id: str) -> list[str]:
         assert self._bwrap is not None
         c = self.config
         argv = [self._bwrap, *_namespace_args(self._as_root), *_system_binds()]
@@ -359,10 +401,12 @@ class Sandbox:
         argv += ["--proc", "/proc", "--dev", "/dev", *size, "--tmpfs", WORKDIR,
                  # POSIX semaphores (multiprocessing) need a writable /dev/shm: sized like the work dir
                  *size, *(["--perms", "1777"] if perms else []), "--tmpfs", "/dev/shm",
-                 "--file", str(code_fd), f"{WORKDIR}/{SCRIPT_NAME}",
+                 "--file", str(fds.code), f"{WORKDIR}/{SCRIPT_NAME}",
                  # bwrap's root and /dev are unbounded tmpfs: read-only, so files cannot eat the host's memory
                  "--remount-ro", "/dev", "--remount-ro", "/",
                  "--chdir", WORKDIR, "--clearenv"]
+        if fds.seccomp is not None:
+            argv += ["--seccomp", str(fds.seccomp)]
         for key, value in self._env(run_id).items():
             argv += ["--setenv", key, value]
         uid = random.SystemRandom().randrange(*self._uids) if self._as_root else None
@@ -378,13 +422,8 @@ class Sandbox:
         run_id = uuid.uuid4().hex
         data = code.encode("utf-8", errors="surrogateescape")
         if self.config.mode == "bwrap":
-            fd = os.memfd_create("parasim-code", 0)
-            try:
-                os.write(fd, data)  # memfd writes are all-or-nothing for in-memory files
-                os.lseek(fd, 0, os.SEEK_SET)
-                return await self._execute(self._bwrap_argv(fd, run_id), feed, pass_fds=(fd,), env=None)
-            finally:
-                os.close(fd)
+            with _sandbox_fds(data) as fds:
+                return await self._execute(self._bwrap_argv(fds, run_id), feed, pass_fds=fds.all, env=None)
         with tempfile.TemporaryDirectory(prefix="parasim-unsafe-") as work:
             Path(work, SCRIPT_NAME).write_bytes(data)
             argv = [self.config.python, "-I", "-S", "-B", "-c", BOOTSTRAP, self._spec(work, None)]
@@ -455,6 +494,39 @@ class Sandbox:
                 return await self.arun(code)
 
         return list(await asyncio.gather(*(one(code) for code in codes)))
+
+
+@dataclass(frozen=True)
+class _Fds:
+    """In-memory files bwrap reads at startup: the script (``--file``) and the seccomp filter."""
+
+    code: int
+    seccomp: int | None
+
+    @property
+    def all(self) -> tuple[int, ...]:
+        return tuple(fd for fd in (self.code, self.seccomp) if fd is not None)
+
+
+@contextlib.contextmanager
+def _sandbox_fds(code: bytes) -> Iterator[_Fds]:
+    """One set per call: bwrap reads from a descriptor's offset, so sharing one would race."""
+    program = seccomp_program()
+    fds = _Fds(_memfd("parasim-code", code), _memfd("parasim-seccomp", program) if program is not None else None)
+    try:
+        yield fds
+    finally:
+        for fd in fds.all:
+            os.close(fd)
+
+
+def _memfd(name: str, data: bytes) -> int:
+    fd = os.memfd_create(name, 0)
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
 
 
 def _signal_name(signo: int) -> str:
