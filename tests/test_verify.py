@@ -41,6 +41,7 @@ def test_extract_boxed(text: str, expected: str | None) -> None:
     ("reasoning...\n<answer> Paris </answer>", "Paris"),
     (r"<answer>\boxed{5}</answer>", "5"),
     ("Final Answer: **$x = 3$**.", "x = 3"),
+    (r"so \boxed{\text{Paris}}", "Paris"),
     ("We conclude.\nThe answer is 12.", "12"),
     ("answer: first\nAnswer: second", "second"),
     (r"Answer: 3, but formally \boxed{4}", "4"),  # a boxed answer outranks prose
@@ -54,6 +55,7 @@ def test_extract_final(text: str, expected: str | None) -> None:
     ("The correct answer is **B**.", "B"),
     ("Answer: (C)", "C"),
     (r"\boxed{D}", "D"),
+    (r"\boxed{\text{(B)}}", "B"),
     ("After weighing the options, option A is right.", "A"),
     ("Reasoning here.\n\n**C**\n", "C"),
     ("Answer: C. Because the reaction is exothermic", "C"),

@@ -91,6 +91,9 @@ def extract_boxed(text: str) -> str | None:
     return None
 
 
+_TEXT_WRAPPER = re.compile(r"\\(?:text|textbf|mathrm|mathbf)\{([^{}]*)\}")
+
+
 def _clean(candidate: str) -> str:
     """Strip what wraps a final answer in prose: markdown emphasis, $...$, a trailing period."""
     s, prev = candidate.strip(), None
@@ -99,6 +102,9 @@ def _clean(candidate: str) -> str:
         s = s.strip("*_` ").rstrip(".").strip()
         if len(s) >= 2 and s[0] == "$" and s[-1] == "$":
             s = s[1:-1].strip()
+        wrapped = _TEXT_WRAPPER.fullmatch(s)
+        if wrapped:
+            s = wrapped.group(1).strip()
     return s
 
 
