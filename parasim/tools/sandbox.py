@@ -29,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import json
 import os
 import random
 import shutil
@@ -53,25 +52,27 @@ SCRIPT_NAME = "main.py"
 SANDBOX_UID = 65534  # the sandbox uid seen inside a user namespace (non-root path)
 _EXIT_DRAIN_GRACE_S = 0.5  # after the main process exits, how long stray pipe holders may keep output open
 
-# Runs inside the sandbox as ``python -I -S -B -c BOOTSTRAP SPEC``: drop privileges (root path only),
-# set the rlimits, activate site-packages, then execute the script as ``__main__`` with a traceback
-# that starts at the model's code. Kept as source so the sandbox needs no parasim import.
+# Runs inside the sandbox as ``python -I -S -B -c BOOTSTRAP UID WORKDIR SCRIPT NAME:SOFT:HARD...``:
+# drop privileges (root path only), set the rlimits, activate site-packages, then execute the script
+# as ``__main__`` with a traceback that starts at the model's code. Kept as source so the sandbox
+# needs no parasim import, and free of imports beyond the interpreter's own (json and traceback
+# would add tens of milliseconds to every call).
 BOOTSTRAP = r'''
 def _parasim_boot():
-    import json, os, resource, sys, traceback
-    spec = json.loads(sys.argv[1])
-    uid = spec["uid"]
-    if uid is not None and os.getuid() == 0:
-        os.chown(spec["workdir"], uid, uid)
+    import os, resource, sys
+    uid, workdir, path, *limits = sys.argv[1:]
+    if uid != "-" and os.getuid() == 0:
+        uid = int(uid)
+        os.chown(workdir, uid, uid)
         os.setgroups([])
         os.setresgid(uid, uid, uid)
         os.setresuid(uid, uid, uid)
-    for name, soft, hard in spec["rlimits"]:
-        resource.setrlimit(getattr(resource, name), (soft, hard))
+    for item in limits:
+        name, soft, hard = item.split(":")
+        resource.setrlimit(getattr(resource, name), (int(soft), int(hard)))
     import site
     site.main()
-    os.chdir(spec["workdir"])
-    path = spec["script"]
+    os.chdir(workdir)
     sys.argv = [path]
     sys.path.insert(0, os.path.dirname(path))
     main = sys.modules["__main__"].__dict__
@@ -85,6 +86,7 @@ def _parasim_boot():
     except SystemExit:
         raise
     except BaseException as exc:
+        import traceback
         tb = None if isinstance(exc, SyntaxError) else exc.__traceback__.tb_next
         traceback.print_exception(type(exc), exc, tb)
         sys.stderr.flush()
@@ -367,7 +369,8 @@ class Sandbox:
         env.update(dict(self.config.env))
         return env
 
-    def _spec(self, workdir: str, uid: int | None) -> str:
+    def _spec(self, workdir: str, uid: int | None) -> list[str]:
+        """The bootstrap's arguments: uid ("-" for none), work dir, script, then NAME:SOFT:HARD rlimits."""
         c = self.config
         rlimits = [
             ("RLIMIT_CPU", c.cpu_time_s, c.cpu_time_s + 1),  # SIGXCPU at the soft limit, SIGKILL a second later
@@ -379,8 +382,8 @@ class Sandbox:
         ]
         if c.mode == "unsafe-subprocess":  # shared uid: a process cap would count the user's other processes
             rlimits = [r for r in rlimits if r[0] != "RLIMIT_NPROC"]
-        return json.dumps({"uid": uid, "rlimits": rlimits, "workdir": workdir,
-                           "script": f"{workdir}/{SCRIPT_NAME}"})
+        return ["-" if uid is None else str(uid), workdir, f"{workdir}/{SCRIPT_NAME}",
+                *(f"{name}:{soft}:{hard}" for name, soft, hard in rlimits)]
 
     def _bwrap_argv(self, fds: _Fds, run_id: str) -> list[str]:
         assert self._bwrap is not None
@@ -410,7 +413,7 @@ class Sandbox:
         for key, value in self._env(run_id).items():
             argv += ["--setenv", key, value]
         uid = random.SystemRandom().randrange(*self._uids) if self._as_root else None
-        argv += [c.python, "-I", "-S", "-B", "-c", BOOTSTRAP, self._spec(WORKDIR, uid)]
+        argv += [c.python, "-I", "-S", "-B", "-c", BOOTSTRAP, *self._spec(WORKDIR, uid)]
         return argv
 
     async def arun(self, code: str, stdin: str | bytes = b"") -> CallResult:
@@ -426,7 +429,7 @@ class Sandbox:
                 return await self._execute(self._bwrap_argv(fds, run_id), feed, pass_fds=fds.all, env=None)
         with tempfile.TemporaryDirectory(prefix="parasim-unsafe-") as work:
             Path(work, SCRIPT_NAME).write_bytes(data)
-            argv = [self.config.python, "-I", "-S", "-B", "-c", BOOTSTRAP, self._spec(work, None)]
+            argv = [self.config.python, "-I", "-S", "-B", "-c", BOOTSTRAP, *self._spec(work, None)]
             env = {**self._env(run_id), "HOME": work, "TMPDIR": work}
             return await self._execute(argv, feed, pass_fds=(), env=env, cwd=work)
 
