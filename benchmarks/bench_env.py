@@ -89,7 +89,7 @@ class NumpyReferenceEnv:
         run = ~stop
         lat_round = np.zeros(n)
         tok_round = np.where(run, t.proto[P_MGR_ROUND], 0.0)
-        loga = np.log(self.nans - 1.0)
+        loga = np.log(np.maximum(self.nans, 2) - 1.0)
         for k in range(self.sim.slots):
             tool, model, target = actions[:, 1 + 3 * k], actions[:, 2 + 3 * k], actions[:, 3 + 3 * k]
             active = run & (tool != NUM_TOOLS)
@@ -178,8 +178,8 @@ def run_single(steps: int) -> float:
     return steps / (time.perf_counter() - t0)
 
 
-def run_vector(lanes: int, steps: int) -> float:
-    env = gym.make_vec("ParaOrch-v0", num_envs=lanes, vectorization_mode="vector_entry_point")
+def run_vector(lanes: int, steps: int, threads: bool = False) -> float:
+    env = gym.make_vec("ParaOrch-v0", num_envs=lanes, vectorization_mode="vector_entry_point", threads=threads)
     env.reset(seed=0)
     acts = policy_actions(env.unwrapped.sim.nvec, lanes, steps)
     env.step(acts[0])
@@ -207,10 +207,13 @@ def test_single_env_gym_make(benchmark):
     benchmark.extra_info["steps_per_s"] = rate
 
 
+@pytest.mark.parametrize("threads", [False, True])
 @pytest.mark.parametrize("lanes", LANES)
-def test_vector_env(benchmark, lanes):
+def test_vector_env(benchmark, lanes, threads):
+    if threads and lanes < 1024:
+        pytest.skip("threads start at 1,024 lanes")
     steps = _steps_for(lanes)
-    rate = benchmark.pedantic(run_vector, args=(lanes, steps), rounds=3, iterations=1)
+    rate = benchmark.pedantic(run_vector, args=(lanes, steps, threads), rounds=3, iterations=1)
     base = run_numpy(lanes, max(10, steps // 4))
     benchmark.extra_info.update(steps_per_s=rate, numpy_steps_per_s=base, speedup=rate / base)
 
@@ -221,7 +224,10 @@ def main() -> None:
     for lanes in LANES:
         steps = _steps_for(lanes)
         fast, base = run_vector(lanes, steps), run_numpy(lanes, max(10, steps // 4))
-        print(f"{lanes:5d} lanes: compiled {fast:12,.0f} steps/s  numpy {base:12,.0f} steps/s  x{fast / base:6.1f}")
+        line = f"{lanes:5d} lanes: compiled {fast:12,.0f} steps/s  numpy {base:12,.0f} steps/s  x{fast / base:6.1f}"
+        if lanes >= 1024:
+            line += f"  threaded {run_vector(lanes, steps, threads=True):12,.0f} steps/s"
+        print(line)
 
 
 if __name__ == "__main__":

@@ -64,14 +64,14 @@ def require_real_tools(**options: Any) -> NoReturn:
 
 
 def make_simulator(tools: str, num_lanes: int, *, pool: Any, suite: Any, max_rounds: int, max_parallel: int,
-                   serial: bool, token_budget: float | None) -> Simulator:
+                   serial: bool, token_budget: float | None, threads: bool = False) -> Simulator:
     """The backend behind the structured envs: the compiled simulator, or the real-tools backend."""
     if tools == "real":
         require_real_tools(pool=pool, suite=suite)
     if tools != "sim":
         raise ValueError(f"tools: expected 'sim' or 'real', got {tools!r}")
     return Simulator(pool, suite, num_lanes, max_rounds=max_rounds, max_parallel=max_parallel, serial=serial,
-                     token_budget=token_budget)
+                     token_budget=token_budget, threads=threads)
 
 
 def observation_space(sim: Simulator) -> spaces.Dict:

@@ -175,8 +175,8 @@ def test_threaded_step_equals_the_serial_loop():
     from parasim.sim.step import step_lanes
 
     n = PARALLEL_MIN_LANES
-    sims = [Simulator("toolorchestra", "paramanager", n, max_rounds=3) for _ in range(2)]
-    sims[1]._step = step_lanes  # force the serial loop on the second copy
+    sims = [Simulator("toolorchestra", "paramanager", n, max_rounds=3, threads=t) for t in (True, False)]
+    assert sims[1]._step is step_lanes
     rng = np.random.default_rng(0)
     for sim in sims:
         sim.seed(np.arange(n))

@@ -33,7 +33,7 @@ class Simulator:
 
     def __init__(self, pool: str | PoolSpec = "paramanager", suite: str | TaskSuite = "paramanager",
                  num_lanes: int = 1, *, max_rounds: int = 12, max_parallel: int = 4, serial: bool = False,
-                 token_budget: float | None = None) -> None:
+                 token_budget: float | None = None, threads: bool = False) -> None:
         if not 1 <= int(max_rounds) <= 1000:
             raise ValueError(f"max_rounds: expected an integer in [1, 1000], got {max_rounds!r}")
         if not 1 <= int(max_parallel) <= 16:
@@ -54,8 +54,9 @@ class Simulator:
         self.env[E_TOKEN_BUDGET] = np.inf if token_budget is None else float(token_budget)
         self.nvec = action_nvec(self.slots, self.pool.num_models)
         self.done = np.zeros(self.num_lanes, np.uint8)
-        # threads pay off only when a step has enough lanes to amortize waking them (results are identical)
-        self._step = step_lanes_parallel if self.num_lanes >= PARALLEL_MIN_LANES else step_lanes
+        # threads (results identical) pay off only with enough lanes and idle cores; opt-in, since sweeps
+        # that already run one process per core would oversubscribe them
+        self._step = step_lanes_parallel if threads and self.num_lanes >= PARALLEL_MIN_LANES else step_lanes
 
     def seed(self, seeds: np.ndarray | list[int], lanes: np.ndarray | None = None) -> None:
         """Start the random stream of each lane (all lanes, or ``lanes``) from its seed; episodes count from 1."""

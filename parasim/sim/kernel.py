@@ -58,12 +58,12 @@ _OK, _EXEC, _TIMEOUT = int(Status.OK), int(Status.EXEC_ERR), int(Status.TIMEOUT)
 _FORMAT, _INVALID, _BUDGET = int(Status.FORMAT_ERR), int(Status.INVALID_TOOL), int(Status.BUDGET_EXCEEDED)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _sigmoid(x: float) -> float:
     return 1.0 / (1.0 + math.exp(-x))
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def draw_wrong(rng, lane, mm, row, nans, pref, kappa, row_dcdf):
     """A wrong answer: the model's preferred one with prob kappa, else a Zipf-weighted shared distractor."""
     if pref >= 0 and uniform(rng, lane) < kappa:
@@ -75,7 +75,7 @@ def draw_wrong(rng, lane, mm, row, nans, pref, kappa, row_dcdf):
     return nans - 1
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def sample_call(rng, lane, tool, mm, target, lead, ctx, exec_before, row, bench, dom, nans, z, qtok, pref,
                 scratch, skill, bonus, tok_mu, tm, tt, mmt, md, proto, row_dcdf):
     """One OK-able call of ``tool`` by model row ``mm`` on a task; the per-call model of DESIGN.md 3.
@@ -153,7 +153,7 @@ def sample_call(rng, lane, tool, mm, target, lead, ctx, exec_before, row, bench,
     return status, kind, answer, tok_in, tok_out, lat, usd, cost
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def leading_answer(ev, arrival, i, nans):
     """The termination model's pick: highest score among answers with support, earliest on ties; -1 if none."""
     best = -1
@@ -164,7 +164,7 @@ def leading_answer(ev, arrival, i, nans):
     return best
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def draw_task(rng, lane, row_i, row_f, row_cdf):
     """A task: a suite row by its weights, then its difficulty (given, or z ~ N(mu_b, sigma_b))."""
     u = uniform(rng, lane)
@@ -179,7 +179,7 @@ def draw_task(rng, lane, row_i, row_f, row_cdf):
     return row, row_i[row, R_BENCH], row_i[row, R_DOMAIN], nans, z
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def reset_lane(i, st_i, st_f, counts_t, counts_s, last_status, exec_prev, pref, ev, arrival, rng, row_i, row_f,
                row_cdf, row_dcdf):
     """Draw a new task for lane ``i`` and clear its episode accumulators."""
@@ -208,7 +208,7 @@ def reset_lane(i, st_i, st_f, counts_t, counts_s, last_status, exec_prev, pref, 
         pref[i, m] = draw_wrong(rng, i, m, row, nans, -1, 0.0, row_dcdf)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def finalize_lane(i, ended_final, st_i, st_f, pref, ev, arrival, rng, skill, bonus, mmt, proto, row_dcdf):
     """The termination model answers (vote, else the manager's own direct answer); the verifier scores it."""
     nans = st_i[i, I_NANS]
@@ -226,7 +226,7 @@ def finalize_lane(i, ended_final, st_i, st_f, pref, ev, arrival, rng, skill, bon
     st_i[i, I_DONE] = 1
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def step_lane(i, actions, st_i, st_f, counts_t, counts_s, last_status, exec_prev, pref, ev, arrival, rng, scratch,
               skill, bonus, tok_mu, tm, tt, mmt, md, rel_logit, proto, row_dcdf, env):
     """One manager turn of lane ``i``: ``final_answer`` or a round of up to K isolated parallel calls.

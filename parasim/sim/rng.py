@@ -27,7 +27,7 @@ def seed_state(seed: int) -> np.uint64:
     return np.uint64(_mix((int(seed) * _GOLDEN + 0x632BE59BD9B4E019) & _MASK))
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def next_u64(state: np.ndarray, i: int) -> np.uint64:
     s = state[i] + np.uint64(_GOLDEN)
     state[i] = s
@@ -36,7 +36,7 @@ def next_u64(state: np.ndarray, i: int) -> np.uint64:
     return z ^ (z >> np.uint64(31))
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def uniform(state: np.ndarray, i: int) -> float:
     """A float in [0, 1) with 53 random bits."""
     return float(next_u64(state, i) >> np.uint64(11)) * (1.0 / 9007199254740992.0)
@@ -54,7 +54,7 @@ _D = (7.784695709041462e-03, 3.224671290700398e-01, 2.445134137142996e00, 3.7544
 _P_LOW = 0.02425
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def normal(state: np.ndarray, i: int) -> float:
     """A standard normal draw by inverting its CDF at a uniform."""
     p = uniform(state, i)

@@ -17,13 +17,13 @@ from parasim.tasks import NUM_ANSWERS
 _CR = int(Tool.CRITICAL_REVIEWER)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _better(ev, arrival, i, a, b):
     return ev[i, E_SCORE, a] > ev[i, E_SCORE, b] or (
         ev[i, E_SCORE, a] == ev[i, E_SCORE, b] and arrival[i, a] < arrival[i, b])
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def write_obs(i, st_i, st_f, counts_t, counts_s, last_status, ev, arrival, num_models, env, o_task, o_round,
               o_budget, o_cand, o_evid, o_tools, o_status, o_last, o_mask):
     """Lane ``i``'s observation: candidates ranked by the termination score (ids never shown)."""
@@ -103,18 +103,22 @@ def reset_lanes(mask, st_i, st_f, counts_t, counts_s, last_status, exec_prev, pr
 
 
 @njit(cache=True)
-def _step_one(i, actions, reset_first, done, st_i, st_f, counts_t, counts_s, last_status, exec_prev, pref, ev,
-              arrival, rng, scratch, skill, bonus, tok_mu, tm, tt, mmt, md, rel_logit, proto, row_i, row_f, row_cdf,
-              row_dcdf, o_task, o_round, o_budget, o_cand, o_evid, o_tools, o_status, o_last, o_mask, env):
-    if reset_first[i]:
-        reset_lane(i, st_i, st_f, counts_t, counts_s, last_status, exec_prev, pref, ev, arrival, rng, row_i, row_f,
-                   row_cdf, row_dcdf)
-    elif st_i[i, I_DONE] == 0:
-        step_lane(i, actions, st_i, st_f, counts_t, counts_s, last_status, exec_prev, pref, ev, arrival, rng,
-                  scratch, skill, bonus, tok_mu, tm, tt, mmt, md, rel_logit, proto, row_dcdf, env)
-    done[i] = st_i[i, I_DONE]
-    write_obs(i, st_i, st_f, counts_t, counts_s, last_status, ev, arrival, skill.shape[0] - 1, env, o_task, o_round,
-              o_budget, o_cand, o_evid, o_tools, o_status, o_last, o_mask)
+def _step_range(lo, hi, actions, reset_first, done, st_i, st_f, counts_t, counts_s, last_status, exec_prev, pref, ev,
+                arrival, rng, scratch, skill, bonus, tok_mu, tm, tt, mmt, md, rel_logit, proto, row_i, row_f, row_cdf,
+                row_dcdf, o_task, o_round, o_budget, o_cand, o_evid, o_tools, o_status, o_last, o_mask, env):
+    """Lanes lo..hi-1: the per-lane functions are inlined here, since a numba call that passes a few dozen
+    arrays costs more (about 0.5 us of argument and refcount traffic) than simulating a call."""
+    nm = skill.shape[0] - 1
+    for i in range(lo, hi):
+        if reset_first[i]:
+            reset_lane(i, st_i, st_f, counts_t, counts_s, last_status, exec_prev, pref, ev, arrival, rng, row_i,
+                       row_f, row_cdf, row_dcdf)
+        elif st_i[i, I_DONE] == 0:
+            step_lane(i, actions, st_i, st_f, counts_t, counts_s, last_status, exec_prev, pref, ev, arrival, rng,
+                      scratch, skill, bonus, tok_mu, tm, tt, mmt, md, rel_logit, proto, row_dcdf, env)
+        done[i] = st_i[i, I_DONE]
+        write_obs(i, st_i, st_f, counts_t, counts_s, last_status, ev, arrival, nm, env, o_task, o_round, o_budget,
+                  o_cand, o_evid, o_tools, o_status, o_last, o_mask)
 
 
 @njit(cache=True)
@@ -123,11 +127,10 @@ def step_lanes(actions, reset_first, done, st_i, st_f, counts_t, counts_s, last_
                row_cdf, row_dcdf, o_task, o_round, o_budget, o_cand, o_evid, o_tools, o_status, o_last, o_mask,
                env):
     """Step every lane with its action row; lanes with ``reset_first`` set reset instead (NEXT_STEP)."""
-    for i in range(actions.shape[0]):
-        _step_one(i, actions, reset_first, done, st_i, st_f, counts_t, counts_s, last_status, exec_prev, pref, ev,
-                  arrival, rng, scratch, skill, bonus, tok_mu, tm, tt, mmt, md, rel_logit, proto, row_i, row_f,
-                  row_cdf, row_dcdf, o_task, o_round, o_budget, o_cand, o_evid, o_tools, o_status, o_last, o_mask,
-                  env)
+    _step_range(0, actions.shape[0], actions, reset_first, done, st_i, st_f, counts_t, counts_s, last_status,
+                exec_prev, pref, ev, arrival, rng, scratch, skill, bonus, tok_mu, tm, tt, mmt, md, rel_logit, proto,
+                row_i, row_f, row_cdf, row_dcdf, o_task, o_round, o_budget, o_cand, o_evid, o_tools, o_status,
+                o_last, o_mask, env)
 
 
 @njit(cache=True, parallel=True)
@@ -135,10 +138,12 @@ def step_lanes_parallel(actions, reset_first, done, st_i, st_f, counts_t, counts
                         ev, arrival, rng, scratch, skill, bonus, tok_mu, tm, tt, mmt, md, rel_logit, proto, row_i,
                         row_f, row_cdf, row_dcdf, o_task, o_round, o_budget, o_cand, o_evid, o_tools, o_status,
                         o_last, o_mask, env):
-    """``step_lanes`` over threads: lanes share nothing mutable (own rows, own random streams), so the
-    result is identical to the serial loop whatever the scheduling."""
-    for i in prange(actions.shape[0]):
-        _step_one(i, actions, reset_first, done, st_i, st_f, counts_t, counts_s, last_status, exec_prev, pref, ev,
-                  arrival, rng, scratch, skill, bonus, tok_mu, tm, tt, mmt, md, rel_logit, proto, row_i, row_f,
-                  row_cdf, row_dcdf, o_task, o_round, o_budget, o_cand, o_evid, o_tools, o_status, o_last, o_mask,
-                  env)
+    """``step_lanes`` over threads, in chunks of lanes: lanes share nothing mutable (own rows, own random
+    streams), so the result is identical to the serial loop whatever the scheduling."""
+    n = actions.shape[0]
+    chunks = min(n, 64)
+    for c in prange(chunks):
+        _step_range(c * n // chunks, (c + 1) * n // chunks, actions, reset_first, done, st_i, st_f, counts_t,
+                    counts_s, last_status, exec_prev, pref, ev, arrival, rng, scratch, skill, bonus, tok_mu, tm, tt,
+                    mmt, md, rel_logit, proto, row_i, row_f, row_cdf, row_dcdf, o_task, o_round, o_budget, o_cand,
+                    o_evid, o_tools, o_status, o_last, o_mask, env)
