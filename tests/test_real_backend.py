@@ -73,7 +73,8 @@ def server():
 
 
 def _control(url: str, **body) -> None:
-    httpx.post(f"{url}/control", json={"delay_s": 0, "fail_next": 0, "fail_status": 500, **body}).raise_for_status()
+    reset = {"delay_s": 0, "fail_next": 0, "fail_status": 500, "extension": True, "device": "cpu"}
+    httpx.post(f"{url}/control", json={**reset, **body}).raise_for_status()
 
 
 def _emap(url: str, **policy) -> dict:
@@ -284,7 +285,7 @@ def test_engine_episode_context_termination_and_log(server: str, tmp_path: Path)
     assert records[2]["target"] == 1 and records[2]["flagged"] is False and records[2]["context_tokens"] > 0
     assert records[3]["correct"] is True  # "other" answers 7 = task t1's gold
     table = read_calls(log)
-    assert len(table) == 4 and table.target[2] == 1 and table.models == ("good", "other")
+    assert len(table) == 4 and list(table.carried) == [-1, -1, 0, -1] and table.models == ("good", "other")
     with CallLogger(log) as again:  # appending continues the episode numbering
         assert again.new_episode() == 2
 
@@ -357,3 +358,86 @@ def test_server_killed_mid_episode_gives_timeouts_and_loses_no_log_line(tmp_path
     assert [r["status"] for r in records] == ["OK", "OK", "TIMEOUT", "TIMEOUT", "TIMEOUT"]
     assert [r["call_index"] for r in records] == [0, 1, 2, 3, 4]
     assert len(read_calls(log)) == 5
+
+
+# ------------------------------------------------------------------------------------- weight reloads
+def _admin(url: str) -> list[str]:
+    return httpx.get(f"{url}/stats").json()["admin"]
+
+
+def test_reload_weights_protocol_and_cpu_refusal_without_extension(server: str, tmp_path: Path):
+    import torch
+
+    from parasim.real.vllm_client import WeightReloadError, push_weights, reload_weights
+
+    with pytest.raises(WeightReloadError, match="no \\*.safetensors"):
+        reload_weights(server, tmp_path)
+    embed = torch.randn(8, 4)
+    state = {"model.embed_tokens.weight": embed, "lm_head.weight": embed, "model.norm.weight": torch.ones(4)}
+    _control(server)
+    before = len(_admin(server))
+    loaded = push_weights(f"{server}/v1", state, tmp_path / "w", step=3)
+    path = json.dumps({"weights_path": str(loaded)}, sort_keys=True)
+    assert _admin(server)[before:] == ["pause", f"rpc:parasim_reload_weights:{path}", "reset_prefix_cache", "resume"]
+    from safetensors.torch import load_file
+
+    saved = load_file(str(loaded / "model.safetensors"))
+    assert sorted(saved) == ["model.embed_tokens.weight", "model.norm.weight"]  # the tied alias written once
+    assert torch.equal(saved["model.embed_tokens.weight"], embed)
+
+    _control(server, extension=False, device="cpu")
+    with pytest.raises(WeightReloadError, match="worker extension"):
+        reload_weights(server, loaded)
+    assert _admin(server)[-1] == "resume"  # never left paused
+    _control(server, extension=False, device="cuda")  # GPU servers fall back to vLLM's own reload
+    reload_weights(server, loaded)
+    assert _admin(server)[-3:] == [f"rpc:reload_weights:{path}", "reset_prefix_cache", "resume"]
+    _control(server)
+    push_weights(server, state, tmp_path / "w", step=4)
+    assert [p.name for p in (tmp_path / "w").iterdir()] == ["step_00000004"]
+
+
+def test_serve_config_validation_and_commands(tmp_path: Path):
+    from parasim.real.serve_pool import load_serve_config, parse_serve_config, server_command, server_env
+
+    raw = {"python": "/opt/vllm/bin/python", "base_port": 9000, "gpus": [0, 1, 2], "env": {"A": "1"},
+           "endpoint": {"max_concurrency": 32}, "models": [
+               {"id": "big", "path": "/ckpt/big", "num_gpus": 2, "args": ["--max-model-len", "4096"]},
+               {"id": "small", "path": "/ckpt/small", "reloadable": True, "endpoint": {"timeout_s": 9}}]}
+    cfg = parse_serve_config(raw)
+    big, small = cfg.models
+    assert (big.port, big.gpus, small.port, small.gpus) == (9000, (0, 1), 9001, (2,))
+    cmd = server_command(cfg, big)
+    assert cmd[:3] == ["/opt/vllm/bin/python", "-m", "vllm.entrypoints.openai.api_server"]
+    assert cmd[cmd.index("--tensor-parallel-size") + 1] == "2" and cmd[-2:] == ["--max-model-len", "4096"]
+    assert "--worker-extension-cls" in server_command(cfg, small) and "--worker-extension-cls" not in cmd
+    env = server_env(cfg, small)
+    assert env["CUDA_VISIBLE_DEVICES"] == "2" and env["VLLM_SERVER_DEV_MODE"] == "1" and env["A"] == "1"
+    assert env["PYTHONPATH"].split(os.pathsep)[0].endswith("vllm_ext")
+    assert server_env(cfg, big).get("VLLM_SERVER_DEV_MODE") == os.environ.get("VLLM_SERVER_DEV_MODE")
+    assert dict(small.endpoint) == {"max_concurrency": 32, "timeout_s": 9}
+    bad = [
+        ({**raw, "modles": []}, "modles"),
+        ({**raw, "models": [{"id": "a"}]}, r"models\[0\]\.path"),
+        ({**raw, "models": [{"id": "a", "path": "p", "port": 1}, {"id": "b", "path": "p", "port": 1}]}, "port"),
+        ({**raw, "models": [{"id": "a", "path": "p", "num_gpus": 4}]}, "num_gpus"),
+        ({**raw, "endpoint": {"timeout_s": -1}}, "timeout_s"),
+    ]
+    for cfg_raw, field in bad:
+        with pytest.raises(EndpointError, match=field):
+            parse_serve_config(cfg_raw)
+    path = tmp_path / "serve.yaml"
+    path.write_text("models:\n  - {id: m, path: /x}\n")
+    assert load_serve_config(path).models[0].port == 8100
+    out = subprocess.run([sys.executable, "-m", "parasim.cli", "serve-pool", "--config", str(path), "--dry-run"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "--served-model-name m" in out.stdout and "--port 8100" in out.stdout
+
+
+def test_vllm_extension_module_has_no_parasim_imports():
+    """The extension runs inside vLLM's own environment, where parasim is not installed."""
+    from parasim.real.vllm_client import EXTENSION_CLS, EXTENSION_DIR
+
+    module, cls = EXTENSION_CLS.split(".")
+    source = (EXTENSION_DIR / f"{module}.py").read_text()
+    assert f"class {cls}" in source and "parasim." not in source.replace("parasim_", "")

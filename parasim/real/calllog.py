@@ -83,6 +83,9 @@ class CallLogger:
         record["difficulty"] = float(difficulty) if difficulty is not None and math.isfinite(difficulty) else None
         if flagged is not None:
             record["flagged"] = flagged
+        answer = result.extra.get("answer")
+        if isinstance(answer, str) and answer:
+            record["answer"] = answer[:200]
         line = (json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
         with self._lock:
             if self._fd is None:

@@ -5,12 +5,15 @@ be tested against a real socket and a real process, and a dry run of a real-tool
 GPU. Each served model answers ``Final answer: <answer>`` with the answers given on the command line (the
 choices of an ``n > 1`` request cycle through them), adds a verdict for review prompts and a program for
 code prompts, and reports ``usage`` as whitespace-token counts. ``POST /control`` scripts faults: a delay,
-an HTTP status for the next k requests. ``GET /stats`` reports requests served and the peak in flight.
+an HTTP status for the next k requests. ``GET /stats`` reports requests served and the peak in flight. The
+vLLM weight-reload routes (``/pause``, ``/collective_rpc``, ``/reset_prefix_cache``, ``/resume``,
+``/server_info``) are recorded in order, with or without the parasim worker extension (``control``).
 
     python -m parasim.real.fake_server --port 8011 --model tiny=42 --model split=41,42,42
 """
 import argparse  # no `from __future__ import annotations`: FastAPI reads the route signatures at runtime
 import asyncio
+import json
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +32,9 @@ class _State:
     in_flight: int = 0
     peak_in_flight: int = 0
     seen: list[dict[str, Any]] = field(default_factory=list)
+    extension: bool = True
+    device: str = "cpu"
+    admin: list[str] = field(default_factory=list)
 
 
 def _words(text: str) -> int:
@@ -69,11 +75,35 @@ def build_app(answers: dict[str, list[str]]) -> Any:
         state.delay_s = float(body.get("delay_s", state.delay_s))
         state.fail_status = int(body.get("fail_status", state.fail_status))
         state.fail_next = int(body.get("fail_next", state.fail_next))
+        state.extension = bool(body.get("extension", state.extension))
+        state.device = str(body.get("device", state.device))
         return {"ok": True}
+
+    @app.post("/pause")
+    @app.post("/resume")
+    @app.post("/reset_prefix_cache")
+    async def admin(request: Request) -> dict[str, Any]:
+        state.admin.append(request.url.path.strip("/"))
+        return {"status": "ok"}
+
+    @app.post("/collective_rpc")
+    async def rpc(request: Request) -> Any:
+        body = await request.json()
+        method = body.get("method")
+        state.admin.append(f"rpc:{method}:{json.dumps(body.get('kwargs', {}), sort_keys=True)}")
+        if method == "parasim_reload_weights" and not state.extension:
+            return JSONResponse({"error": {"message": f"'Worker' object has no attribute '{method}'"}},
+                                status_code=500)
+        return {"results": [None]}
+
+    @app.get("/server_info")
+    async def server_info() -> dict[str, Any]:
+        return {"vllm_config": f"model='fake', device_config={state.device}, seed=0"}
 
     @app.get("/stats")
     async def stats() -> dict[str, Any]:
-        return {"requests": state.requests, "peak_in_flight": state.peak_in_flight, "seen": state.seen}
+        return {"requests": state.requests, "peak_in_flight": state.peak_in_flight, "seen": state.seen,
+                "admin": state.admin}
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> Any:
