@@ -170,3 +170,143 @@ def _weights(model_dir: Path) -> dict[str, torch.Tensor]:
     from safetensors.torch import load_file
 
     return load_file(str(Path(model_dir) / "model.safetensors"))
+
+
+# ------------------------------------------------------------------------------------------- SFT -> GRPO
+GRPO_FLAGS = dict(tasks_per_step=2, group_size=2, max_tokens=900, max_turn_tokens=32, minibatch_size=2,
+                  micro_batch_size=2, ppo_epochs=2, learning_rate=1e-3, kl_coef=0.05, entropy_coef=0.01,
+                  save_every=1, dump_rollouts=True)
+
+
+@pytest.fixture(scope="module")
+def sft_model(tiny: Path, sft_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("sft")
+    return sft.main(sft.SFTArgs(model_path=str(tiny), data=str(sft_data), output_dir=str(out), total_steps=2,
+                                batch_size=4, micro_batch_size=4, learning_rate=3e-3))
+
+
+@pytest.fixture(scope="module")
+def grpo_run(sft_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("grpo")
+    grpo.main(grpo.GRPOArgs(model_path=str(sft_model), output_dir=str(out), total_steps=2, **GRPO_FLAGS))
+    return out
+
+
+def _rollouts(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "rollouts.jsonl").read_text().splitlines()]
+
+
+def test_grpo_on_paraorch_text_logs_finite_metrics(grpo_run: Path) -> None:
+    log = [json.loads(line) for line in (grpo_run / "grpo_metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in log] == [1, 2]
+    for r in log:
+        for key in ("pg_loss", "kl_ref", "entropy", "clip_frac", "reward_mean", "grad_norm", "len/len_mean"):
+            assert np.isfinite(r[key]), key
+        assert 0.0 <= r["clip_frac"] <= 1.0 and r["kl_ref"] >= 0.0 and r["entropy"] > 0.0
+        assert abs(sum(v for k, v in r.items() if k.startswith("tools/")) - 1.0) < 1e-9 or r["traj/tool_calls"] == 0
+        assert "reward/outcome" in r and "traj/rounds" in r
+    rows = _rollouts(grpo_run)
+    assert len(rows) == 2 * 2 * 2
+    assert {r["group_id"] for r in rows} == {0, 1, 2, 3}
+    # a group shares its task: the first prompt tokens of its two rollouts are the same
+    for g in range(4):
+        a, b = [r for r in rows if r["group_id"] == g]
+        assert a["input_ids"][:a["spans"][0][1]] == b["input_ids"][:b["spans"][0][1]]
+
+
+def test_sampled_logprobs_match_the_trainer_on_the_same_tokens(sft_model: Path, grpo_run: Path, tokenizer) -> None:
+    """Rollouts keep generated ids and logprobs; the trainer, scoring the stored ids with the weights that sampled
+    them, must reproduce those logprobs on every manager token (a re-tokenized stream would not)."""
+    info = runtime.DistInfo(0, 1, 0, torch.device("cpu"))
+    policy = runtime.load_policy(sft_model, info)
+    trajs = [r for r in _rollouts(grpo_run)[:4]]  # step 1: sampled by the SFT weights
+    for row in trajs:
+        ids = torch.tensor([row["input_ids"]])
+        with torch.no_grad():
+            lp, _ = policy(ids, torch.ones_like(ids))
+        manager = [t for s, e, r in row["spans"] if r == ROLE_MANAGER for t in range(s, e)]
+        assert manager, "no manager tokens"
+        sampled = torch.tensor(row["sampled_logprobs"])[manager]
+        torch.testing.assert_close(lp[0, manager], sampled, rtol=0, atol=2e-4)
+        env_tokens = [t for s, e, r in row["spans"] if r == ROLE_ENV for t in range(s, e)]
+        assert all(row["sampled_logprobs"][t] == 0.0 for t in env_tokens)
+        assert "<|im_start|>user" in tokenizer.decode(row["input_ids"])
+
+
+def test_tool_and_env_tokens_get_zero_gradient_through_the_model(sft_model: Path, grpo_run: Path) -> None:
+    info = runtime.DistInfo(0, 1, 0, torch.device("cpu"))
+    policy = runtime.load_policy(sft_model, info)
+    rows = _rollouts(grpo_run)[:2]
+    trajs = [TokenTrajectory(r["input_ids"], [tuple(s) for s in r["spans"]], r["sampled_logprobs"], r["truncated"])
+             for r in rows]
+    width = max(len(t.input_ids) for t in trajs)
+    mask_np = token_mask(trajs, width)
+    mask_np[:, 0] = 0
+    ids = torch.zeros((2, width), dtype=torch.long)
+    att = torch.zeros_like(ids)
+    old = torch.zeros((2, width))
+    for i, t in enumerate(trajs):
+        ids[i, :len(t.input_ids)], att[i, :len(t.input_ids)] = torch.tensor(t.input_ids), 1
+        old[i, :len(t.input_ids)] = torch.tensor(t.sampled_logprobs)
+    mask = torch.as_tensor(mask_np, dtype=torch.float32)
+    adv = torch.randn((2, width), generator=torch.Generator().manual_seed(0))
+    lp, ent = policy(ids, att)
+    lp.retain_grad()
+    loss, _ = grpo.ppo_token_loss(lp, old, adv, mask, torch.full((2, 1), 1.0 / mask.sum()),
+                                  grpo.GRPOArgs(kl_coef=0.1, entropy_coef=0.01), lp.detach() - 0.1, ent)
+    loss.backward()
+    assert torch.isfinite(loss)
+    assert torch.all(lp.grad[mask == 0] == 0)
+    assert (lp.grad[mask == 1] != 0).float().mean() > 0.9
+    grads = {n: p.grad.clone() for n, p in policy.named_parameters() if p.grad is not None}
+    # scrambling advantages and sampler logprobs on tool / env tokens leaves every weight gradient unchanged
+    policy.zero_grad()
+    adv2, old2 = adv.clone(), old.clone()
+    adv2[mask == 0], old2[mask == 0] = 1e3, -50.0
+    lp2, ent2 = policy(ids, att)
+    loss2, _ = grpo.ppo_token_loss(lp2, old2, adv2, mask, torch.full((2, 1), 1.0 / mask.sum()),
+                                   grpo.GRPOArgs(kl_coef=0.1, entropy_coef=0.01), lp2.detach() - 0.1, ent2)
+    loss2.backward()
+    assert loss2.item() == loss.item()
+    for n, p in policy.named_parameters():
+        if n in grads:
+            assert torch.equal(p.grad, grads[n]), n
+
+
+def test_grpo_checkpoint_resumes_to_identical_weights(sft_model: Path, grpo_run: Path, tmp_path: Path) -> None:
+    args = grpo.GRPOArgs(model_path=str(sft_model), output_dir=str(tmp_path), **GRPO_FLAGS)
+    grpo.main(replace(args, total_steps=1))
+    assert runtime.latest_checkpoint(tmp_path / "checkpoints").name == "step_00000001"
+    resumed = grpo.main(replace(args, total_steps=2))
+    _assert_same_weights(runtime.latest_checkpoint(grpo_run / "checkpoints") / "model", resumed)
+    assert _rollouts(tmp_path) == _rollouts(grpo_run)
+
+
+# ------------------------------------------------------------------------------------------- FSDP2
+def _torchrun(module: str, args: list[str], cwd: Path, timeout: int = 240) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+           "-m", module, *args]
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc
+
+
+@pytest.mark.slow
+def test_fsdp2_two_processes_match_single_process_sft(tiny: Path, sft_data: Path, tmp_path: Path) -> None:
+    flags = ["--model_path", str(tiny), "--data", str(sft_data), "--total_steps", "2", "--batch_size", "4",
+             "--micro_batch_size", "1", "--learning_rate", "3e-3", "--save_every", "1"]
+    _torchrun("parasim.training.llm.sft", [*flags, "--output_dir", str(tmp_path / "fsdp")], tmp_path)
+    single = sft.main(runtime.parse_config(sft.SFTArgs, [*flags, "--output_dir", str(tmp_path / "one")]))
+    sharded = runtime.latest_checkpoint(tmp_path / "fsdp" / "checkpoints") / "model"
+    ws, wf = _weights(single), _weights(sharded)
+    assert ws.keys() == wf.keys()
+    for k in ws:
+        torch.testing.assert_close(wf[k], ws[k], rtol=0, atol=2e-5, msg=k)
+    fsdp_log = [json.loads(x) for x in (tmp_path / "fsdp" / "sft_metrics.jsonl").read_text().splitlines()]
+    one_log = [json.loads(x) for x in (tmp_path / "one" / "sft_metrics.jsonl").read_text().splitlines()]
+    assert [r["manager_tokens"] for r in fsdp_log] == [r["manager_tokens"] for r in one_log]
+    np.testing.assert_allclose([r["loss"] for r in fsdp_log], [r["loss"] for r in one_log], rtol=1e-5)
+    # optimizer state was gathered into the world-size-independent format: a 1-process run resumes from it
+    state = torch.load(sharded.parent / "optimizer.pt", weights_only=False)
+    assert set(state["state"]) == set(ws) - {"lm_head.weight"}  # tied to embed_tokens

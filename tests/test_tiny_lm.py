@@ -33,7 +33,7 @@ def test_loads_with_auto_classes_offline(tiny_dir: Path, tokenizer) -> None:
 
     model = AutoModelForCausalLM.from_pretrained(tiny_dir)
     assert type(model).__name__ == "Qwen3ForCausalLM"
-    assert model.config.vocab_size == len(tokenizer)
+    assert len(tokenizer) <= model.config.vocab_size <= len(tokenizer) + 8  # rows past the tokenizer: padding
     assert tokenizer.eos_token == "<|im_end|>" and tokenizer.pad_token == "<|endoftext|>"
     ids = tokenizer("hello <tool_call>", return_tensors="pt")["input_ids"]
     out = model.generate(ids, max_new_tokens=5, do_sample=True)

@@ -116,12 +116,22 @@ Let me think step by step about the problem, compare the candidate answers, and 
 """
 
 
+def _corpus_lines() -> list[str]:
+    """The built-in text plus ParaOrchText-v0's system prompt for the shipped ``paramanager`` pool, one line per
+    training sample. Merges may span words (no regex pre-split, unlike Qwen's tokenizer), so the long, fixed
+    prompt (rules, model cards, JSON tool list) compresses to a few hundred tokens and CPU tests stay fast."""
+    from parasim.envs.paraorch_text import describe_models
+    from parasim.protocol.tool_schema import render_system_prompt
+
+    return (_CORPUS + render_system_prompt(describe_models("paramanager"))).splitlines(keepends=True)
+
+
 @dataclass(frozen=True)
 class TinyLMSpec:
     """Sizes of the tiny model. head_dim 32 because vLLM's CPU attention kernels accept only some head sizes
-    (32 is the smallest common one); vocab 512 keeps the embedding small while leaving room for real merges."""
+    (32 is the smallest common one); vocab 1024 keeps the embedding small while leaving room for real merges."""
 
-    vocab_size: int = 512
+    vocab_size: int = 1024
     hidden_size: int = 64
     intermediate_size: int = 128
     num_hidden_layers: int = 2
@@ -140,7 +150,7 @@ def build_tokenizer(vocab_size: int = TinyLMSpec.vocab_size):
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size - len(ADDED_TOKENS),
@@ -148,7 +158,7 @@ def build_tokenizer(vocab_size: int = TinyLMSpec.vocab_size):
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tok.train_from_iterator(_CORPUS.splitlines(keepends=True), trainer=trainer)
+    tok.train_from_iterator(_corpus_lines(), trainer=trainer)
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok,
         eos_token="<|im_end|>",

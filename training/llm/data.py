@@ -74,9 +74,11 @@ class TokenTrajectory:
         return sum(e - s for s, e, r in self.spans if r == ROLE_MANAGER)
 
     def to_json(self) -> dict[str, Any]:
+        """The JSONL form ``trajectory_from_json`` reads back (NumPy values in ``record`` become plain lists)."""
+        record = {k: np.asarray(v).tolist() for k, v in self.record.items()}
         return {"input_ids": self.input_ids, "spans": [list(s) for s in self.spans],
                 "sampled_logprobs": self.sampled_logprobs, "truncated": self.truncated,
-                "group_id": self.group_id, "record": self.record}
+                "group_id": self.group_id, "record": record}
 
 
 def render_segments(tokenizer: Any, messages: Sequence[dict[str, Any]],

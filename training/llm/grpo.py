@@ -115,12 +115,12 @@ def ppo_token_loss(new_lp: torch.Tensor, old_lp: torch.Tensor, adv: torch.Tensor
     return loss, {k: v.detach() for k, v in metrics.items()}
 
 
-def task_reset_kwargs(step: int, task: int, rollout: int, seed: int) -> dict[str, Any]:
-    """How a rollout's episode starts: the task comes from (seed, step, task) so a group shares it; the tools'
-    randomness also depends on the rollout index so the G samples of a group are independent draws."""
-    task_seed = int(np.random.default_rng([seed, step, task]).integers(2**31))
-    return {"seed": int(np.random.default_rng([seed, step, task, rollout]).integers(2**31)),
-            "options": {"task_seed": task_seed}}
+def group_seeds(step: int, task: int, rollout: int, seed: int) -> tuple[int, int]:
+    """(task seed, tool seed) of one rollout: the task seed depends on (seed, step, task) only, so the G rollouts
+    of a group reset to the same task; the tool seed adds the rollout index, so their tool draws are independent
+    (the structured trainer's ``reset_groups`` does the same)."""
+    return (int(np.random.default_rng([seed, step, task]).integers(2**31)),
+            int(np.random.default_rng([seed, step, task, rollout, 1]).integers(2**31)))
 
 
 def score(records: Sequence[dict[str, Any]], args: GRPOArgs) -> tuple[np.ndarray, np.ndarray, dict[str, float]]:
@@ -207,7 +207,6 @@ def main(args: GRPOArgs) -> Path:
     env_kwargs = json.loads(args.env_kwargs) if args.env_kwargs else {}
     local_tasks = args.tasks_per_step // info.world_size
     envs = [gym.make(args.env_id, **env_kwargs) for _ in range(local_tasks * args.group_size)]
-    tools = getattr(envs[0].unwrapped, "tool_schema", None)
     rollout_cfg = RolloutConfig(args.max_tokens, args.max_turn_tokens, args.temperature, args.top_p)
     logger = runtime.JsonlLogger(out / "grpo_metrics.jsonl", info)
 
@@ -215,11 +214,11 @@ def main(args: GRPOArgs) -> Path:
         t0 = time.perf_counter()
         # ---- collect: this rank's tasks, group_size rollouts each
         tasks = [info.rank * local_tasks + k for k in range(local_tasks)]
-        reset_kwargs = [task_reset_kwargs(step, t, g, args.seed) for t in tasks for g in range(args.group_size)]
+        seeds = [group_seeds(step, t, g, args.seed) for t in tasks for g in range(args.group_size)]
         group_ids = [step * args.tasks_per_step + t for t in tasks for _ in range(args.group_size)]
         policy.eval()
-        trajs = collect(envs, engine, tokenizer, reset_kwargs, group_ids, rollout_cfg,
-                        seed=int(np.random.default_rng([args.seed, step, info.rank]).integers(2**31)), tools=tools)
+        trajs = collect(envs, engine, tokenizer, seeds, group_ids, rollout_cfg,
+                        seed=int(np.random.default_rng([args.seed, step, info.rank]).integers(2**31)))
         policy.train()
         t1 = time.perf_counter()
         # ---- score and advantages over the global batch (group-dependent rewards need whole groups)

@@ -176,7 +176,6 @@ class Stream:
         self.tok, self.tools, self.max_tokens = tokenizer, tools, max_tokens
         self.eos = tokenizer.eos_token or ""
         self.traj = TokenTrajectory([], [], [], group_id=group_id)
-        self.prompt_tokens = 0
         self._prev: Any = None
         self._last_gen: Generation | None = None
 
@@ -194,8 +193,6 @@ class Stream:
         else:
             text = self._new_text(full)
         self.traj.append(self.tok(text, add_special_tokens=False)["input_ids"], ROLE_ENV)
-        if self._prev is None:
-            self.prompt_tokens = len(self.traj.input_ids)
         self._prev = conversation
 
     def _new_text(self, full: str) -> str:
@@ -237,27 +234,29 @@ class RolloutConfig:
     top_p: float = 1.0
 
 
-def collect(envs: Sequence[Any], engine: Engine, tokenizer: Any, reset_kwargs: Sequence[dict[str, Any]],
+def collect(envs: Sequence[Any], engine: Engine, tokenizer: Any, seeds: Sequence[tuple[int, int | None]],
             group_ids: Sequence[int], cfg: RolloutConfig, seed: int,
             tools: Sequence[dict[str, Any]] | None = None) -> list[TokenTrajectory]:
     """Run one episode in each env, batching the manager's generations turn by turn.
 
-    ``reset_kwargs[i]`` goes to ``envs[i].reset`` (seed / options choosing the task: a group shares its task).
-    Each finished trajectory's ``record`` holds the env's TrajectoryBatch fields (``info["trajectory"]``), with
-    ``tokens`` replaced by the real count of tokens past the first prompt, and ``group_id``.
+    ``seeds[i] = (task_seed, tool_seed)``: env i resets with ``task_seed`` (a group shares its task), then its
+    simulated tools are re-seeded with ``tool_seed`` (None: leave them). Each trajectory's ``record`` holds the
+    env's TrajectoryBatch fields (``info["trajectory"]``) with ``group_id`` set. ``seed`` drives sampling.
     """
     streams = [Stream(tokenizer, tools, int(g), cfg.max_tokens) for g in group_ids]
     infos: list[dict[str, Any]] = [{} for _ in envs]
-    active = []
     for i, env in enumerate(envs):
-        obs, infos[i] = env.reset(**reset_kwargs[i])
+        obs, infos[i] = env.reset(seed=seeds[i][0])
+        if seeds[i][1] is not None:
+            reseed_tools(env, seeds[i][1])
         streams[i].observe(obs)
-        active.append(i)
+    active = list(range(len(envs)))
     turn = 0
     while active:
         room = [i for i in active if streams[i].room > 0]
-        for i in set(active) - set(room):
+        for i in sorted(set(active) - set(room)):
             streams[i].traj.truncated = True
+            infos[i] = end_episode(envs[i])
         active = room
         if not active:
             break
@@ -279,6 +278,34 @@ def collect(envs: Sequence[Any], engine: Engine, tokenizer: Any, reset_kwargs: S
     return [_finish(s, info) for s, info in zip(streams, infos)]
 
 
+def end_episode(env: Any, max_turns: int = 10_000) -> dict[str, Any]:
+    """End an episode whose token stream is full: the environment plays empty turns until its round limit, so it
+    terminates as an episode that never answered (the termination model still synthesizes from the evidence).
+    The empty turns are not the manager's: they are taken back out of ``rounds`` and ``format_violations``."""
+    forced = 0
+    for forced in range(1, max_turns + 1):
+        _obs, _r, terminated, truncated, info = env.step("")
+        if terminated or truncated:
+            break
+    record = dict(info.get("trajectory") or {})
+    if record:
+        record["rounds"] = max(0, int(record.get("rounds", 0)) - forced)
+        record["format_violations"] = max(0, int(record.get("format_violations", 0)) - forced)
+        record["ended_with_final"] = 0
+    return {**info, "trajectory": record}
+
+
+def reseed_tools(env: Any, seed: int) -> None:
+    """Give a simulated episode its own tool randomness after a group's shared reset.
+
+    ParaOrch draws the whole task at reset from the simulator lane's stream; re-seeding the lane afterwards keeps
+    the task and makes the tool outcomes of the G rollouts independent. Real tools have their own randomness.
+    """
+    sim = getattr(getattr(env.unwrapped, "engine", None), "sim", None)
+    if sim is not None:
+        sim.seed([int(seed)])
+
+
 def _clip(gen: Generation, room: int) -> Generation:
     if len(gen.token_ids) <= room:
         return gen
@@ -290,7 +317,9 @@ def _finish(stream: Stream, info: dict[str, Any]) -> TokenTrajectory:
     if len(traj.input_ids) > stream.max_tokens:
         traj = truncate(traj, stream.max_tokens)
     record = dict(info.get("trajectory") or {})
-    record["tokens"] = float(len(traj.input_ids) - stream.prompt_tokens)
+    if not record:
+        raise ValueError("the episode ended without info['trajectory'] (the TrajectoryBatch fields); "
+                         "ParaOrchText-v0 returns it on the terminal step")
     record["group_id"] = traj.group_id
     traj.record = record
     return traj
@@ -308,4 +337,4 @@ def rollout_summary(trajs: Sequence[TokenTrajectory]) -> dict[str, float]:
 def dump_trajectories(path: str | Path, trajs: Sequence[TokenTrajectory]) -> None:
     with Path(path).open("a") as fh:
         for t in trajs:
-            fh.write(json.dumps(t.to_json(), default=float) + "\n")
+            fh.write(json.dumps(t.to_json()) + "\n")

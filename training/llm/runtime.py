@@ -187,7 +187,7 @@ def load_policy(model_path: str | Path, info: DistInfo, *, compute_dtype: str = 
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
         mesh = init_device_mesh(info.device.type, (info.world_size,))
-        dtype = getattr(torch, compute_dtype)
+        dtype = getattr(torch, compute_dtype) if info.device.type == "cuda" else torch.float32
         mp = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
         for layer in lm.model.layers:
             fully_shard(layer, mesh=mesh, mp_policy=mp)
@@ -203,14 +203,20 @@ def autocast(info: DistInfo, compute_dtype: str) -> Any:
 
 
 def full_state_dict(policy: TokenLogprobs, info: DistInfo, *, all_ranks: bool = False) -> dict[str, torch.Tensor]:
-    """The unsharded HF state dict on CPU (rank 0 only unless ``all_ranks``); a collective under FSDP2."""
-    if info.world_size == 1:
-        return {k: v.detach().to("cpu", copy=True) for k, v in policy.lm.state_dict().items()}
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+    """The unsharded HF state dict on CPU (rank 0 only unless ``all_ranks``); a collective under FSDP2.
 
-    opts = StateDictOptions(full_state_dict=True, cpu_offload=not all_ranks)
-    sd = get_model_state_dict(policy.lm, options=opts)
-    return {k: v.to("cpu") for k, v in sd.items()}
+    A tied ``lm_head.weight`` is left out: it is ``embed_tokens.weight``, and loaders (HF, vLLM) re-tie it.
+    """
+    if info.world_size == 1:
+        sd = {k: v.detach().to("cpu", copy=True) for k, v in policy.lm.state_dict().items()}
+    else:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        opts = StateDictOptions(full_state_dict=True, cpu_offload=not all_ranks)
+        sd = {k: v.to("cpu") for k, v in get_model_state_dict(policy.lm, options=opts).items()}
+    if getattr(policy.lm.config, "tie_word_embeddings", False):
+        sd.pop("lm_head.weight", None)
+    return sd
 
 
 # ---------------------------------------------------------------------------------------------- checkpoints
