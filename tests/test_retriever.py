@@ -214,3 +214,14 @@ def test_build_cli_writes_a_loadable_index(tmp_path: Path, capsys: pytest.Captur
     assert (meta["count"], meta["query_prefix"], meta["passage_prefix"]) == (3, "query: ", "passage: ")
     index = DenseIndex(tmp_path / "ix", encoder=encoder)
     assert index.meta.query_prefix == "query: " and len(index) == 3
+
+
+def test_chunked_build_matches_and_keeps_corpus_order(tmp_path: Path, index_dir: Path, encoder: Encoder) -> None:
+    chunked = tmp_path / "chunked"
+    build_index(index_dir / "corpus.jsonl", chunked, str(gt_model.get_model_path()), chunk_docs=3, encoder=encoder)
+    whole, parts = DenseIndex(index_dir, encoder=encoder), DenseIndex(chunked, encoder=encoder)
+    assert [parts.doc(i)["id"] for i in range(len(parts))] == [doc_id for doc_id, _, _ in CORPUS]
+    docs_a, scores_a = whole.search(list(QUERIES), 3)
+    docs_b, scores_b = parts.search(list(QUERIES), 3)
+    assert [[d["id"] for d in row] for row in docs_a] == [[d["id"] for d in row] for row in docs_b]
+    assert scores_a == pytest.approx(scores_b, abs=1e-5)

@@ -103,32 +103,52 @@ class Encoder:
 
 def build_index(corpus: str | Path, out_dir: str | Path, model_path: str, *,
                 prefixes: tuple[str, str] | None = None, max_length: int = 256, device: str = "cpu",
-                batch_size: int = 64, encoder: Encoder | None = None) -> IndexMeta:
-    """Encode every passage of ``corpus`` and write an index directory; returns its metadata."""
+                batch_size: int = 64, chunk_docs: int = 16384, encoder: Encoder | None = None) -> IndexMeta:
+    """Encode every passage of ``corpus`` and write an index directory; returns its metadata.
+
+    The corpus streams through in chunks of ``chunk_docs``: memory holds the index, never the corpus.
+    """
     import faiss
 
-    docs = list(read_corpus(corpus))
-    if not docs:
-        raise ValueError(f"{corpus}: the corpus is empty")
     query_prefix, passage_prefix = prefixes if prefixes is not None else default_prefixes(model_path)
     enc = encoder or Encoder(model_path, query_prefix=query_prefix, passage_prefix=passage_prefix,
                              max_length=max_length, device=device, batch_size=batch_size)
-    emb = enc.passages([d["contents"] for d in docs])
-    index = faiss.IndexFlatIP(emb.shape[1])
-    index.add(emb)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    faiss.write_index(index, str(out / INDEX_FILE))
+    index = None
     with open(out / CORPUS_FILE, "w", encoding="utf-8") as f:
-        f.writelines(json.dumps(d, ensure_ascii=False) + "\n" for d in docs)
+        for chunk in _chunks(read_corpus(corpus), chunk_docs):
+            emb = enc.passages([d["contents"] for d in chunk])
+            if index is None:
+                index = faiss.IndexFlatIP(emb.shape[1])
+            index.add(emb)
+            f.writelines(json.dumps(d, ensure_ascii=False) + "\n" for d in chunk)
+    if index is None:
+        raise ValueError(f"{corpus}: the corpus is empty")
+    faiss.write_index(index, str(out / INDEX_FILE))
     meta = IndexMeta(model=model_path, query_prefix=enc.query_prefix, passage_prefix=enc.passage_prefix,
-                     max_length=enc.max_length, dim=int(emb.shape[1]), count=len(docs))
+                     max_length=enc.max_length, dim=int(index.d), count=int(index.ntotal))
     (out / META_FILE).write_text(json.dumps(asdict(meta), indent=2) + "\n", encoding="utf-8")
     return meta
 
 
+def _chunks(items: Iterator[dict[str, Any]], size: int) -> Iterator[list[dict[str, Any]]]:
+    chunk: list[dict[str, Any]] = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
 class DenseIndex:
-    """A loaded index directory: ``search`` returns documents and cosine scores, best first."""
+    """A loaded index directory: ``search`` returns documents and cosine scores, best first.
+
+    Documents stay on disk: only their byte offsets are in memory (8 bytes each, 170 MB for
+    wiki-18's 21M passages instead of tens of GB of parsed JSON), and hits are read with ``pread``.
+    """
 
     def __init__(self, index_dir: str | Path, *, model_path: str | None = None, device: str = "cpu",
                  encoder: Encoder | None = None) -> None:
@@ -140,11 +160,11 @@ class DenseIndex:
                 raise FileNotFoundError(f"{root / name}: missing; build the index with parasim.tools.retriever.build")
         self.meta = IndexMeta(**json.loads((root / META_FILE).read_text(encoding="utf-8")))
         self.index = faiss.read_index(str(root / INDEX_FILE))
-        with open(root / CORPUS_FILE, encoding="utf-8") as f:
-            self.docs = [json.loads(line) for line in f]
-        if self.index.ntotal != len(self.docs) or len(self.docs) != self.meta.count:
-            raise ValueError(f"{root}: index holds {self.index.ntotal} vectors but the corpus {len(self.docs)} "
+        self._offsets = _line_offsets(root / CORPUS_FILE)
+        if self.index.ntotal != len(self) or len(self) != self.meta.count:
+            raise ValueError(f"{root}: index holds {self.index.ntotal} vectors but the corpus {len(self)} "
                              f"documents (meta says {self.meta.count}); rebuild it")
+        self._fd = os.open(root / CORPUS_FILE, os.O_RDONLY)
         self.encoder = encoder or Encoder(model_path or self.meta.model, query_prefix=self.meta.query_prefix,
                                           passage_prefix=self.meta.passage_prefix,
                                           max_length=self.meta.max_length, device=device)
@@ -152,13 +172,32 @@ class DenseIndex:
             raise ValueError(f"encoder dimension {self.encoder.dim} != index dimension {self.meta.dim}")
 
     def __len__(self) -> int:
-        return len(self.docs)
+        return len(self._offsets) - 1
+
+    def __del__(self) -> None:
+        fd = getattr(self, "_fd", None)
+        if fd is not None:
+            os.close(fd)
+
+    def doc(self, i: int) -> dict[str, Any]:
+        """Document ``i`` of the corpus (index order)."""
+        start, end = int(self._offsets[i]), int(self._offsets[i + 1])
+        return json.loads(os.pread(self._fd, end - start, start))
 
     def search(self, queries: Sequence[str], topk: int) -> tuple[list[list[dict[str, Any]]], list[list[float]]]:
         """Top-``topk`` documents per query (fewer when the corpus is smaller) and their scores."""
         if not queries:
             return [], []
-        k = min(topk, len(self.docs))
+        k = min(topk, len(self))
         scores, ids = self.index.search(self.encoder.queries(queries), k)
-        docs = [[self.docs[i] for i in row if i >= 0] for row in ids]
+        docs = [[self.doc(int(i)) for i in row if i >= 0] for row in ids]
         return docs, [[float(s) for s, i in zip(srow, irow) if i >= 0] for srow, irow in zip(scores, ids)]
+
+
+def _line_offsets(path: Path) -> np.ndarray:
+    """Byte offset of every line start, plus the end of the file: line i is [off[i], off[i+1])."""
+    offsets = [0]
+    with open(path, "rb") as f:
+        for line in f:
+            offsets.append(offsets[-1] + len(line))
+    return np.asarray(offsets, dtype=np.int64)
