@@ -79,6 +79,23 @@ Status batch_divisor(const T* r, int64_t n, const AdvParams& p, double* out) {
   return Status::ok();
 }
 
+// Pairwise sums for compile-time block sizes: a tree has log2(K) dependent adds instead of K, which is
+// what bounds the per-block latency (and so the throughput) of the fast path.
+template <int K, class T>
+inline double tree_sum(const T* x) {
+  if constexpr (K == 1) return static_cast<double>(x[0]);
+  else return tree_sum<K / 2>(x) + tree_sum<K - K / 2>(x + K / 2);
+}
+template <int K, class T>
+inline double tree_sq_dev(const T* x, double mean) {
+  if constexpr (K == 1) {
+    const double d = static_cast<double>(x[0]) - mean;
+    return d * d;
+  } else {
+    return tree_sq_dev<K / 2>(x, mean) + tree_sq_dev<K - K / 2>(x + K / 2, mean);
+  }
+}
+
 // Blocks [b, e) of KG rewards each (KG compile-time, or g at run time when KG == 0), one group id per
 // block and increasing across blocks. Parameters are copied to locals and pointers are restrict, so the
 // compiler keeps them in registers across the output stores (a uint8 store may alias anything otherwise).
@@ -101,21 +118,27 @@ Status contiguous_blocks(const T* __restrict r, const I* __restrict gid, int64_t
     const I id = ids[0];
     if (base > 0 && !(gid[base - 1] < id)) return {Status::kFallback, base};
     bool same = true;
-    double s = 0.0;
-    for (int64_t j = 0; j < G; ++j) {
-      same &= (ids[j] == id);
-      s += static_cast<double>(x[j]);
-    }
+    for (int64_t j = 0; j < G; ++j) same &= (ids[j] == id);
     if (!same) return {Status::kFallback, base};
+    double s = 0.0;
+    if constexpr (KG > 0) {
+      s = tree_sum<KG>(x);
+    } else {
+      for (int64_t j = 0; j < G; ++j) s += static_cast<double>(x[j]);
+    }
     if (!std::isfinite(s)) {
       Status bad = find_nonfinite(r, base, base + G);
       if (!bad.is_ok()) return bad;
     }
     const double mean = s * inv_g;
     double m2 = 0.0;
-    for (int64_t j = 0; j < G; ++j) {
-      const double d = static_cast<double>(x[j]) - mean;
-      m2 += d * d;
+    if constexpr (KG > 0) {
+      m2 = tree_sq_dev<KG>(x, mean);
+    } else {
+      for (int64_t j = 0; j < G; ++j) {
+        const double d = static_cast<double>(x[j]) - mean;
+        m2 += d * d;
+      }
     }
     const double sd = std::sqrt(m2 * inv_dof);
     const bool kp = !has_min || !(sd < min_std);

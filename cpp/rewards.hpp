@@ -4,6 +4,9 @@
 #pragma once
 
 #include <array>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "common.hpp"
 
@@ -44,6 +47,15 @@ inline double feature(const BatchView& b, int64_t i, int f) {
   return -b.latency_s[i];
 }
 
+// Branch-free min / max (minsd / maxsd): without -ffinite-math-only GCC keeps `a < b ? a : b` as a branch,
+// and a mispredicted branch per trajectory costs more than the whole formula.
+#if defined(__SSE2__)
+inline double fmin1(double a, double b) { return _mm_cvtsd_f64(_mm_min_sd(_mm_set_sd(a), _mm_set_sd(b))); }
+inline double fmax1(double a, double b) { return _mm_cvtsd_f64(_mm_max_sd(_mm_set_sd(a), _mm_set_sd(b))); }
+#else
+inline double fmin1(double a, double b) { return a < b ? a : b; }
+inline double fmax1(double a, double b) { return a > b ? a : b; }
+#endif
 // Per-group min and max of every toolorchestra feature: [group][feature] pairs.
 struct GroupRange {
   std::vector<int64_t> group;
@@ -61,23 +73,106 @@ inline GroupRange group_ranges(const BatchView& b) {
     double* hi = &gr.hi[gr.group[i] * kNumFeatures];
     for (int f = 0; f < kNumFeatures; ++f) {
       const double v = feature(b, i, f);
-      lo[f] = std::min(lo[f], v);
-      hi[f] = std::max(hi[f], v);
+      lo[f] = fmin1(lo[f], v);
+      hi[f] = fmax1(hi[f], v);
     }
   }
   return gr;
 }
 
-inline double soft_budget(double x, double target, double max_factor) {
-  return -std::min(1.0, std::max(0.0, (x - target) / ((max_factor - 1.0) * target)));
-}
-
 constexpr int64_t kRewardBlock = 256;
 
+// Per-block values shared by every config: toolorchestra's normalized features, calls per round, sqrt(usd).
+struct RewardScratch {
+  std::vector<double> norm, par, sqrt_usd;
+  explicit RewardScratch(bool ranges) : norm(ranges ? kNumFeatures * kRewardBlock : 0), par(kRewardBlock),
+                                        sqrt_usd(kRewardBlock) {}
+};
+
+inline double clamp01(double x) { return fmin1(fmax1(x, 0.0), 1.0); }
+
+// One formula over trajectories [b0, b0 + m). Every parameter is read into a local first and the outputs
+// are restrict: otherwise each store to `out` could alias the parameter row and forbid vectorization.
+// Components are summed in the order of parasim.reference.COMPONENTS, so totals match it bit for bit.
+template <bool kComps>
+inline void score_config(const BatchView& b, const double* p, int64_t b0, int64_t m, const RewardScratch& sc,
+                         double* __restrict out, double* __restrict comps) {
+  const int formula = static_cast<int>(p[kFormula]);
+  const double thr = p[kCorrectThreshold];
+  const int64_t n = b.n;
+  const double* __restrict o = b.outcome + b0;
+  auto put = [&](int64_t j, int k, double v) {
+    if constexpr (kComps) comps[k * n + b0 + j] = v;
+  };
+  if (formula == kParamanager) {
+    const double w_o = p[kWOutcome], w_p = p[kWProtocol], fp = p[kFormatPenalty], nf = p[kNoFinalPenalty];
+    const double w_d = p[kWDiversity], inv_tp = 1.0 / p[kThetaPar], inv_tt = 1.0 / p[kThetaTool];
+    const double ps = p[kParShare], gate = p[kDiversityNeedsCorrect] != 0.0 ? 1.0 : 0.0;
+    const double w_l = p[kWLength], lt = p[kLTar], inv_l = 1.0 / ((p[kBudgetMaxFactor] - 1.0) * p[kLTar]);
+    const double w_c = p[kWCost], ct = p[kCTar], inv_c = 1.0 / ((p[kBudgetMaxFactor] - 1.0) * p[kCTar]);
+    const int32_t* __restrict fv = b.format_violations + b0;
+    const uint8_t* __restrict ef = b.ended_with_final + b0;
+    const int32_t* __restrict dt = b.distinct_tools + b0;
+    const double* __restrict tok = b.tokens + b0;
+    const double* __restrict cu = b.cost_units + b0;
+    const double* __restrict par = sc.par.data();
+    for (int64_t j = 0; j < m; ++j) {
+      const double correct = static_cast<double>(o[j] >= thr);
+      const double c0 = w_o * o[j];
+      const double c1 = -w_p * fmin1(fp * fv[j] + nf * (1.0 - ef[j]), 1.0);
+      const double div = ps * fmin1(par[j] * inv_tp, 1.0) + (1.0 - ps) * fmin1(dt[j] * inv_tt, 1.0);
+      const double c2 = w_d * div * (gate * correct + (1.0 - gate));
+      const double c3 = w_l * -clamp01((tok[j] - lt) * inv_l);
+      const double c4 = w_c * -clamp01((cu[j] - ct) * inv_c);
+      out[j] = c0 + c1 + c2 + c3 + c4;
+      put(j, 0, c0), put(j, 1, c1), put(j, 2, c2), put(j, 3, c3), put(j, 4, c4), put(j, 5, 0.0), put(j, 6, 0.0);
+    }
+  } else if (formula == kToolorchestra) {
+    double pref[kNumFeatures];
+    for (int f = 0; f < kNumTools; ++f) pref[f] = p[kPrefTool0 + f];
+    pref[kNumTools] = p[kPrefOutcome], pref[kNumTools + 1] = p[kPrefCost], pref[kNumTools + 2] = p[kPrefLatency];
+    const double* __restrict norm = sc.norm.data();
+    for (int64_t j = 0; j < m; ++j) {
+      const double correct = static_cast<double>(o[j] >= thr);
+      double tools = 0.0;
+      for (int f = 0; f < kNumTools; ++f) tools += norm[f * kRewardBlock + j] * correct * pref[f];
+      const double c0 = pref[kNumTools] * (norm[kNumTools * kRewardBlock + j] * correct);
+      const double c4 = pref[kNumTools + 1] * (norm[(kNumTools + 1) * kRewardBlock + j] * correct);
+      const double c5 = pref[kNumTools + 2] * (norm[(kNumTools + 2) * kRewardBlock + j] * correct);
+      out[j] = c0 + c4 + c5 + tools;
+      put(j, 0, c0), put(j, 1, 0.0), put(j, 2, 0.0), put(j, 3, 0.0), put(j, 4, c4), put(j, 5, c5), put(j, 6, tools);
+    }
+  } else if (formula == kXrouter) {
+    const double scale = p[kUsdScale], cap = p[kMaxCostPenalty];
+    const double* __restrict usd = b.usd + b0;
+    for (int64_t j = 0; j < m; ++j) {
+      const double c4 = -o[j] * fmin1(scale * usd[j], cap);
+      out[j] = o[j] + c4;
+      put(j, 0, o[j]), put(j, 1, 0.0), put(j, 2, 0.0), put(j, 3, 0.0), put(j, 4, c4), put(j, 5, 0.0), put(j, 6, 0.0);
+    }
+  } else {  // router_r1
+    const double lo = p[kCostLo], hi = p[kCostHi], alpha = p[kAlphaCost], fr = p[kFormatReward];
+    const double inv_span = hi > lo ? 1.0 / (hi - lo) : 0.0;
+    const int32_t* __restrict fv = b.format_violations + b0;
+    const uint8_t* __restrict ef = b.ended_with_final + b0;
+    const double* __restrict su = sc.sqrt_usd.data();
+    for (int64_t j = 0; j < m; ++j) {
+      const double good = static_cast<double>((fv[j] <= 0) & (ef[j] != 0));
+      const double correct = static_cast<double>(o[j] >= thr);
+      const double scaled = clamp01((su[j] - lo) * inv_span);  // inv_span = 0 when hi <= lo: scaled = 0
+      const double c0 = good * ((1.0 - alpha) * o[j]);
+      const double c1 = (1.0 - good) * fr;
+      const double c4 = good * (alpha * correct * (1.0 - scaled));
+      out[j] = c0 + c1 + c4;
+      put(j, 0, c0), put(j, 1, c1), put(j, 2, 0.0), put(j, 3, 0.0), put(j, 4, c4), put(j, 5, 0.0), put(j, 6, 0.0);
+    }
+  }
+}
+
 // Score trajectories [b0, b1) under every config. totals: [C, n]; comps: [kNumComponents, n] or null
-// (only with C == 1). norm: scratch of kNumFeatures * kRewardBlock doubles.
+// (only with C == 1).
 inline void score_block(const BatchView& b, const double* params, int64_t C, const GroupRange* gr, int64_t b0,
-                        int64_t b1, double* totals, double* comps, double* norm) {
+                        int64_t b1, double* totals, double* comps, RewardScratch& sc) {
   const int64_t m = b1 - b0;
   if (gr != nullptr) {
     for (int64_t j = 0; j < m; ++j) {
@@ -86,55 +181,18 @@ inline void score_block(const BatchView& b, const double* params, int64_t C, con
       const double* hi = &gr->hi[gr->group[i] * kNumFeatures];
       for (int f = 0; f < kNumFeatures; ++f) {
         const double span = hi[f] - lo[f];
-        norm[f * kRewardBlock + j] = span > 0 ? (feature(b, i, f) - lo[f]) / span : 0.0;
+        sc.norm[f * kRewardBlock + j] = span > 0 ? (feature(b, i, f) - lo[f]) / span : 0.0;
       }
     }
   }
+  for (int64_t j = 0; j < m; ++j) {
+    sc.par[j] = static_cast<double>(b.tool_calls[b0 + j]) / std::max(b.rounds[b0 + j], 1);
+    sc.sqrt_usd[j] = std::sqrt(b.usd[b0 + j]);
+  }
   for (int64_t c = 0; c < C; ++c) {
     const double* p = params + c * kNumRewardParams;
-    const int formula = static_cast<int>(p[kFormula]);
-    const double thr = p[kCorrectThreshold];
-    double* out = totals + c * b.n;
-    for (int64_t j = 0; j < m; ++j) {
-      const int64_t i = b0 + j;
-      const double o = b.outcome[i];
-      const double correct = o >= thr ? 1.0 : 0.0;
-      double cv[kNumComponents] = {0, 0, 0, 0, 0, 0, 0};
-      if (formula == kParamanager) {
-        cv[0] = p[kWOutcome] * o;
-        const double pen = p[kFormatPenalty] * b.format_violations[i] + p[kNoFinalPenalty] * (1.0 - b.ended_with_final[i]);
-        cv[1] = -p[kWProtocol] * std::min(1.0, pen);
-        const double par = static_cast<double>(b.tool_calls[i]) / std::max(b.rounds[i], 1);
-        const double div = p[kParShare] * std::min(1.0, par / p[kThetaPar]) +
-                           (1.0 - p[kParShare]) * std::min(1.0, b.distinct_tools[i] / p[kThetaTool]);
-        cv[2] = p[kWDiversity] * div * (p[kDiversityNeedsCorrect] != 0.0 ? correct : 1.0);
-        cv[3] = p[kWLength] * soft_budget(b.tokens[i], p[kLTar], p[kBudgetMaxFactor]);
-        cv[4] = p[kWCost] * soft_budget(b.cost_units[i], p[kCTar], p[kBudgetMaxFactor]);
-      } else if (formula == kToolorchestra) {
-        double tools = 0.0;
-        for (int f = 0; f < kNumTools; ++f) tools += norm[f * kRewardBlock + j] * correct * p[kPrefTool0 + f];
-        cv[6] = tools;
-        cv[0] = p[kPrefOutcome] * (norm[kNumTools * kRewardBlock + j] * correct);
-        cv[4] = p[kPrefCost] * (norm[(kNumTools + 1) * kRewardBlock + j] * correct);
-        cv[5] = p[kPrefLatency] * (norm[(kNumTools + 2) * kRewardBlock + j] * correct);
-      } else if (formula == kXrouter) {
-        cv[0] = o;
-        cv[4] = -o * std::min(p[kUsdScale] * b.usd[i], p[kMaxCostPenalty]);
-      } else {  // router_r1
-        const bool bad = b.format_violations[i] > 0 || b.ended_with_final[i] == 0;
-        const double lo = p[kCostLo], hi = p[kCostHi];
-        const double scaled =
-            hi > lo ? std::min(1.0, std::max(0.0, (std::sqrt(b.usd[i]) - lo) / (hi - lo))) : 0.0;
-        cv[1] = bad ? p[kFormatReward] : 0.0;
-        cv[0] = bad ? 0.0 : (1.0 - p[kAlphaCost]) * o;
-        cv[4] = bad ? 0.0 : p[kAlphaCost] * correct * (1.0 - scaled);
-      }
-      double total = 0.0;
-      for (int k = 0; k < kNumComponents; ++k) total += cv[k];
-      out[i] = total;
-      if (comps != nullptr)
-        for (int k = 0; k < kNumComponents; ++k) comps[k * b.n + i] = cv[k];
-    }
+    if (comps != nullptr) score_config<true>(b, p, b0, m, sc, totals + c * b.n + b0, comps);
+    else score_config<false>(b, p, b0, m, sc, totals + c * b.n + b0, nullptr);
   }
 }
 
@@ -146,10 +204,10 @@ inline void score_rewards(const BatchView& b, const double* params, int64_t C, d
   if (need_ranges) gr = group_ranges(b);
   const int64_t nblocks = (b.n + kRewardBlock - 1) / kRewardBlock;
   parallel_for(nblocks, 16, [&](int, int64_t lo, int64_t hi) {
-    std::vector<double> norm(need_ranges ? kNumFeatures * kRewardBlock : 0);
+    RewardScratch sc(need_ranges);
     for (int64_t blk = lo; blk < hi; ++blk)
       score_block(b, params, C, need_ranges ? &gr : nullptr, blk * kRewardBlock,
-                  std::min(b.n, (blk + 1) * kRewardBlock), totals, comps, norm.data());
+                  std::min(b.n, (blk + 1) * kRewardBlock), totals, comps, sc);
   });
 }
 
