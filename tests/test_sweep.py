@@ -64,6 +64,11 @@ def test_grid_expansion_and_keys():
     for bad, match in (("c_tar", "NAME=V1"), ("c_tar=", "no values"), ("bogus=1", "unknown option")):
         with pytest.raises(ValueError, match=match):
             sweep.parse_grid([bad])
+    ablations = sweep.expand(sweep.parse_grid(["preset=default,serial", "c_tar=4"]), [0])
+    assert [p.label for p in ablations] == ["c_tar=4", "serial,c_tar=4"]
+    assert ablations[1].config().env.max_parallel == 1
+    with pytest.raises(ValueError, match="unknown preset 'nope'"):
+        sweep.parse_grid(["preset=nope"])
     with pytest.raises(ValueError, match="two axes"):
         sweep.parse_grid(["c_tar=4", "reward.c_tar=8"])
     with pytest.raises(ValueError, match="c_tar"):
@@ -87,7 +92,8 @@ def test_pareto_front():
 
 def _fake_result(label: str, seed: int, acc: float) -> dict:
     return {"key": f"{label}{seed}", "label": label, "seed": seed, "accuracy": acc, "reward": acc,
-            "sft_reward": 0.1, "final_train_reward": 0.2, "tokens": 1000 * acc, "cost_units": 5.0, "usd": 0.01,
+            "sft_reward": 0.1, "sft_accuracy": 0.3,
+            "train_reward_start": 0.1, "train_reward_end": 0.2, "tokens": 1000 * acc, "cost_units": 5.0, "usd": 0.01,
             "latency_s": 30.0, "rounds": 3.0, "calls_per_round": 2.0, "distinct_tools": 2.5,
             "format_failure_rate": 0.0, "wall_s": 1.0, "tool_dist": [1 / 7] * 7, "model_dist": {"m": 1.0}}
 

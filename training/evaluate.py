@@ -27,7 +27,7 @@ from parasim.training.rollout import Rollout, collect, derive_seed, make_envs
 class EvalConfig:
     """Evaluation protocol."""
 
-    tasks: int = opt(128, lo=1, hi=1_000_000, help="evaluation tasks per suite")
+    tasks: int = opt(512, lo=1, hi=1_000_000, help="evaluation tasks per suite")
     k: int = opt(8, lo=1, hi=256, help="samples per task (mean@k)")
     seed: int = opt(2026, lo=0, hi=2**31 - 1, help="seed of the evaluation tasks (shared by all grid points)")
     suites: str = opt("", help="comma-separated extra task suites to report (the training suite always)")

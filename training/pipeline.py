@@ -54,8 +54,9 @@ def run_pipeline(cfg: TrainConfig, workdir: str | Path | None = None,
                  keep_trajectories: bool = False) -> dict[str, Any]:
     """Train and evaluate one config; returns JSON-ready metrics plus the training curve.
 
-    ``sft_reward`` is the mean reward of the first GRPO batch (the SFT policy on training tasks) and
-    ``final_train_reward`` the mean of the last three steps', the rise the issue asks for.
+    ``sft_*`` are the evaluation metrics of the warm-started policy before GRPO (same tasks, same k as
+    the final ones), so ``reward - sft_reward`` is what GRPO added; ``train_reward_start`` / ``_end``
+    are the first step's and the last five steps' mean training reward.
     """
     wd = Path(workdir) if workdir is not None else None
     if wd is not None:
@@ -63,6 +64,8 @@ def run_pipeline(cfg: TrainConfig, workdir: str | Path | None = None,
     t0 = time.perf_counter()
     policy = build_policy(cfg)
     info = warm_start(cfg, policy, wd)
+    start = evaluate(policy, cfg, derive_seed(cfg.seed, "evaluate"))
+    start.pop("trajectories")
     t_sft = time.perf_counter() - t0
     history = grpo.train(cfg, policy, wd / "grpo.pt" if wd is not None else None, log)
     t_grpo = time.perf_counter() - t0 - t_sft
@@ -71,8 +74,9 @@ def run_pipeline(cfg: TrainConfig, workdir: str | Path | None = None,
     curve = [h["reward"] for h in history]
     result = {
         **metrics,
-        "sft_reward": curve[0] if curve else metrics["reward"],
-        "final_train_reward": float(np.mean(curve[-3:])) if curve else metrics["reward"],
+        **{f"sft_{k}": start[k] for k in ("accuracy", "reward", "tokens", "cost_units", "latency_s")},
+        "train_reward_start": curve[0] if curve else None,
+        "train_reward_end": float(np.mean(curve[-5:])) if curve else None,
         "reward_curve": curve,
         "accuracy_curve": [h["accuracy"] for h in history],
         "entropy_curve": [h["entropy"] for h in history],

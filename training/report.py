@@ -16,7 +16,8 @@ import numpy as np
 from parasim.protocol.schema import Tool
 from parasim.training.store import atomic_write_bytes, atomic_write_json
 
-SCALARS = ("accuracy", "reward", "sft_reward", "final_train_reward", "tokens", "cost_units", "usd", "latency_s",
+SCALARS = ("accuracy", "reward", "sft_accuracy", "sft_reward", "train_reward_start", "train_reward_end", "tokens",
+           "cost_units", "usd", "latency_s",
            "rounds", "calls_per_round", "distinct_tools", "format_failure_rate", "wall_s")
 SPEND_AXES = (("tokens", "tokens per trajectory"), ("cost_units", "cost units per trajectory"),
               ("latency_s", "latency (critical path, s)"))
@@ -58,7 +59,7 @@ def print_table(rows: Sequence[dict[str, Any]], title: str = "parasim sweep") ->
     from rich.table import Table
 
     table = Table(title=title)
-    cols = [("point", None), ("seeds", None), ("accuracy", "accuracy"), ("reward SFT->final", None),
+    cols = [("point", None), ("seeds", None), ("accuracy", "accuracy"), ("acc SFT", None), ("reward SFT->final", None),
             ("tokens", "tokens"), ("cost", "cost_units"), ("USD", "usd"), ("latency s", "latency_s"),
             ("calls/round", "calls_per_round"), ("tools/traj", "distinct_tools"), ("format fail", "format_failure_rate")]
     for name, _ in cols:
@@ -66,7 +67,8 @@ def print_table(rows: Sequence[dict[str, Any]], title: str = "parasim sweep") ->
     for r in rows:
         cells = [r["label"], str(len(r["seeds"]))]
         cells.append(f"{r['accuracy']:.3f} ± {r['accuracy_std']:.3f}")
-        cells.append(f"{r['sft_reward']:.3f} -> {r['final_train_reward']:.3f}")
+        cells.append(f"{r['sft_accuracy']:.3f}")
+        cells.append(f"{r['sft_reward']:+.3f} -> {r['reward']:+.3f}")
         cells += [f"{r['tokens']:.0f}", f"{r['cost_units']:.2f}", f"{r['usd']:.4f}", f"{r['latency_s']:.1f}",
                   f"{r['calls_per_round']:.2f}", f"{r['distinct_tools']:.2f}", f"{r['format_failure_rate']:.3f}"]
         table.add_row(*cells)

@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-from parasim.training.config import TrainConfig, addressable_names, make_config, resolve
+from parasim.training.config import ABLATIONS, TrainConfig, addressable_names, make_config, resolve
 from parasim.training.store import ResultsStore
 
 DEFAULT_GRID = ("c_tar=4,8,12,16",)
-DEFAULT_SEEDS = 2
+DEFAULT_SEEDS = 3
 
 
 @dataclass(frozen=True)
@@ -60,25 +60,33 @@ def parse_grid(specs: Sequence[str]) -> list[tuple[str, list[str]]]:
         name, sep, values = spec.partition("=")
         if not sep or not name.strip():
             raise ValueError(f"--grid {spec!r}: expected NAME=V1,V2,... (e.g. c_tar=4,8,12,16)")
-        target = resolve(name)
+        target = ("", "preset") if name.strip() == "preset" else resolve(name)
         if target in seen:
             raise ValueError(f"--grid {spec!r}: option {name!r} appears in two axes")
         seen.add(target)
         items = [v.strip() for v in values.split(",") if v.strip()]
         if not items:
             raise ValueError(f"--grid {spec!r}: no values after '='")
+        bad = [v for v in items if target == ("", "preset") and v not in ABLATIONS]
+        if bad:
+            raise ValueError(f"--grid {spec!r}: unknown preset {bad[0]!r}; allowed: {', '.join(ABLATIONS)}")
         axes.append((name.strip(), items))
     return axes
 
 
 def expand(axes: Sequence[tuple[str, Sequence[str]]], seeds: Sequence[int], preset: str = "default",
            fixed: dict[str, str] | None = None) -> list[GridPoint]:
-    """The cross product of the axes and the seeds; every point's config is validated up front."""
+    """The cross product of the axes and the seeds; every point's config is validated up front.
+
+    An axis named ``preset`` varies the ablation preset itself (``preset=default,serial,mono``).
+    """
     names = [n for n, _ in axes]
     points = []
     for values in itertools.product(*(v for _, v in axes)):
+        coords = dict(zip(names, values))
+        point_preset = coords.pop("preset", preset)
         for seed in seeds:
-            point = GridPoint(preset, tuple(zip(names, values)), int(seed), tuple(sorted((fixed or {}).items())))
+            point = GridPoint(point_preset, tuple(coords.items()), int(seed), tuple(sorted((fixed or {}).items())))
             point.config()
             points.append(point)
     return points
@@ -175,4 +183,4 @@ class _progress:
 
 def option_names() -> list[str]:
     """Every name a grid axis may use (for ``--list-options``)."""
-    return sorted(addressable_names())
+    return sorted(addressable_names()) + ["preset"]

@@ -1,6 +1,6 @@
 """``parasim sweep``: train and evaluate a grid of configs; with no arguments, the default C_tar sweep.
 
-The default is the project's main job: ``c_tar=4,8,12,16`` over the paramanager pool, two seeds each,
+The default is the project's main job: ``c_tar=4,8,12,16`` over the paramanager pool, three seeds each,
 on local processes, writing the table, CSV/JSON and plots to ``./parasim_out/sweep``.
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                               description=__doc__)
     p.add_argument("--grid", action="append", metavar="NAME=V1,V2,...",
                    help="a grid axis over any option (repeatable); default: c_tar=4,8,12,16")
-    p.add_argument("--seeds", type=int, default=None, help="seeds per grid point, 0..N-1 (default 2)")
+    p.add_argument("--seeds", type=int, default=None, help="seeds per grid point, 0..N-1 (default 3)")
     p.add_argument("--preset", default="default",
                    help="ablation preset every point starts from (default, serial, mono, no_diversity, sft_only, "
                         "rl_from_base)")

@@ -58,8 +58,8 @@ def run(args: argparse.Namespace) -> int:
     result = run_pipeline(cfg, out / "ckpt", None if args.quiet else log, keep_trajectories=True)
     write_parquet(result.pop("trajectories"), out / "trajectories.parquet")
     (out / "metrics.json").write_text(json.dumps(result, indent=1, default=str))
-    print(f"accuracy {result['accuracy']:.4f}  reward SFT {result['sft_reward']:+.4f} -> "
-          f"final {result['final_train_reward']:+.4f}  tokens {result['tokens']:.0f}  "
+    print(f"accuracy SFT {result['sft_accuracy']:.4f} -> {result['accuracy']:.4f}  reward SFT "
+          f"{result['sft_reward']:+.4f} -> {result['reward']:+.4f}  tokens {result['tokens']:.0f}  "
           f"cost {result['cost_units']:.2f}  usd {result['usd']:.5f}  latency {result['latency_s']:.1f}s")
     print(f"wrote {out / 'metrics.json'}, {out / 'trajectories.parquet'}")
     return 0
