@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import httpx
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -242,6 +243,20 @@ def test_code_reasoner_runs_the_model_program(server: str):
     assert err.status is Status.EXEC_ERR and ok.cost_units == pytest.approx(0.2)
 
 
+def test_backend_from_config_wires_the_sandbox_and_the_retriever(server: str):
+    emap = _emap(server)
+    emap["python"] = {"mode": "unsafe-subprocess", "timeout_s": 20}
+    emap["search"] = {"base_url": server, "topk": 2, "timeout_s": 5}  # no /retrieve there: an EXEC_ERR status
+    with RealToolBackend.from_config(emap) as b:
+        ok, missing = b.run_round([ToolCall(Tool.PYTHON, "", "print('hi')"), ToolCall(Tool.SEARCH, "", "q")],
+                                  [CallInput("q")] * 2)
+    assert ok.status is Status.OK and ok.output.strip() == "hi"
+    assert missing.status is Status.EXEC_ERR and "404" in missing.detail
+    emap["python"] = {"mode": "unsafe-subprocess", "timeout": 3}
+    with pytest.raises(EndpointError, match="python"):
+        RealToolBackend.from_config(emap)
+
+
 async def _search_stub(query: str):
     from parasim.protocol.schema import CallResult
 
@@ -288,6 +303,31 @@ def test_engine_episode_context_termination_and_log(server: str, tmp_path: Path)
     assert len(table) == 4 and list(table.carried) == [-1, -1, 0, -1] and table.models == ("good", "other")
     with CallLogger(log) as again:  # appending continues the episode numbering
         assert again.new_episode() == 2
+
+
+def test_paraorch_text_env_runs_on_real_tools(server: str, tmp_path: Path):
+    import gymnasium as gym
+
+    _control(server)
+    log = tmp_path / "calls.jsonl"
+    with RealToolBackend(_emap(server)) as b, CallLogger(log) as logger:
+        engine = RealEpisodeEngine(b, [_task()], logger=logger, verifier=_exact, seed=0)
+        env = gym.make("ParaOrchText-v0", tools="real", engine=engine)
+        obs, info = env.reset(seed=0)
+        assert "What is six times seven?" in obs and '"good"' in obs  # the endpoint ids are the model enum
+        turn = ('<tool_call>{"name": "standard_reasoner", "arguments": {"model": "good", "subtask": "6*7"}}'
+                '</tool_call><tool_call>{"name": "critical_reviewer", "arguments": {"model": "other", '
+                '"subtask": "check", "context_from": 0}}</tool_call>')
+        obs, reward, terminated, _, info = env.step(turn)
+        assert not terminated and [r.status for r in info["results"]] == [Status.OK, Status.OK]
+        assert '"status": "OK"' in obs and "Final answer: 42" in obs
+        obs, reward, terminated, _, info = env.step(
+            '<tool_call>{"name": "final_answer", "arguments": {"answer": "42"}}</tool_call>')
+    assert terminated and info["correct"] and info["answer"] == "42"
+    assert info["trajectory"]["tool_calls"] == 2 and info["trajectory"]["format_violations"] == 0
+    assert reward == info["reward_components"]["total"] and np.isfinite(reward)
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [r["tool"] for r in records] == ["standard_reasoner", "critical_reviewer"] and records[1]["target"] == 0
 
 
 def test_round_limit_and_determinism(server: str):

@@ -75,6 +75,11 @@ class RealEpisodeEngine:
         self.last_synthesis: Synthesis | None = None  # how the last final answer was reached, and its cost
         self._episode_seed = 0
 
+    @property
+    def model_names(self) -> tuple[str, ...]:
+        """The pool model ids the manager may name: the endpoint map's (ParaOrchText-v0 shows and parses these)."""
+        return self.backend.endpoints.model_ids
+
     def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> TaskView:
         """Start an episode on ``options["task"]`` (a task or its dict), ``options["task_index"]``, or a random task."""
         if seed is not None:
