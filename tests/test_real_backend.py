@@ -474,6 +474,66 @@ def test_serve_config_validation_and_commands(tmp_path: Path):
     assert out.returncode == 0 and "--served-model-name m" in out.stdout and "--port 8100" in out.stdout
 
 
+_FAKE_VLLM = """
+import argparse
+from parasim.real.fake_server import main
+p = argparse.ArgumentParser()
+p.add_argument("--port"); p.add_argument("--served-model-name"); p.add_argument("--host")
+args, _ = p.parse_known_args()
+if args.served_model_name == "crash":
+    raise SystemExit("stand-in server: cannot load the model")
+main(["--port", args.port, "--host", args.host, "--model", args.served_model_name + "=42"])
+"""
+
+
+def _fake_vllm(root: Path) -> Path:
+    """A ``vllm`` package whose OpenAI entry point is the scripted server: serve-pool's process handling, health
+    checks and shutdown run for real, in seconds, without vLLM."""
+    pkg = root / "vllm" / "entrypoints" / "openai"
+    pkg.mkdir(parents=True)
+    for d in (root / "vllm", root / "vllm" / "entrypoints", pkg):
+        (d / "__init__.py").write_text("")
+    (pkg / "api_server.py").write_text(_FAKE_VLLM)
+    return root
+
+
+def test_serve_pool_lifecycle_with_a_stand_in_server(tmp_path: Path):
+    fake = _fake_vllm(tmp_path / "stub")
+    config = {"python": sys.executable, "base_port": _free_port(), "log_dir": str(tmp_path / "logs"),
+              "env": {"PYTHONPATH": os.pathsep.join([str(fake), *sys.path])}, "startup_timeout_s": 60,
+              "models": [{"id": "m1", "path": str(tmp_path / "model-marker")}]}
+    path = tmp_path / "serve.json"
+    path.write_text(json.dumps(config))
+    proc = subprocess.Popen([sys.executable, "-m", "parasim.cli", "serve-pool", "--config", str(path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        endpoints = json.loads(proc.stdout.readline())
+        url = endpoints["endpoints"]["m1"]["base_url"]
+        with RealToolBackend(endpoints) as b:
+            (res,) = b.run_round([ToolCall(Tool.STANDARD_REASONER, "m1", "x")], [CallInput("q")])
+        assert res.status is Status.OK and res.extra["answer"] == "42"
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 0
+        assert "all servers stopped" in proc.stderr.read()
+        with pytest.raises(httpx.TransportError):
+            httpx.get(url.removesuffix("/v1") + "/health", timeout=2)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    config["models"].append({"id": "crash", "path": "/x"})  # a server that dies while loading stops them all
+    path.write_text(json.dumps(config))
+    out = subprocess.run([sys.executable, "-m", "parasim.cli", "serve-pool", "--config", str(path)],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1 and "crash exited with code 1" in out.stderr and "cannot load the model" in out.stderr
+    assert out.stdout == ""  # no endpoint map for a pool that is not fully up
+    config["python"] = str(tmp_path / "no-such-python")
+    path.write_text(json.dumps(config))
+    out = subprocess.run([sys.executable, "-m", "parasim.cli", "serve-pool", "--config", str(path)],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1 and "cannot start" in out.stderr
+
+
 def test_vllm_extension_module_has_no_parasim_imports():
     """The extension runs inside vLLM's own environment, where parasim is not installed."""
     from parasim.real.vllm_client import EXTENSION_CLS, EXTENSION_DIR

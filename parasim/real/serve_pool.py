@@ -85,7 +85,8 @@ def _int(raw: Mapping[str, Any], key: str, path: str, lo: int, hi: int, default:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-        raise EndpointError(f"{path}.{key}: expected an integer in [{lo}, {hi}], got {value!r}")
+        where = f"{path}.{key}" if path else key
+        raise EndpointError(f"{where}: expected an integer in [{lo}, {hi}], got {value!r}")
     return value
 
 
@@ -210,9 +211,13 @@ class ServerPool:
         for server in self.config.models:
             log = self.logs[server.model_id] = log_dir / f"{server.model_id.replace('/', '_')}.log"
             with open(log, "ab") as handle:
-                self.procs[server.model_id] = subprocess.Popen(
-                    server_command(self.config, server), env=server_env(self.config, server),
-                    stdin=subprocess.DEVNULL, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)
+                try:
+                    self.procs[server.model_id] = subprocess.Popen(
+                        server_command(self.config, server), env=server_env(self.config, server),
+                        stdin=subprocess.DEVNULL, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)
+                except OSError as err:
+                    raise RuntimeError(f"python: cannot start {self.config.python!r} for {server.model_id}: "
+                                       f"{err}") from None
 
     def wait_ready(self, interval_s: float = 0.5, cancel: Callable[[], bool] | None = None) -> dict[str, float]:
         """Block until every server is healthy and lists its model; seconds to ready per model id.
