@@ -12,18 +12,58 @@ import time
 import gymnasium as gym
 import numpy as np
 import pytest
+from parasim.envs.paraorch import resolve_reward, terminal_info
 
 import parasim  # noqa: F401  (registers the envs)
-from parasim.envs.paraorch import resolve_reward, terminal_info
 from parasim.protocol.schema import NUM_TOOLS, Status, Tool
 from parasim.sim import Simulator
-from parasim.sim.kernel import (E_MAX_ROUNDS, F_COST, F_LAT, F_OUTCOME, F_TOKENS, F_USD, I_CALLS, I_DONE, I_FINAL,
-                                I_FMT, I_ROUND)
-from parasim.sim.tables import (MD_LLR_CONFIRM, MD_LLR_FLAG, MD_SENS, MD_SPEC, MM_KAPPA, MM_LAM, MM_RHO,
-                                P_ENSEMBLE_K, P_MAX_OUT, P_MGR_CALL, P_MGR_ROUND, P_PROMPT, P_STATUS, R_BENCH,
-                                R_DOMAIN, R_MU, R_OPTIONS, R_QTOK, R_SIGMA, TM_LAT_BASE, TM_LAT_PER_TOK, TM_LAT_SD,
-                                TM_P_EXEC, TM_PRICE_IN, TM_PRICE_OUT, TM_TOK_ALPHA, TM_TOK_SD, TT_COST, TT_FEEDBACK,
-                                TT_TIMEOUT, TT_USD_CALL, TT_USD_S)
+from parasim.sim.kernel import (
+    E_MAX_ROUNDS,
+    F_COST,
+    F_LAT,
+    F_OUTCOME,
+    F_TOKENS,
+    F_USD,
+    I_CALLS,
+    I_DONE,
+    I_FINAL,
+    I_FMT,
+    I_ROUND,
+)
+from parasim.sim.tables import (
+    MD_LLR_CONFIRM,
+    MD_LLR_FLAG,
+    MD_SENS,
+    MD_SPEC,
+    MM_KAPPA,
+    MM_LAM,
+    MM_RHO,
+    P_ENSEMBLE_K,
+    P_MAX_OUT,
+    P_MGR_CALL,
+    P_MGR_ROUND,
+    P_PROMPT,
+    P_STATUS,
+    R_BENCH,
+    R_DOMAIN,
+    R_MU,
+    R_OPTIONS,
+    R_QTOK,
+    R_SIGMA,
+    TM_LAT_BASE,
+    TM_LAT_PER_TOK,
+    TM_LAT_SD,
+    TM_P_EXEC,
+    TM_PRICE_IN,
+    TM_PRICE_OUT,
+    TM_TOK_ALPHA,
+    TM_TOK_SD,
+    TT_COST,
+    TT_FEEDBACK,
+    TT_TIMEOUT,
+    TT_USD_CALL,
+    TT_USD_S,
+)
 from parasim.tasks import FREE_FORM, NUM_ANSWERS
 
 LANES = (1, 64, 1024, 4096)

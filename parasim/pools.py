@@ -257,7 +257,10 @@ def parse_pool(raw: Any, name: str = "pool") -> PoolSpec:
         raise PoolError(f"protocol.ensemble_k: expected an integer in [1, 16], got {k!r}")
 
     m1, nt = len(ms), NUM_TOOLS
-    col = lambda key: np.array([m[key] for m in ms], np.float64)
+
+    def col(key: str) -> np.ndarray:
+        return np.array([m[key] for m in ms], np.float64)
+
     bonus = np.stack([t["bonus"] for t in ts])
     skill_domain = np.stack([m["skill"] for m in ms])
     targets = np.stack([m["targets"] for m in ms])

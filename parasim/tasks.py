@@ -158,7 +158,8 @@ def load_tasks(path: str | Path) -> TaskSuite:
         if isinstance(opts, list):
             opts = len(opts)
         if not isinstance(opts, int) or isinstance(opts, bool) or not (opts == FREE_FORM or 2 <= opts <= NUM_ANSWERS):
-            raise ValueError(f"{where}.options: expected 0 (free-form) or an integer in [2, {NUM_ANSWERS}], got {opts!r}")
+            raise ValueError(
+                f"{where}.options: expected 0 (free-form) or an integer in [2, {NUM_ANSWERS}], got {opts!r}")
         z = rec.get("difficulty", math.nan)
         if z is None:
             z = math.nan

@@ -129,7 +129,7 @@ def test_reward_accepts_a_config_object():
 def test_same_seed_same_trajectory_and_the_seed_option():
     a = _scripted_episode(gym.make("ParaOrch-v0"), 11, [0, 2, 4, 3])
     b = _scripted_episode(gym.make("ParaOrch-v0"), 11, [0, 2, 4, 3])
-    for o1, o2 in zip(a[0], b[0]):
+    for o1, o2 in zip(a[0], b[0], strict=False):
         for k in o1:
             np.testing.assert_array_equal(o1[k], o2[k])
     assert a[1] == b[1]

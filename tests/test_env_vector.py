@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from gymnasium.wrappers.vector import RecordEpisodeStatistics
+from parasim.envs.paraorch_vector import ParaOrchVectorEnv
 
 import parasim  # noqa: F401
-from parasim.envs.paraorch_vector import ParaOrchVectorEnv
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 N = 6
@@ -31,7 +31,7 @@ def _assert_tree_equal(x, y, where: str) -> None:
         for k in x:
             _assert_tree_equal(x[k], y[k], f"{where}.{k}")
     elif isinstance(x, np.ndarray) and x.dtype == object:
-        for i, (a, b) in enumerate(zip(x, y)):
+        for i, (a, b) in enumerate(zip(x, y, strict=False)):
             _assert_tree_equal(a, b, f"{where}[{i}]")
     elif x is None:
         assert y is None, where
@@ -52,7 +52,7 @@ def test_equal_to_sync_vector_env_over_single_envs(mode):
     finished = 0
     for t, a in enumerate(_policy_actions(vec.action_space, 50, 0)):
         s1, s2 = vec.step(a), ref.step(a)
-        for name, x, y in zip(("obs", "reward", "terminated", "truncated", "info"), s1, s2):
+        for name, x, y in zip(("obs", "reward", "terminated", "truncated", "info"), s1, s2, strict=False):
             _assert_tree_equal(x, y, f"step {t} {name}")
         finished += int(s1[2].sum())
     assert finished > N

@@ -186,7 +186,7 @@ def test_threaded_step_equals_the_serial_loop():
         a[:, 0] = rng.random(n) < 0.2
         done = [sim.step(a, np.zeros(n, np.uint8)).copy() for sim in sims]
         np.testing.assert_array_equal(done[0], done[1])
-        for x, y in zip(sims[0].state, sims[1].state):
+        for x, y in zip(sims[0].state, sims[1].state, strict=False):
             np.testing.assert_array_equal(x, y)
         for sim in sims:
             sim.reset(done[0])

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from parasim.envs.paraorch_vector import ParaOrchVectorEnv
+
 from parasim.pools import load_pool
 from parasim.protocol.schema import NUM_TOOLS, Tool
 from parasim.tasks import BENCHMARKS
@@ -43,7 +43,7 @@ def _targets() -> list[tuple[str, str, int, float]]:
     cases = []
     for name in ("paramanager", "paramanager_mono", "toolorchestra"):
         pool = load_pool(name)
-        for m, b in zip(*np.nonzero(~np.isnan(pool.accuracy_target))):
+        for m, b in zip(*np.nonzero(~np.isnan(pool.accuracy_target)), strict=False):
             cases.append((name, BENCHMARKS[b].name, int(m), float(pool.accuracy_target[m, b])))
     return cases
 

@@ -13,9 +13,28 @@ import numpy as np
 
 from parasim.pools import PoolSpec, load_pool
 from parasim.sim.calls import simulate_calls
-from parasim.sim.kernel import (E_MAX_ROUNDS, E_SERIAL, E_SLOTS, E_TOKEN_BUDGET, F_COST, F_LAT, F_OUTCOME, F_TOKENS,
-                                F_USD, I_ANSWER, I_CALLS, I_EPISODE, I_FINAL, I_FMT, I_ROUND, NUM_ENV_PARAMS,
-                                NUM_TARGETS, TARGET_CARRY, TARGET_QUESTION, TARGET_VERIFY)
+from parasim.sim.kernel import (
+    E_MAX_ROUNDS,
+    E_SERIAL,
+    E_SLOTS,
+    E_TOKEN_BUDGET,
+    F_COST,
+    F_LAT,
+    F_OUTCOME,
+    F_TOKENS,
+    F_USD,
+    I_ANSWER,
+    I_CALLS,
+    I_EPISODE,
+    I_FINAL,
+    I_FMT,
+    I_ROUND,
+    NUM_ENV_PARAMS,
+    NUM_TARGETS,
+    TARGET_CARRY,
+    TARGET_QUESTION,
+    TARGET_VERIFY,
+)
 from parasim.sim.rng import seed_state
 from parasim.sim.state import ObsBuffers, SimState, action_nvec, allocate_obs, allocate_state
 from parasim.sim.step import reset_lanes, step_lanes, step_lanes_parallel
@@ -61,7 +80,7 @@ class Simulator:
     def seed(self, seeds: np.ndarray | list[int], lanes: np.ndarray | None = None) -> None:
         """Start the random stream of each lane (all lanes, or ``lanes``) from its seed; episodes count from 1."""
         idx = np.arange(self.num_lanes) if lanes is None else np.asarray(lanes)
-        for i, s in zip(idx, seeds):
+        for i, s in zip(idx, seeds, strict=False):
             self.state.rng[i] = seed_state(int(s))
             self.state.st_i[i, I_EPISODE] = 0
 

@@ -93,5 +93,5 @@ def simulate_calls(pool: str | PoolSpec, suite: str | TaskSuite = "paramanager",
     int_names = ("task", "benchmark", "domain", "options", "tool", "model", "status", "correct", "answer", "flagged",
                  "reviewed_correct", "carried_answer")
     float_names = ("difficulty", "context_tokens", "tokens_in", "tokens_out", "latency_s", "usd", "cost_units")
-    cols = {**dict(zip(int_names, ints.T)), **dict(zip(float_names, floats.T))}
+    cols = {**dict(zip(int_names, ints.T, strict=False)), **dict(zip(float_names, floats.T, strict=False))}
     return {k: np.ascontiguousarray(cols[k]) for k in CALL_FIELDS}

@@ -14,16 +14,46 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 from numba import njit
 
 from parasim.protocol.schema import NUM_STATUSES, NUM_TOOLS, Status, Tool
 from parasim.sim.rng import normal, uniform
-from parasim.sim.tables import (MD_LLR_CONFIRM, MD_LLR_FLAG, MD_SENS, MD_SPEC, MM_KAPPA, MM_LAM, MM_RHO,
-                                P_ENSEMBLE_K, P_MAX_OUT, P_MGR_CALL, P_MGR_ROUND, P_PROMPT, P_REPAIR, P_STATUS,
-                                R_BENCH, R_DOMAIN, R_MU, R_OPTIONS, R_QTOK, R_SIGMA, R_Z, TM_LAT_BASE,
-                                TM_LAT_PER_TOK, TM_LAT_SD, TM_P_EXEC, TM_PRICE_IN, TM_PRICE_OUT, TM_TOK_ALPHA,
-                                TM_TOK_SD, TT_COST, TT_FEEDBACK, TT_TIMEOUT, TT_USD_CALL, TT_USD_S)
+from parasim.sim.tables import (
+    MD_LLR_CONFIRM,
+    MD_LLR_FLAG,
+    MD_SENS,
+    MD_SPEC,
+    MM_KAPPA,
+    MM_LAM,
+    MM_RHO,
+    P_ENSEMBLE_K,
+    P_MAX_OUT,
+    P_MGR_CALL,
+    P_MGR_ROUND,
+    P_PROMPT,
+    P_REPAIR,
+    P_STATUS,
+    R_BENCH,
+    R_DOMAIN,
+    R_MU,
+    R_OPTIONS,
+    R_QTOK,
+    R_SIGMA,
+    R_Z,
+    TM_LAT_BASE,
+    TM_LAT_PER_TOK,
+    TM_LAT_SD,
+    TM_P_EXEC,
+    TM_PRICE_IN,
+    TM_PRICE_OUT,
+    TM_TOK_ALPHA,
+    TM_TOK_SD,
+    TT_COST,
+    TT_FEEDBACK,
+    TT_TIMEOUT,
+    TT_USD_CALL,
+    TT_USD_S,
+)
 from parasim.tasks import FREE_FORM, NUM_ANSWERS
 
 # Subtask targets of a call.
@@ -37,7 +67,8 @@ CAND_FEATURES = 5  # present, score, support, flags, confirms
 OUT_NONE, OUT_ANSWER, OUT_FLAG, OUT_CONFIRM = 0, 1, 2, 3
 
 # st_i columns
-I_ROW, I_BENCH, I_DOMAIN, I_NANS, I_ROUND, I_DONE, I_CALLS, I_FMT, I_FINAL, I_ANSWER, I_NOK, I_SEQ, I_EPISODE = range(13)
+(I_ROW, I_BENCH, I_DOMAIN, I_NANS, I_ROUND, I_DONE, I_CALLS, I_FMT, I_FINAL, I_ANSWER, I_NOK, I_SEQ,
+ I_EPISODE) = range(13)
 NUM_I = 13
 # st_f columns
 F_Z, F_QTOK, F_TOKENS, F_COST, F_USD, F_LAT, F_OUTCOME = range(7)

@@ -9,9 +9,29 @@ from __future__ import annotations
 from numba import njit, prange
 
 from parasim.protocol.schema import NUM_STATUSES, NUM_TOOLS, Tool
-from parasim.sim.kernel import (CAND_FEATURES, E_CONFIRMS, E_FLAGS, E_MAX_ROUNDS, E_SCORE, E_SLOTS, E_SUPPORT,
-                                F_COST, F_LAT, F_QTOK, F_TOKENS, F_USD, I_DOMAIN, I_DONE, I_NANS, I_NOK, I_ROUND,
-                                NUM_CANDIDATES, NUM_TARGETS, reset_lane, step_lane)
+from parasim.sim.kernel import (
+    CAND_FEATURES,
+    E_CONFIRMS,
+    E_FLAGS,
+    E_MAX_ROUNDS,
+    E_SCORE,
+    E_SLOTS,
+    E_SUPPORT,
+    F_COST,
+    F_LAT,
+    F_QTOK,
+    F_TOKENS,
+    F_USD,
+    I_DOMAIN,
+    I_DONE,
+    I_NANS,
+    I_NOK,
+    I_ROUND,
+    NUM_CANDIDATES,
+    NUM_TARGETS,
+    reset_lane,
+    step_lane,
+)
 from parasim.tasks import NUM_ANSWERS
 
 _CR = int(Tool.CRITICAL_REVIEWER)
