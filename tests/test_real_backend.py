@@ -189,22 +189,20 @@ def test_concurrency_limit_is_per_endpoint_and_shared(server: str):
     with RealToolBackend(_emap(server, max_concurrency=2)) as b:
         before = httpx.get(f"{server}/stats").json()["requests"]
         calls = [ToolCall(Tool.STANDARD_REASONER, "good", str(i)) for i in range(6)]
-        start = time.monotonic()
         results = b.run_round(calls, [CallInput("q")] * 6)
-        elapsed = time.monotonic() - start
     stats = httpx.get(f"{server}/stats").json()
     _control(server)
     assert all(r.status is Status.OK for r in results)
     assert stats["requests"] - before == 6
-    assert stats["peak_in_flight"] <= 2 and elapsed >= 3 * 0.3  # three waves of two
+    assert stats["peak_in_flight"] == 2  # concurrent, but never more than the endpoint allows
 
 
 def test_timeouts_and_server_errors_become_statuses(server: str):
     with RealToolBackend(_emap(server, timeout_s=0.2, retries=1)) as b:
         call, inp = [ToolCall(Tool.STANDARD_REASONER, "good", "x")], [CallInput("q")]
-        _control(server, delay_s=1.0)
+        _control(server, delay_s=5.0)
         (res,) = b.run_round(call, inp)
-        assert res.status is Status.TIMEOUT and res.extra["attempts"] == 2 and res.latency_s < 1.0
+        assert res.status is Status.TIMEOUT and res.extra["attempts"] == 2 and res.latency_s < 5.0
         _control(server, fail_next=1, fail_status=503)  # one 5xx, then fine: the retry succeeds
         (res,) = b.run_round(call, inp)
         assert res.status is Status.OK and res.extra["attempts"] == 2

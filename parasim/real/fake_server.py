@@ -77,6 +77,7 @@ def build_app(answers: dict[str, list[str]]) -> Any:
         state.fail_next = int(body.get("fail_next", state.fail_next))
         state.extension = bool(body.get("extension", state.extension))
         state.device = str(body.get("device", state.device))
+        state.peak_in_flight = state.in_flight  # each control call starts a new measurement window
         return {"ok": True}
 
     @app.post("/pause")
