@@ -1,9 +1,13 @@
 """ParaOrch-v0: Gymnasium conformance, wrappers, action validation, rewards and info."""
 from __future__ import annotations
 
+import functools
+
 import gymnasium as gym
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from gymnasium.utils.env_checker import check_env
 from gymnasium.wrappers import FlattenObservation, RecordEpisodeStatistics
 
@@ -136,3 +140,22 @@ def test_same_seed_same_trajectory_and_the_seed_option():
     e1, e2 = gym.make("ParaOrch-v0", seed=5), gym.make("ParaOrch-v0", seed=5)
     for k, v in e1.reset()[0].items():
         np.testing.assert_array_equal(v, e2.reset()[0][k])
+
+
+@functools.cache
+def _shared_env() -> gym.Env:
+    return gym.make("ParaOrch-v0")
+
+
+@given(st.lists(st.integers(-2**40, 2**40), min_size=13, max_size=13))
+@settings(max_examples=60, deadline=None)
+def test_any_integer_action_is_a_status_never_a_crash(values):
+    env = _shared_env()
+    if env.unwrapped._done:
+        env.reset(seed=0)
+    obs, r, term, trunc, info = env.step(np.array(values, np.int64))
+    assert obs in env.observation_space
+    assert np.isfinite(r)
+    if not term:
+        assert ((obs["last_status"] >= 0) & (obs["last_status"] <= len(Status))).all()
+

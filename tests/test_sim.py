@@ -206,3 +206,16 @@ def test_trajectory_fields_satisfy_the_batch_contract():
         got = getattr(checked, k)
         assert got.dtype == v.dtype and got.shape == v.shape, k
         np.testing.assert_array_equal(got, v)
+
+
+def test_user_task_file_fixes_domain_options_and_difficulty(tmp_path):
+    from parasim.sim.kernel import F_Z, I_DOMAIN, I_NANS
+
+    f = tmp_path / "tasks.jsonl"
+    f.write_text('{"id": "q1", "domain": "knowledge", "options": 5, "difficulty": 2.5}\n')
+    sim = Simulator("paramanager", str(f), 16)
+    sim.seed(np.arange(16))
+    sim.reset()
+    assert (sim.state.st_f[:, F_Z] == 2.5).all()
+    assert (sim.state.st_i[:, I_DOMAIN] == 2).all() and (sim.state.st_i[:, I_NANS] == 5).all()
+    assert (sim.obs.task[:, 2] == 1).all() and np.allclose(sim.obs.task[:, 6], 5 / 16)
