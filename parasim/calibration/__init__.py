@@ -1,0 +1,37 @@
+"""Calibration: fit a pool to logged tool calls by maximum likelihood (docs/calibration.md).
+
+``read_calls`` reads the JSONL call-log schema, ``calibrate`` fits every parameter the log identifies
+(standard errors from the inverse observed information), ``fitted_pool`` writes the pool file that
+``parasim.pools.load_pool`` accepts, ``format_report`` / ``report_dict`` give the goodness of fit, and
+``simulated_records`` makes logs with known parameters from the simulator's per-call model.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from parasim.calibration.calls import CallTable, calls_from_records, read_calls
+from parasim.calibration.fit import Calibration, calibrate
+from parasim.calibration.poolfile import write_pool
+from parasim.calibration.report import format_report, report_dict
+from parasim.calibration.simulate import simulated_records, true_parameters
+
+
+def fitted_pool(cal: Calibration, source: str = "fit") -> tuple[dict[str, Any], list[str]]:
+    """The base pool with every fitted group replaced (``source`` names the log); and what was clipped."""
+    fitted = {"models": cal.models, "free": cal.free,
+              "values": {**cal.values, "rates": {r.label: r.value for r in cal.rates}}}
+    return write_pool(cal.raw, fitted, source)
+
+
+__all__ = [
+    "Calibration",
+    "CallTable",
+    "calibrate",
+    "calls_from_records",
+    "fitted_pool",
+    "format_report",
+    "read_calls",
+    "report_dict",
+    "simulated_records",
+    "true_parameters",
+]

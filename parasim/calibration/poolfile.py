@@ -1,0 +1,150 @@
+"""Read a base pool file and write a fitted one that ``parasim.pools.load_pool`` accepts.
+
+A pool file holds more than a call log can identify (prices, cost units, protocol constants, the
+distractor structure), so a fit starts from a base pool and replaces only the groups it estimated,
+whose ``source`` then names the log (``"fit:calls.jsonl"``). Accuracy targets are written so that the
+loader's skill solve (``parasim.pools.solve_skill`` under the task catalogue's difficulty
+distribution) gives back exactly the fitted skill; values outside the loader's range are clipped and
+reported.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from parasim.pools import POOL_DIR, PoolError, expected_accuracy, parse_pool
+from parasim.protocol.schema import Tool
+from parasim.tasks import BENCHMARKS, FREE_FORM
+
+DOMAINS = ("math", "science", "knowledge", "code")
+
+
+def read_raw(base: str | Path) -> tuple[dict[str, Any], str]:
+    """The parsed JSON of a shipped pool (by name) or a pool file, validated, and its name."""
+    path = Path(base)
+    if not path.is_file():
+        path = POOL_DIR / f"{base}.json"
+        if not path.is_file():
+            raise PoolError(f"base pool: expected a shipped pool name or a pool JSON path, got {str(base)!r}")
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise PoolError(f"{path}: not valid JSON (line {err.lineno}: {err.msg})") from None
+    parse_pool(raw, name=path.stem)
+    return raw, path.stem
+
+
+def model_entries(raw: dict[str, Any], names: tuple[str, ...]) -> list[dict[str, Any]]:
+    """Raw model objects for pool rows ``names`` (agents then the manager); new names copy the first model."""
+    by_name = {m["name"]: m for m in raw["models"]}
+    out = []
+    for name in names[:-1]:
+        entry = copy.deepcopy(by_name.get(name, raw["models"][0]))
+        entry["name"] = name
+        out.append(entry)
+    return out + [copy.deepcopy(raw["manager"])]
+
+
+def _set(group: dict[str, Any], key: str, value: float, lo: float, hi: float, path: str, clipped: list[str],
+         source: str) -> None:
+    clipped_value = min(max(float(value), lo), hi)
+    if clipped_value != value:
+        clipped.append(f"{path}.{key}: fitted {value:.4g} clipped to the pool range [{lo:g}, {hi:g}]")
+    group[key] = round(clipped_value, 6)
+    group["source"] = source
+
+
+def write_pool(raw: dict[str, Any], fitted: dict[str, Any], source: str) -> tuple[dict[str, Any], list[str]]:
+    """The base pool with fitted groups replaced; returns the pool dict and what had to be clipped.
+
+    ``fitted`` keys: ``models`` (row names), ``free`` (per array, which entries were fitted) and the
+    natural-scale arrays of ``parasim.calibration.fit`` (skill, bonus, lambda, rho, tok_*, ttft, speed,
+    lat_sd, overhead, rates...).
+    """
+    names = fitted["models"]
+    out = copy.deepcopy(raw)
+    entries = model_entries(raw, names)
+    clipped: list[str] = []
+    free, v = fitted["free"], fitted["values"]
+    for m, entry in enumerate(entries):
+        path = "manager" if m == len(names) - 1 else f"models[{m}]"
+        sr_bonus = v["bonus"][int(Tool.STANDARD_REASONER)]
+        for b, bench in enumerate(BENCHMARKS):
+            if not free["skill"][m, b]:
+                continue
+            if bench.name.startswith("generic_"):
+                _set(entry["skill"], DOMAINS[bench.domain], v["skill"][m, b], -10, 10, f"{path}.skill", clipped,
+                     source)
+                continue
+            acc = 100 * float(expected_accuracy(np.array(v["skill"][m, b] + sr_bonus[bench.domain]),
+                                                np.array(bench.mu), np.array(bench.sigma)))
+            floor = 100.0 / bench.options if bench.options != FREE_FORM else 0.0
+            target = entry.setdefault("accuracy", {}).setdefault(bench.name, {})
+            _set(target, "value", acc, floor + 0.1, 99.9, f"{path}.accuracy.{bench.name}", clipped, source)
+        for key, group, field in (("lambda", "long_context", "lambda"), ("rho", "anchoring", "rho")):
+            if free[key][m]:
+                _set(entry[group], field, v[key][m], 0, 5 if key == "lambda" else 1, f"{path}.{group}", clipped,
+                     source)
+        tok = entry["tokens_out"]
+        for d, dname in enumerate(DOMAINS):
+            if free["tok_log_median"][m, d]:
+                _set(tok["log_median"], dname, v["tok_log_median"][m, d], 0, 12, f"{path}.tokens_out.log_median",
+                     clipped, source)
+                tok["source"] = source
+        if free["tok_log_sd"][m]:
+            _set(tok, "log_sd", v["tok_log_sd"][m], 0, 3, f"{path}.tokens_out", clipped, source)
+            _set(tok, "difficulty_slope", v["tok_alpha"][m], -2, 2, f"{path}.tokens_out", clipped, source)
+        if "ttft" in free and free["ttft"][m]:
+            lat = entry["latency"]
+            _set(lat, "ttft_s", v["ttft"][m], 0, 600, f"{path}.latency", clipped, source)
+            _set(lat, "tokens_per_s", v["speed"][m], 0.1, 1e5, f"{path}.latency", clipped, source)
+            _set(lat, "log_sd", v["lat_sd"][m], 0, 3, f"{path}.latency", clipped, source)
+        rate = v["rates"].get(f"code_exec_error[{names[m]}]")
+        if rate is not None:
+            _set(entry["code_exec_error"], "rate", rate, 0, 1, f"{path}.code_exec_error", clipped, source)
+        for kind in ("sensitivity", "specificity"):
+            for dname in DOMAINS:
+                rate = v["rates"].get(f"{kind}[{names[m]},{dname}]")
+                if rate is not None:
+                    _set(entry["review"][kind], dname, rate, 0, 1, f"{path}.review.{kind}", clipped, source)
+                    entry["review"]["source"] = source
+    out["models"], out["manager"] = entries[:-1], entries[-1]
+    for t in Tool:
+        if t is Tool.FINAL_ANSWER:
+            continue
+        tool = out["tools"][t.wire_name]
+        path = f"tools.{t.wire_name}"
+        for d, dname in enumerate(DOMAINS):
+            if free["bonus"][t, d]:
+                _set(tool["bonus"], dname, v["bonus"][t, d], -10, 10, f"{path}.bonus", clipped, source)
+        runtime = tool["runtime"]
+        if t.is_agent and free["tok_scale"][t]:
+            _set(runtime, "tokens_scale", math.exp(v["tok_scale"][t]), 0.01, 100, f"{path}.runtime", clipped, source)
+        if t.is_agent and "overhead" in free and free["overhead"][t]:
+            _set(runtime, "overhead_s", v["overhead"][t], 0, 3600, f"{path}.runtime", clipped, source)
+        if not t.is_agent:
+            j = 0 if t is Tool.PYTHON else 1
+            output = tool["output"]
+            if "latency_log_median" in free and free["latency_log_median"][j]:
+                seconds = math.exp(v["latency_log_median"][j]) - runtime["overhead_s"]
+                if seconds <= 0:
+                    clipped.append(f"{path}.output.latency_log_median_s: fitted median is below the overhead")
+                    seconds = 1e-3
+                _set(output, "latency_log_median_s", math.log(seconds), -10, 10, f"{path}.output", clipped, source)
+                _set(output, "latency_log_sd", v["latency_log_sd"][j], 0, 3, f"{path}.output", clipped, source)
+            if "tokens_log_median" in free and free["tokens_log_median"][j]:
+                log_median = v["tokens_log_median"][j] - math.log(runtime["tokens_scale"])
+                _set(output, "log_median_tokens", log_median, 0, 12, f"{path}.output", clipped, source)
+                _set(output, "log_sd", v["tokens_log_sd"][j], 0, 3, f"{path}.output", clipped, source)
+            if t is Tool.PYTHON and "python_exec_error" in v["rates"]:
+                _set(tool["exec_error"], "rate", v["rates"]["python_exec_error"], 0, 1, f"{path}.exec_error",
+                     clipped, source)
+    out["name"] = f"{raw.get('name', 'pool')}-fit"
+    out["description"] = f"{raw.get('description', '')} Refitted by parasim calibrate ({source})."
+    parse_pool(out, name=out["name"])
+    return out, clipped

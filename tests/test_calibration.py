@@ -1,0 +1,229 @@
+"""Calibration: the likelihood's gradients, the call-log schema, and recovery of a known pool from simulated calls."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy.stats import chi2
+
+from parasim.calibration import (
+    calibrate,
+    calls_from_records,
+    fitted_pool,
+    format_report,
+    read_calls,
+    report_dict,
+    simulated_records,
+    true_parameters,
+)
+from parasim.calibration.irt import (
+    CorrectRows,
+    DifficultyModel,
+    TokenRows,
+    same_wrong_probability,
+    vote_polynomial,
+)
+from parasim.calibration.poolfile import read_raw
+from parasim.calibration.quadrature import Marginal
+from parasim.calibration.runtime import normal_terms
+from parasim.cli import main
+from parasim.pools import load_pool
+from parasim.protocol.schema import Tool
+
+
+@pytest.fixture(scope="module")
+def recovery():
+    """One fit of the paramanager pool to 50,000 simulated calls (difficulty hidden), shared by the tests below."""
+    records = simulated_records("paramanager", calls=50_000, seed=3)
+    return calibrate(calls_from_records(records), "paramanager")
+
+
+def _truth_z(cal) -> list[tuple[str, float, float, float, float]]:
+    """(label, truth, estimate, se, z) for every fitted parameter, rates included."""
+    raw, _ = read_raw("paramanager")
+    truth = true_parameters("paramanager", raw)
+    spec = load_pool("paramanager")
+    rows = []
+    for part in cal.parts:
+        values = np.concatenate([truth[name][block.free] for name, block in part.layout.blocks.items()])
+        for label, t, v, s in zip(part.labels, values, part.value, part.se):
+            rows.append((label, float(t), float(v), float(s), float((v - t) / s)))
+    domains = ("math", "science", "knowledge", "code")
+    for rate in cal.rates:
+        kind, _, rest = rate.label.partition("[")
+        parts = rest.rstrip("]").split(",")
+        if kind == "python_exec_error":
+            t = spec.p_exec[Tool.PYTHON, -1]
+        elif kind == "code_exec_error":
+            t = spec.p_exec[Tool.CODE_REASONER, spec.model_names.index(parts[0])]
+        else:
+            table = spec.sens if kind == "sensitivity" else spec.spec
+            t = table[spec.model_names.index(parts[0]), domains.index(parts[1])]
+        rows.append((rate.label, float(t), rate.value, rate.se, (rate.value - t) / rate.se if rate.se else 0.0))
+    return rows
+
+
+def test_recovers_known_pool_within_confidence_intervals(recovery) -> None:
+    """Every identifiable parameter (about 130) against the pool that generated the calls.
+
+    Rules, stated up front. Joint: the Wald statistic (estimate - truth)' I (estimate - truth), summed over
+    the fitted parts (and z^2 of the rates), is chi-square with one degree of freedom per parameter at the
+    truth; we require its p-value above 0.001. Marginal: with honest 95% intervals about 5% of parameters
+    fall outside; estimates are correlated (skills and bonuses of a domain move together), so we allow up
+    to 10%, and no |z| above 4 (probability about 0.01 under the model for this many parameters).
+    """
+    rows = _truth_z(recovery)
+    z = np.array([r[4] for r in rows])
+    raw, _ = read_raw("paramanager")
+    truth = true_parameters("paramanager", raw)
+    wald = sum(part.wald(part.layout.pack(truth)) for part in recovery.parts)
+    rate_z2 = float(np.sum(z[len(z) - len(recovery.rates):] ** 2))
+    dof = len(rows)
+    p_value = float(chi2.sf(wald + rate_z2, dof))
+    outside = float(np.mean(np.abs(z) > 1.96))
+    print(f"\n{dof} parameters: Wald chi2 {wald + rate_z2:.1f} on {dof} dof (p = {p_value:.3f}); "
+          f"{100 * outside:.1f}% outside their 95% CI; max |z| {np.abs(z).max():.2f}")
+    for label, t, v, s, zz in rows[::9]:
+        print(f"  {label:58s} true {t:9.4f}  fit {v:9.4f} +- {s:.4f}  z {zz:+.2f}")
+    assert dof > 100 and all(p.converged and p.info is not None for p in recovery.parts)
+    assert p_value > 0.001
+    assert outside <= 0.10
+    assert np.abs(z).max() < 4.0
+
+
+def test_fitted_pool_loads_and_round_trips_skills(recovery, tmp_path: Path) -> None:
+    pool, clipped = fitted_pool(recovery, source="fit:test")
+    path = tmp_path / "pool.json"
+    path.write_text(json.dumps(pool))
+    spec = load_pool(path)
+    free = recovery.free["skill"]
+    np.testing.assert_allclose(spec.skill[free], recovery.values["skill"][free], atol=1e-3)
+    assert spec.model_names == recovery.models
+    assert pool["models"][0]["anchoring"]["source"] == "fit:test"
+    assert clipped == []
+
+
+def test_calibration_table_and_report(recovery) -> None:
+    cells = recovery.calibration_rows
+    assert len(cells) > 50
+    assert np.mean([abs(c["z"]) > 1.96 for c in cells]) < 0.15
+    text = format_report(recovery)
+    assert "AIC" in text and "skill[GPT-OSS-20B,AIME25]" in text
+    data = report_dict(recovery)
+    assert data["num_params"] == len(data["parameters"]) and math.isfinite(data["aic"])
+
+
+def test_difficulty_model_gradient_matches_finite_differences() -> None:
+    rng = np.random.default_rng(0)
+    tasks, models, benches, tools, rows = 60, 2, 3, 5, 400
+    task_bench = rng.integers(0, benches, tasks)
+    known = np.full(tasks, np.nan)
+    known[:10] = rng.normal(size=10)
+    marginal = Marginal(task_bench, known, 6)
+    marginal.place(rng.normal(size=tasks), rng.random(tasks) + 0.3)
+    task, model, tool = rng.integers(0, tasks, rows), rng.integers(0, models, rows), rng.integers(0, tools, rows)
+    bench, dom = task_bench[task], task_bench[task] % 2
+    poly = np.array([vote_polynomial(3, 0.3) if t == 4 else vote_polynomial(1, 0.0) for t in tool])
+    c = CorrectRows(task, model, bench, tool, dom, rng.random(rows), rng.integers(0, 2, rows), poly,
+                    rng.integers(-1, 2, rows))
+    t = TokenRows(task, model, tool, dom, rng.normal(7, 1, rows), (rng.random(rows) < 0.2).astype(np.int64))
+    dm = DifficultyModel(marginal, c, t, benches)
+    P = {"skill": rng.normal(size=(models, benches)), "bonus": 0.3 * rng.normal(size=(tools, 2)),
+         "lam": 0.2 * rng.random(models), "rho": 0.2 + 0.5 * rng.random(models), "mu": rng.normal(size=benches),
+         "sigma": 1 + rng.random(benches), "tok_mu": rng.normal(7, 0.3, (models, 2)),
+         "tok_scale": rng.normal(0, 0.2, tools), "tok_sd": 0.5 + rng.random(models), "alpha": rng.normal(0, 0.3, models)}
+    _, grads = dm(P)
+    for name, value in P.items():
+        for idx in np.ndindex(value.shape):
+            up = {k: v.copy() for k, v in P.items()}
+            down = {k: v.copy() for k, v in P.items()}
+            up[name][idx] += 1e-6
+            down[name][idx] -= 1e-6
+            numeric = (dm(up)[0] - dm(down)[0]) / 2e-6
+            assert grads[name][idx] == pytest.approx(numeric, rel=1e-4, abs=1e-4), (name, idx)
+
+
+def test_censored_and_truncated_normal_gradients() -> None:
+    rng = np.random.default_rng(1)
+    y, mean, sd = rng.normal(size=50), rng.normal(size=50), 0.5 + rng.random(50)
+    censored, upper = rng.random(50) < 0.3, y + rng.random(50)
+    _, d_mean, d_sd = normal_terms(y, mean, sd, censored, upper)
+    for i in range(0, 50, 7):
+        for arr, grad in ((mean, d_mean), (sd, d_sd)):
+            hi, lo = arr.copy(), arr.copy()
+            hi[i] += 1e-6
+            lo[i] -= 1e-6
+            args = [(hi if arr is mean else mean), (hi if arr is sd else sd)]
+            f_hi = normal_terms(y, *args, censored, upper)[0]
+            args = [(lo if arr is mean else mean), (lo if arr is sd else sd)]
+            f_lo = normal_terms(y, *args, censored, upper)[0]
+            assert grad[i] == pytest.approx((f_hi - f_lo) / 2e-6, rel=1e-5, abs=1e-6)
+
+
+def test_vote_polynomial_matches_the_simulated_plurality_vote() -> None:
+    rng = np.random.default_rng(2)
+    p, kappa, n = 0.4, 0.5, 200_000
+    d = np.arange(1, 16, dtype=float) ** -1.2
+    d /= d.sum()
+    pref = rng.choice(15, n, p=d) + 1
+    right = rng.random((n, 3)) < p
+    own = np.where(rng.random((n, 3)) < kappa, pref[:, None], rng.choice(15, (n, 3), p=d) + 1)
+    answers = np.where(right, 0, own)
+    counts = (answers[:, :, None] == answers[:, None, :]).sum(-1)
+    winner = answers[np.arange(n), np.argmax(counts, axis=1)]  # plurality, ties to the earliest sample
+    c1, c2, c3 = vote_polynomial(3, same_wrong_probability(kappa, 1.2, 16))
+    assert np.mean(winner == 0) == pytest.approx(p * (c1 + p * (c2 + p * c3)), abs=0.004)
+    assert vote_polynomial(1, 0.3) == (1.0, 0.0, 0.0)
+    with pytest.raises(ValueError, match="k <= 3"):
+        vote_polynomial(5, 0.3)
+
+
+@pytest.mark.parametrize(("line", "needle"), [
+    ("{not json", "not valid JSON"),
+    ('["a"]', "expected a JSON object"),
+    ('{"benchmark": "AMC"}', ".tool: required field is missing"),
+    (('{"task_id": "t", "benchmark": "AMC", "domain": "math", "tool": "teleport", "model": "m", "status": "OK", '
+      '"tokens_in": 1, "tokens_out": 1, "latency_s": 1}'), ".tool: expected one of"),
+    (('{"task_id": "t", "benchmark": "AMC", "domain": "math", "tool": "search", "model": "", "status": "OK", '
+      '"tokens_in": -1, "tokens_out": 1, "latency_s": 1}'), ".tokens_in: expected a number >= 0"),
+    (('{"task_id": "t", "benchmark": "AMC", "domain": "math", "tool": "standard_reasoner", "model": "", '
+      '"status": "OK", "tokens_in": 1, "tokens_out": 1, "latency_s": 1}'), ".model: agent tool"),
+    (('{"task_id": "t", "benchmark": "AMC", "domain": "math", "tool": "search", "model": "", "status": "WEIRD", '
+      '"tokens_in": 1, "tokens_out": 1, "latency_s": 1}'), ".status: expected one of"),
+    (('{"task_id": "t", "benchmark": "AMC", "domain": "math", "tool": "search", "model": "", "status": "OK", '
+      '"tokens_in": 1, "tokens_out": 1, "latency_s": 1, "target": 5}'), ".target: no earlier call 5"),
+])
+def test_call_log_errors_name_line_and_field(tmp_path: Path, line: str, needle: str) -> None:
+    path = tmp_path / "calls.jsonl"
+    path.write_text(line + "\n")
+    with pytest.raises(ValueError, match=r"calls\.jsonl:1") as err:
+        read_calls(path)
+    assert needle in str(err.value)
+
+
+def test_targets_give_the_carried_answers_correctness() -> None:
+    base = {"task_id": "t", "benchmark": "AMC", "domain": "math", "model": "m", "status": "OK",
+            "tokens_in": 10, "tokens_out": 10, "latency_s": 1.0, "episode": 4}
+    table = calls_from_records([
+        {**base, "tool": "standard_reasoner", "correct": False, "call_index": 0},
+        {**base, "tool": "critical_reviewer", "flagged": True, "call_index": 1, "target": 0},
+        {**base, "tool": "code_reasoner", "correct": True, "call_index": 2, "target": 0, "carried_correct": True},
+    ])
+    assert table.carried.tolist() == [-1, 0, 1]
+    assert table.models == ("m",) and table.task_bench.tolist() == [0]
+
+
+def test_cli_simulate_log_then_calibrate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Small end to end through the command line: a log of 4,000 calls, fitted, written and loadable."""
+    log, pool, report = tmp_path / "calls.jsonl", tmp_path / "pool.json", tmp_path / "report.json"
+    assert main(["simulate-log", "--pool", "paramanager", "--calls", "4000", "--seed", "5", "-o", str(log)]) == 0
+    assert sum(1 for _ in log.open()) == 4000
+    assert main(["calibrate", str(log), "-o", str(pool), "--report", str(report)]) == 0
+    out = capsys.readouterr().out
+    assert "log-likelihood" in out and "wrote" in out
+    spec = load_pool(pool)
+    assert spec.name == "paramanager-fit"
+    assert json.loads(report.read_text())["num_params"] > 50
