@@ -119,7 +119,7 @@ class VLLMEngine:
                  concurrency: int = 64, timeout_s: float = 600.0) -> None:
         import httpx
 
-        self.base_url, self.model, self.stop_ids = base_url.rstrip("/"), model, list(stop_ids)
+        self.base_url, self.model, self.stop_ids = base_url.rstrip("/").removesuffix("/v1"), model, list(stop_ids)
         self.weights_dir = Path(weights_dir)
         self.concurrency = concurrency
         self.client = httpx.Client(base_url=self.base_url, timeout=timeout_s)
