@@ -120,7 +120,10 @@ def test_kind_for() -> None:
 
 
 @pytest.mark.parametrize("junk", [None, 17, b"bytes", "\\boxed{" * 2000, "}" * 5000 + r"\boxed{1",
-                                  "\x00\ud800 <answer>", "$$$$" * 1000, r"\frac{\frac{\frac{", "9" * 10000])
+                                  "\x00\ud800 <answer>", "$$$$" * 1000, r"\frac{\frac{\frac{", "9" * 10000,
+                                  "answer:" + " " * 20000, "answer is" + " \n" * 10000, "\n" * 20000,
+                                  "answer is " * 2000, "(A" * 10000])
+@pytest.mark.timeout(60)  # a hang guard: quadratic regexes once took 14 s on 20k blanks (now milliseconds)
 def test_junk_never_raises(junk: object) -> None:
     for kind, kw in (("math", {}), ("exact", {}), ("choice", {"num_options": 4})):
         verdict = verify(junk, "1" if kind != "choice" else "A", kind, **kw)  # type: ignore[arg-type]

@@ -32,7 +32,8 @@ from parasim.protocol.schema import Domain, Status
 if TYPE_CHECKING:
     from parasim.tools.sandbox import Sandbox
 
-MAX_SCAN_CHARS = 20000  # only the end of a response can hold its final answer; bounds regex and parse cost
+MAX_SCAN_CHARS = 20000  # only the end of a response can hold its final answer; bounds regex cost
+MAX_MATH_CHARS = 1000  # longer "answers" are prose, not a final answer: never handed to math-verify
 LETTERS = string.ascii_uppercase
 
 
@@ -67,9 +68,9 @@ def kind_for(domain: Domain | int, num_options: int = 0) -> AnswerKind:
 
 _ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
 _BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
-_ANSWER_PHRASE = re.compile(
-    r"(?:final\s+answer|answer)\s*(?:is|:)\s*(?:\*\*)?\s*(.+)", re.IGNORECASE
-)
+# Every run of blanks is one quantifier next to a literal: two adjacent ones over the same characters
+# backtrack quadratically, and a response of 20k spaces or newlines would stall scoring for seconds.
+_ANSWER_PHRASE = re.compile(r"answer[ \t]*(?:is|:)[ \t*]*(\S.*)", re.IGNORECASE)
 
 
 def extract_boxed(text: str) -> str | None:
@@ -151,8 +152,8 @@ def extract_choice(text: str, num_options: int, options: Sequence[str] = ()) -> 
             if norm and norm == normalize_text(option):
                 return LETTERS[i]
     tail = text[-MAX_SCAN_CHARS:]
-    for pattern in (rf"(?i:answer|option|choice)\s*(?:is|:)?\s*(?:\*\*)?\(?({letter})\)?(?![A-Za-z])",
-                    rf"(?m)^[\s*]*\(?({letter})\)?[.):]?[\s*]*$"):
+    for pattern in (rf"(?i:answer|option|choice)[ \t]*(?:(?i:is)|:)?[ \t*]*\(?({letter})\)?(?![A-Za-z])",
+                    rf"(?m)^[ \t*]*\(?({letter})\)?[.):]?[ \t*]*$"):
         hits = re.findall(pattern, tail)
         if hits:
             return hits[-1]
@@ -247,10 +248,12 @@ def _verify_free(response: str, gold: str | int | Sequence[str], kind: AnswerKin
         if extracted is None:  # no marked answer: let math-verify's own extraction read the last lines
             from math_verify import parse
 
-            tail = "\n".join(response[-MAX_SCAN_CHARS:].strip().splitlines()[-3:])
+            tail = "\n".join(response[-MAX_SCAN_CHARS:].strip().splitlines()[-3:])[-MAX_MATH_CHARS:]
             parsed = parse(tail, parsing_timeout=_timeout()) if tail else []
             ok = any(_math_match(parsed, str(g)) for g in golds)
             return Verdict(ok, str(parsed[-1]) if parsed else None, kind, "no marked final answer; parsed the last lines")
+        if len(extracted) > MAX_MATH_CHARS:
+            return Verdict(False, extracted[:MAX_MATH_CHARS], kind, "final answer too long to be one")
         return Verdict(any(math_equal(extracted, str(g)) for g in golds), extracted, kind)
     lines = response.strip().splitlines()
     candidate = extracted if extracted is not None else (lines[-1] if lines else "")
