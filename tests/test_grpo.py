@@ -76,6 +76,8 @@ def test_killed_run_resumes_to_identical_weights(tmp_path):
     assert seen == [2, 3, 4]
     assert _same(_weights(tmp_path / "full" / "grpo.pt"), _weights(tmp_path / "crashed" / "grpo.pt"))
     assert resumed["reward_curve"] == full["reward_curve"] and resumed["accuracy"] == full["accuracy"]
+    with pytest.raises(ValueError, match="different config"):
+        run_pipeline(make_config("default", {**TINY, "grpo.steps": "6"}), tmp_path / "crashed")
 
 
 @pytest.mark.parametrize("method", sorted(METHODS))

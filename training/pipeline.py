@@ -7,6 +7,7 @@ with the same weights as an uninterrupted one.
 from __future__ import annotations
 
 import io
+import json
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -19,7 +20,7 @@ from parasim.training.config import TrainConfig
 from parasim.training.evaluate import evaluate
 from parasim.training.policy import ManagerPolicy
 from parasim.training.rollout import derive_seed, env_spec
-from parasim.training.store import atomic_write_bytes
+from parasim.training.store import atomic_write_bytes, atomic_write_json
 
 
 def build_policy(cfg: TrainConfig) -> ManagerPolicy:
@@ -49,6 +50,16 @@ def warm_start(cfg: TrainConfig, policy: ManagerPolicy, workdir: Path | None) ->
     return info
 
 
+def claim_workdir(wd: Path, cfg: TrainConfig) -> None:
+    """Record the config in ``wd``; refuse to resume checkpoints that belong to a different config."""
+    wd.mkdir(parents=True, exist_ok=True)
+    path = wd / "config.json"
+    mine = json.loads(json.dumps(cfg.to_dict()))
+    if path.exists() and json.loads(path.read_text()) != mine:
+        raise ValueError(f"{wd} holds checkpoints of a different config; use another --out or remove it")
+    atomic_write_json(path, mine)
+
+
 def run_pipeline(cfg: TrainConfig, workdir: str | Path | None = None,
                  log: Callable[[dict[str, Any]], None] | None = None,
                  keep_trajectories: bool = False) -> dict[str, Any]:
@@ -60,7 +71,7 @@ def run_pipeline(cfg: TrainConfig, workdir: str | Path | None = None,
     """
     wd = Path(workdir) if workdir is not None else None
     if wd is not None:
-        wd.mkdir(parents=True, exist_ok=True)
+        claim_workdir(wd, cfg)
     t0 = time.perf_counter()
     policy = build_policy(cfg)
     info = warm_start(cfg, policy, wd)
