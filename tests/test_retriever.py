@@ -131,7 +131,8 @@ def test_service_rejects_malformed_requests(service: str, body: dict) -> None:
 
 def test_client_formats_passages_like_search_r1(service: str) -> None:
     client = RetrieverClient(service, topk=2)
-    results = asyncio.run(client.search_many(["Who composed The Magic Flute?", "  ", "gas giant planet"]))
+    queries = ["Who composed The Magic Flute?", "  ", "gas giant planet" + " x" * 100_000]
+    results = asyncio.run(client.search_many(queries))
     assert [r.status for r in results] == [Status.OK, Status.FORMAT_ERR, Status.OK]
     assert results[0].output.startswith('Doc 1(Title: "Wolfgang Amadeus Mozart") Mozart was an')
     assert results[0].output.count("\nDoc 2(Title: ") == 1

@@ -29,14 +29,16 @@ def format_passages(hits: Sequence[dict[str, Any]]) -> str:
 class RetrieverClient:
     """Client of one retriever service (``base_url`` like ``http://127.0.0.1:8000``)."""
 
-    def __init__(self, base_url: str, *, topk: int = 3, timeout_s: float = 10.0,
+    def __init__(self, base_url: str, *, topk: int = 3, timeout_s: float = 10.0, max_query_chars: int = 2048,
                  client: httpx.AsyncClient | None = None) -> None:
+        if max_query_chars < 1:
+            raise ValueError(f"RetrieverClient.max_query_chars={max_query_chars}: must be >= 1")
         if topk < 1:
             raise ValueError(f"RetrieverClient.topk={topk}: must be >= 1")
         if not timeout_s > 0:
             raise ValueError(f"RetrieverClient.timeout_s={timeout_s}: must be > 0")
         self.url = base_url.rstrip("/") + "/retrieve"
-        self.topk, self.timeout_s = topk, timeout_s
+        self.topk, self.timeout_s, self.max_query_chars = topk, timeout_s, max_query_chars
         self._client = client  # shared pool if given; else one client per request, safe across event loops
 
     async def retrieve(self, queries: Sequence[str], topk: int | None = None) -> list[list[dict[str, Any]]]:
@@ -65,8 +67,8 @@ class RetrieverClient:
         if live:
             start = time.monotonic()
             status, detail, hits = Status.OK, "", None
-            try:
-                hits = await self.retrieve([queries[i] for i in live], topk)
+            try:  # the encoder reads a few hundred tokens anyway; a megabyte of model text must not stall it
+                hits = await self.retrieve([queries[i][: self.max_query_chars] for i in live], topk)
             except httpx.TimeoutException as exc:
                 status, detail = Status.TIMEOUT, f"retriever timed out after {self.timeout_s:g} s ({type(exc).__name__})"
             except (httpx.HTTPError, ValueError) as exc:  # connection refused, 5xx, bad JSON / shape
