@@ -100,7 +100,8 @@ def write_tables(results: Sequence[dict[str, Any]], rows: Sequence[dict[str, Any
 
 
 def write_plots(rows: Sequence[dict[str, Any]], out: Path) -> list[Path]:
-    """``pareto.png`` (accuracy vs tokens / cost / latency) and ``distributions.png`` (tools, models)."""
+    """``pareto.png`` (accuracy vs tokens / cost / latency, error bars = std over seeds) and
+    ``distributions.png`` (tool and model shares per label)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -112,7 +113,8 @@ def write_plots(rows: Sequence[dict[str, Any]], out: Path) -> list[Path]:
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
     for ax, (key, title) in zip(axes, SPEND_AXES):
         spend = np.array([r[key] for r in rows])
-        ax.scatter(spend, acc, s=40, zorder=3)
+        ax.errorbar(spend, acc, xerr=[r[f"{key}_std"] for r in rows], yerr=[r["accuracy_std"] for r in rows],
+                    fmt="o", ms=6, capsize=3, zorder=3, label="mean ± std over seeds")
         for x, y, lab in zip(spend, acc, labels):
             ax.annotate(lab, (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
         front = pareto_front(acc, spend)
