@@ -306,6 +306,15 @@ def test_escape_new_namespaces_are_refused(tag: str) -> None:
 
 @pytest.mark.sandbox
 @needs_bwrap
+def test_host_environment_does_not_leak(tag: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-parasim-test-secret")
+    res = make(tag).run("import os\nprint(sorted(os.environ))\nprint(os.environ.get('OPENAI_API_KEY'))")
+    assert res.status == Status.OK
+    assert "sk-parasim-test-secret" not in res.output and res.output.endswith("None\n")
+
+
+@pytest.mark.sandbox
+@needs_bwrap
 def test_file_size_limit(tag: str) -> None:
     code = "with open('/tmp/big', 'wb') as f:\n    f.write(b'0' * (4 << 20))\n"
     res = make(tag, max_file_bytes=1 << 20).run(code)
