@@ -176,6 +176,22 @@ def test_round_runs_every_agent_tool_with_usage_prices_and_vote(backend: RealToo
     assert results[2].cost_units == backend.pool.cost_units[Tool.ENSEMBLE_SOLVER]
 
 
+def test_backend_config_validation():
+    with pytest.raises(ValueError, match="ensemble_k"):
+        BackendConfig(ensemble_k=0)
+    with pytest.raises(ValueError, match="max_output_chars"):
+        BackendConfig(max_output_chars=0)
+
+
+def test_long_outputs_are_cut_with_a_marker(server: str):
+    _control(server)
+    with RealToolBackend(_emap(server), config=BackendConfig(max_output_chars=10, ensemble_k=5)) as b:
+        calls = [ToolCall(Tool.STANDARD_REASONER, "good", "x"), ToolCall(Tool.ENSEMBLE_SOLVER, "split", "x")]
+        std, ens = b.run_round(calls, [CallInput("q")] * 2)
+    assert std.output.startswith("Step 1: th") and "[truncated" in std.output and std.extra["answer"] == "42"
+    assert ens.extra["samples"] == ["41", "42", "42", "41", "42"] and ens.extra["votes"] == 3
+
+
 def test_prices_from_endpoint_map(server: str):
     emap = _emap(server)
     emap["endpoints"]["good"].update(input_per_mtok=2.0, output_per_mtok=10.0)

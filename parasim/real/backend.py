@@ -44,7 +44,13 @@ class BackendConfig:
 
     ensemble_k: int | None = None  # samples of ensemble_solver; None: the pool's protocol.ensemble_k
     max_output_chars: int = 4000  # a call's text fed back to the manager is cut here, with a marker
-    search_topk: int = 3  # passages a knowledge_searcher call reads
+
+    def __post_init__(self) -> None:
+        k, chars = self.ensemble_k, self.max_output_chars
+        if k is not None and not (isinstance(k, int) and 1 <= k <= 16):
+            raise ValueError(f"BackendConfig.ensemble_k: expected None or an integer in [1, 16], got {k!r}")
+        if not isinstance(chars, int) or chars < 1:
+            raise ValueError(f"BackendConfig.max_output_chars: expected an integer >= 1, got {chars!r}")
 
 
 @dataclass(frozen=True)
@@ -101,8 +107,8 @@ class RealToolBackend:
 
     ``pool`` (a ``PoolSpec`` or its name) gives cost units per tool, per-call USD and default token prices
     for models it knows; an endpoint's own ``input_per_mtok`` / ``output_per_mtok`` win. ``python_tool``
-    and ``search_tool`` are async callables (``parasim.tools`` builds them: see ``sandbox_tool`` and
-    ``retriever_tool``); without them those tools answer EXEC_ERR naming what is missing.
+    and ``search_tool`` are async callables, ``text -> CallResult`` (``from_config`` builds them from
+    ``parasim.tools``); without them those tools answer EXEC_ERR naming what is missing.
     """
 
     def __init__(self, endpoints: EndpointMap | str | dict, pool: Any = "paramanager", *,
@@ -114,10 +120,8 @@ class RealToolBackend:
         self.pool = load_pool(pool) if pool is not None else None
         self.config = config or BackendConfig()
         self.python_tool, self.search_tool = python_tool, search_tool
-        k = self.config.ensemble_k or (self.pool.ensemble_k if self.pool is not None else 3)
-        if not 1 <= k <= 16:
-            raise ValueError(f"BackendConfig.ensemble_k: expected an integer in [1, 16], got {k!r}")
-        self.ensemble_k = k
+        k = self.config.ensemble_k
+        self.ensemble_k = k if k is not None else (self.pool.ensemble_k if self.pool is not None else 3)
         self.prices = self._prices()
         self.chat = ChatClient(self.endpoints)
         self._loop = _LoopThread()

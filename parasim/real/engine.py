@@ -91,7 +91,8 @@ class RealEpisodeEngine:
         elif "task_index" in options:
             index = options["task_index"]
             if not isinstance(index, int) or not 0 <= index < len(self.tasks):
-                raise ValueError(f"options.task_index: expected an integer in [0, {len(self.tasks) - 1}], got {index!r}")
+                last = len(self.tasks) - 1
+                raise ValueError(f"options.task_index: expected an integer in [0, {last}], got {index!r}")
             self.task = self.tasks[index]
         else:
             self.task = self.tasks[int(self._rng.integers(len(self.tasks)))]

@@ -58,9 +58,9 @@ def parse_task(rec: Any, where: str = "task") -> RealTask:
     bench = rec.get("benchmark", f"generic_{domain.name.lower()}")
     if bench not in BENCHMARK_INDEX:
         raise ValueError(f"{where}.benchmark: expected one of {sorted(BENCHMARK_INDEX)}, got {bench!r}")
-    if BENCHMARKS[BENCHMARK_INDEX[bench]].domain != domain:
-        raise ValueError(f"{where}.domain: benchmark {bench} is {BENCHMARKS[BENCHMARK_INDEX[bench]].domain.name.lower()}"
-                         f", got {dom_name!r}")
+    bench_domain = BENCHMARKS[BENCHMARK_INDEX[bench]].domain
+    if bench_domain != domain:
+        raise ValueError(f"{where}.domain: benchmark {bench} is {bench_domain.name.lower()}, got {dom_name!r}")
     options = rec.get("options", [])
     if not isinstance(options, list) or not all(isinstance(o, str) for o in options) or len(options) == 1:
         raise ValueError(f"{where}.options: expected a list of 2+ option strings (or none), got {options!r}")

@@ -126,7 +126,8 @@ def _reload(client: httpx.Client, root: str, path: str) -> None:
     """The reload RPC: the extension's when the server has it, plain ``reload_weights`` on GPU servers."""
     url = f"{root}/collective_rpc"
     try:
-        _post(client, url, "reload_weights", json={"method": "parasim_reload_weights", "kwargs": {"weights_path": path}})
+        body = {"method": "parasim_reload_weights", "kwargs": {"weights_path": path}}
+        _post(client, url, "reload_weights", json=body)
         return
     except WeightReloadError as err:
         if _NO_EXTENSION not in str(err):
