@@ -6,7 +6,8 @@ Run: ``pytest benchmarks/bench_core.py --benchmark-only --benchmark-json=.benchm
 * advantages, N = 1e3 .. 1e7, G = 8 contiguous: core vs NumPy reshape, vectorized torch, a Python
   dict-loop grouping (the structure of the default GRPO path of a popular RL library; N <= 1e5 only)
   and a memcpy of the same rewards (np.copyto into a preallocated buffer: the memory bound).
-* masks, 4096 x 8192 tokens: core vs Python-list building, NumPy (difference array + cumsum), memset.
+* masks, 4096 x 8192 tokens: core vs Python-list building, NumPy (difference array + cumsum), memset
+  (ndarray.fill(0) on a preallocated mask) and the same fill with ones.
 * rewards, N = 1e6, and the reward grid, 64 configs x 1e6: core vs NumPy.
 """
 from __future__ import annotations
@@ -69,7 +70,8 @@ def adv_case(request):
     return n, rewards, groups
 
 
-@pytest.mark.parametrize("impl", ["core", "core_alloc", "numpy_reshape", "torch", "python_dict_loop", "memcpy"])
+@pytest.mark.parametrize("impl", ["core", "core_alloc", "core_int32_ids", "numpy_reshape", "torch", "python_dict_loop",
+                                  "memcpy", "memcpy_rewards_and_ids"])
 def test_advantages(benchmark, adv_case, impl):
     n, rewards, groups = adv_case
     benchmark.group = f"advantages N={n:.0e} G={G}"
@@ -79,6 +81,9 @@ def test_advantages(benchmark, adv_case, impl):
         np.testing.assert_allclose(out[0], numpy_reshape(rewards), atol=1e-9)
     elif impl == "core_alloc":
         benchmark(group_advantages, rewards, groups)
+    elif impl == "core_int32_ids":  # half the id bytes to stream: the kernel is memory-bound at large N
+        out = (np.empty_like(rewards), np.empty(n, bool))
+        benchmark(group_advantages, rewards, groups.astype(np.int32), out=out)
     elif impl == "numpy_reshape":
         benchmark(numpy_reshape, rewards)
     elif impl == "torch":
@@ -88,9 +93,12 @@ def test_advantages(benchmark, adv_case, impl):
             pytest.skip("the dict loop takes minutes at this size")
         scores, index = torch.from_numpy(rewards), groups.tolist()
         benchmark.pedantic(python_dict_loop, args=(scores, index), rounds=3 if n >= 10**5 else 10, iterations=1)
-    else:
+    elif impl == "memcpy":
         dst = np.empty_like(rewards)
         benchmark(np.copyto, dst, rewards)
+    else:  # every input byte the kernel must read, copied
+        dst_r, dst_g = np.empty_like(rewards), np.empty_like(groups)
+        benchmark(lambda: (np.copyto(dst_r, rewards), np.copyto(dst_g, groups)))
 
 
 # ------------------------------------------------------------------------------------------- masks
@@ -135,7 +143,8 @@ def numpy_mask(offsets, starts, ends, trainable) -> np.ndarray:
     return (np.cumsum(diff[:, :T], axis=1, dtype=np.int8) > 0).view(np.uint8)
 
 
-@pytest.mark.parametrize("impl", ["core", "core_alloc", "core_with_turns", "python_list", "numpy", "memset"])
+@pytest.mark.parametrize("impl", ["core", "core_alloc", "core_with_turns", "python_list", "numpy", "memset",
+                                  "memset_ones"])
 def test_masks(benchmark, chat_spans, impl):
     benchmark.group = f"masks {B}x{T}"
     offsets, starts, ends, trainable = chat_spans
@@ -153,9 +162,12 @@ def test_masks(benchmark, chat_spans, impl):
         benchmark.pedantic(python_list_mask, args=lists, rounds=3, iterations=1)
     elif impl == "numpy":
         benchmark(numpy_mask, offsets, starts, ends, trainable)
-    else:
+    elif impl == "memset":
         out = np.empty((B, T), np.uint8)
         benchmark(out.fill, 0)
+    else:  # a mask holds ones; some CPUs store zero lines faster than any other value
+        out = np.empty((B, T), np.uint8)
+        benchmark(out.fill, 1)
 
 
 @pytest.mark.parametrize("impl", ["core", "numpy", "memset"])

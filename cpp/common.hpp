@@ -30,14 +30,18 @@ inline Status first_failure(const std::vector<Status>& all) {
   return best;
 }
 
-// Threads used by kernels: PARASIM_NUM_THREADS, else the hardware concurrency.
+// Threads used by kernels: PARASIM_NUM_THREADS, else the hardware concurrency. Read once per process:
+// hardware_concurrency() reads /sys on Linux, tens of microseconds that small batches would pay per call.
 inline int num_threads() {
-  if (const char* env = std::getenv("PARASIM_NUM_THREADS")) {
-    int v = std::atoi(env);
-    if (v > 0) return v;
-  }
-  unsigned hw = std::thread::hardware_concurrency();
-  return hw == 0 ? 1 : static_cast<int>(hw);
+  static const int count = [] {
+    if (const char* env = std::getenv("PARASIM_NUM_THREADS")) {
+      int v = std::atoi(env);
+      if (v > 0) return v;
+    }
+    unsigned hw = std::thread::hardware_concurrency();
+    return hw == 0 ? 1 : static_cast<int>(hw);
+  }();
+  return count;
 }
 
 // Split [0, n) into one contiguous range per thread and run fn(thread, begin, end); small n runs inline,
