@@ -297,7 +297,7 @@ def _namespace_args(as_root: bool) -> list[str]:
 
 @functools.cache
 def _bwrap_supports(bwrap: str, flag: str) -> bool:
-    """Whether this bwrap build knows ``flag`` (options arrived over versions; Ubuntu 22.04 ships 0.6)."""
+    """Whether this bwrap build knows ``flag``: options arrived over versions, and distributions lag."""
     res = subprocess.run([bwrap, "--help"], check=False, capture_output=True, text=True, timeout=30)
     return flag in res.stdout + res.stderr
 
@@ -400,7 +400,7 @@ class Sandbox:
                     made.add(str(parent))
             argv += ["--ro-bind", root, root]
             binds.append(root)
-        size = ["--size", str(c.tmpfs_bytes)] if _bwrap_supports(self._bwrap, "--size") else []  # bwrap >= 0.7
+        size = ["--size", str(c.tmpfs_bytes)] if _bwrap_supports(self._bwrap, "--size") else []  # not in old bwrap
         argv += ["--proc", "/proc", "--dev", "/dev", *size, "--tmpfs", WORKDIR,
                  # POSIX semaphores (multiprocessing) need a writable /dev/shm: sized like the work dir
                  *size, *(["--perms", "1777"] if perms else []), "--tmpfs", "/dev/shm",
