@@ -438,6 +438,11 @@ def test_reload_weights_protocol_and_cpu_refusal_without_extension(server: str, 
     saved = load_file(str(loaded / "model.safetensors"))
     assert sorted(saved) == ["model.embed_tokens.weight", "model.norm.weight"]  # the tied alias written once
     assert torch.equal(saved["model.embed_tokens.weight"], embed)
+    from parasim.real.vllm_client import save_state_dict
+
+    half = load_file(str(save_state_dict({**state, "step": torch.tensor(3)}, tmp_path / "bf16", dtype=torch.bfloat16)
+                         / "model.safetensors"))
+    assert half["model.norm.weight"].dtype == torch.bfloat16 and half["step"].dtype == torch.int64
 
     _control(server, extension=False, device="cpu")
     with pytest.raises(WeightReloadError, match="worker extension"):

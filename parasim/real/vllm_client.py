@@ -141,13 +141,15 @@ def _reload(client: httpx.Client, root: str, path: str) -> None:
     _post(client, url, "reload_weights", json={"method": "reload_weights", "kwargs": {"weights_path": path}})
 
 
-def save_state_dict(state_dict: Mapping[str, Any], out_dir: str | Path) -> Path:
+def save_state_dict(state_dict: Mapping[str, Any], out_dir: str | Path, dtype: Any = None) -> Path:
     """Write a model's state dict as ``out_dir/model.safetensors``, the layout ``reload_weights`` reads.
 
     Tensors are gathered (FSDP2 ``DTensor``s through ``full_tensor()``), moved to CPU and made contiguous;
     tensors that share storage (tied embeddings: ``lm_head.weight`` is ``embed_tokens.weight``) are written
-    once under their first name, which is what ``save_pretrained`` does and vLLM's loaders expect. The file
-    is written under a temporary name and renamed, so a reader never sees half a file.
+    once under their first name, which is what ``save_pretrained`` does and vLLM's loaders expect. ``dtype``
+    (e.g. ``torch.bfloat16``, the served dtype) casts floating tensors, halving the bytes an fp32 trainer
+    writes and the server reads. The file is written under a temporary name and renamed, so a reader never
+    sees half a file.
     """
     from safetensors.torch import save_file
 
@@ -161,7 +163,10 @@ def save_state_dict(state_dict: Mapping[str, Any], out_dir: str | Path) -> Path:
         if key in seen:
             continue
         seen.add(key)
-        tensors[name] = tensor.detach().to("cpu").contiguous()
+        tensor = tensor.detach().to("cpu")
+        if dtype is not None and tensor.is_floating_point():
+            tensor = tensor.to(dtype)
+        tensors[name] = tensor.contiguous()
     tmp = out / "model.safetensors.tmp"
     save_file(tensors, str(tmp), metadata={"format": "pt"})
     tmp.replace(out / "model.safetensors")
@@ -169,7 +174,8 @@ def save_state_dict(state_dict: Mapping[str, Any], out_dir: str | Path) -> Path:
 
 
 def push_weights(base_url: str, state_dict: Mapping[str, Any], weights_dir: str | Path, *, step: int,
-                 client: httpx.Client | None = None, keep: int = 1, timeout_s: float = 600.0) -> Path:
+                 client: httpx.Client | None = None, keep: int = 1, timeout_s: float = 600.0,
+                 dtype: Any = None) -> Path:
     """A trainer's weight sync: save ``state_dict`` to ``weights_dir/step_<step>`` and reload the server from it.
 
     ``weights_dir`` must be on a filesystem the server reads. The newest ``keep`` step directories are kept
@@ -177,7 +183,7 @@ def push_weights(base_url: str, state_dict: Mapping[str, Any], weights_dir: str 
     """
     if keep < 1:
         raise ValueError(f"keep: expected an integer >= 1, got {keep!r}")
-    out = save_state_dict(state_dict, Path(weights_dir) / f"step_{step:08d}")
+    out = save_state_dict(state_dict, Path(weights_dir) / f"step_{step:08d}", dtype=dtype)
     reload_weights(base_url, out, timeout_s=timeout_s, client=client)
     steps = sorted(p for p in Path(weights_dir).glob("step_*") if p.is_dir())
     for old in steps[:-keep]:
