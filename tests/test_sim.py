@@ -219,3 +219,31 @@ def test_user_task_file_fixes_domain_options_and_difficulty(tmp_path):
     assert (sim.state.st_f[:, F_Z] == 2.5).all()
     assert (sim.state.st_i[:, I_DOMAIN] == 2).all() and (sim.state.st_i[:, I_NANS] == 5).all()
     assert (sim.obs.task[:, 2] == 1).all() and np.allclose(sim.obs.task[:, 6], 5 / 16)
+
+
+def test_candidates_are_the_top_answers_by_termination_score():
+    from parasim.sim.kernel import E_SCORE, E_SUPPORT, leading_answer
+
+    n = 64
+    sim = Simulator("paramanager", "paramanager", n, max_rounds=5)
+    sim.seed(np.arange(n))
+    sim.reset()
+    rng = np.random.default_rng(3)
+    for _ in range(4):
+        a = _actions(sim, [(SR, 0, 0), (ENS, 1, 0), (CR, 2, TARGET_VERIFY), (PY, 0, TARGET_CARRY)])
+        a[:, 0] = rng.random(n) < 0.1
+        sim.step(a, np.zeros(n, np.uint8))
+        for i in range(n):
+            ev = sim.state.ev[i]
+            supported = ev[E_SUPPORT] > 0
+            cand = sim.obs.candidates[i]
+            k = min(int(supported.sum()), 4)
+            assert cand[:, 0].sum() == k and sim.obs.evidence[i, 1] == supported.sum()
+            top = np.sort(ev[E_SCORE][supported])[::-1][:k].astype(np.float32)
+            np.testing.assert_allclose(cand[:k, 1], top)
+            assert cand[:k, 2].sum() <= sim.obs.evidence[i, 0]
+            lead = leading_answer(sim.state.ev, sim.state.arrival, i, sim.state.st_i[i, 3])
+            if k:
+                assert cand[0, 1] == np.float32(ev[E_SCORE, lead])
+            mask = sim.obs.action_mask[i]
+            assert mask[2 + CR] == (k > 0) and mask[2 + 8 + 3 + 1] == (k > 0)

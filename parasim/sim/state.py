@@ -5,7 +5,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from parasim.protocol.schema import NUM_STATUSES, NUM_TOOLS
+from parasim.protocol.schema import NUM_STATUSES, NUM_TOOLS, Tool
 from parasim.sim.kernel import CAND_FEATURES, NUM_CANDIDATES, NUM_F, NUM_I, NUM_TARGETS
 from parasim.tasks import NUM_ANSWERS
 
@@ -47,6 +47,20 @@ def action_nvec(slots: int, num_models: int) -> np.ndarray:
     return np.array([2] + [NUM_TOOLS + 1, num_models, NUM_TARGETS] * slots, np.int64)
 
 
+def static_action_mask(slots: int, allowed: int, num_models: int) -> np.ndarray:
+    """The action mask with no leading answer yet; steps then only flip the lead-dependent entries
+    (critical_reviewer, and the carry / verify targets) of each allowed slot."""
+    parts = [np.ones(2, np.int8)]
+    for k in range(slots):
+        tools = np.zeros(NUM_TOOLS + 1, np.int8)
+        tools[NUM_TOOLS] = 1
+        if k < allowed:
+            tools[:NUM_TOOLS] = 1
+            tools[Tool.CRITICAL_REVIEWER] = 0
+        parts += [tools, np.ones(num_models, np.int8), np.array([1, 0, 0], np.int8)]
+    return np.concatenate(parts)
+
+
 def allocate_state(n: int, slots: int, num_models: int) -> SimState:
     return SimState(
         st_i=np.zeros((n, NUM_I), np.int64), st_f=np.zeros((n, NUM_F)),
@@ -58,9 +72,11 @@ def allocate_state(n: int, slots: int, num_models: int) -> SimState:
 
 
 def allocate_obs(n: int, slots: int, num_models: int) -> ObsBuffers:
-    return ObsBuffers(
+    obs = ObsBuffers(
         task=np.zeros((n, TASK_FEATURES), np.float32), round=np.zeros((n, 2), np.float32),
         budget=np.zeros((n, 4), np.float32), candidates=np.zeros((n, NUM_CANDIDATES, CAND_FEATURES), np.float32),
         evidence=np.zeros((n, 3), np.float32), tool_counts=np.zeros((n, NUM_TOOLS), np.float32),
         status_counts=np.zeros((n, NUM_STATUSES), np.float32), last_status=np.zeros((n, slots), np.int8),
         action_mask=np.zeros((n, int(action_nvec(slots, num_models).sum())), np.int8))
+    obs.action_mask[:] = static_action_mask(slots, slots, num_models)
+    return obs

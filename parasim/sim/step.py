@@ -27,6 +27,7 @@ from parasim.sim.kernel import (
     I_NANS,
     I_NOK,
     I_ROUND,
+    I_SEQ,
     NUM_CANDIDATES,
     NUM_TARGETS,
     reset_lane,
@@ -38,14 +39,8 @@ _CR = int(Tool.CRITICAL_REVIEWER)
 
 
 @njit(cache=True, inline="always")
-def _better(ev, arrival, i, a, b):
-    return ev[i, E_SCORE, a] > ev[i, E_SCORE, b] or (
-        ev[i, E_SCORE, a] == ev[i, E_SCORE, b] and arrival[i, a] < arrival[i, b])
-
-
-@njit(cache=True, inline="always")
-def write_obs(i, st_i, st_f, counts_t, counts_s, last_status, ev, arrival, num_models, env, o_task, o_round,
-              o_budget, o_cand, o_evid, o_tools, o_status, o_last, o_mask):
+def write_obs(i, st_i, st_f, counts_t, counts_s, last_status, ev, arrival, scratch, num_models, env, o_task,
+              o_round, o_budget, o_cand, o_evid, o_tools, o_status, o_last, o_mask):
     """Lane ``i``'s observation: candidates ranked by the termination score (ids never shown)."""
     nans = st_i[i, I_NANS]
     for c in range(4):
@@ -61,24 +56,32 @@ def write_obs(i, st_i, st_f, counts_t, counts_s, last_status, ev, arrival, num_m
     o_budget[i, 1] = st_f[i, F_COST]
     o_budget[i, 2] = st_f[i, F_USD]
     o_budget[i, 3] = st_f[i, F_LAT]
-    prev = -1
-    distinct = 0
+    # answers with support are exactly those with an arrival index (0..distinct-1); list them in arrival
+    # order in the lane's scratch row (free outside a call) and rank by score, earliest first on ties
+    distinct = st_i[i, I_SEQ]
     for a in range(nans):
-        distinct += ev[i, E_SUPPORT, a] > 0
+        if arrival[i, a] >= 0:
+            scratch[i, arrival[i, a]] = a
+    prev = -1
     for c in range(NUM_CANDIDATES):
         best = -1
-        for a in range(nans):
-            if ev[i, E_SUPPORT, a] > 0 and (prev < 0 or _better(ev, arrival, i, prev, a)) and (
-                    best < 0 or _better(ev, arrival, i, a, best)):
-                best = a
+        for j in range(distinct):
+            sj = ev[i, E_SCORE, scratch[i, j]]
+            if prev >= 0:
+                sp = ev[i, E_SCORE, scratch[i, prev]]
+                if not (sj < sp or (sj == sp and j > prev)):
+                    continue
+            if best < 0 or sj > ev[i, E_SCORE, scratch[i, best]]:
+                best = j
         for f in range(CAND_FEATURES):
             o_cand[i, c, f] = 0.0
         if best >= 0:
+            a = scratch[i, best]
             o_cand[i, c, 0] = 1.0
-            o_cand[i, c, 1] = ev[i, E_SCORE, best]
-            o_cand[i, c, 2] = ev[i, E_SUPPORT, best]
-            o_cand[i, c, 3] = ev[i, E_FLAGS, best]
-            o_cand[i, c, 4] = ev[i, E_CONFIRMS, best]
+            o_cand[i, c, 1] = ev[i, E_SCORE, a]
+            o_cand[i, c, 2] = ev[i, E_SUPPORT, a]
+            o_cand[i, c, 3] = ev[i, E_FLAGS, a]
+            o_cand[i, c, 4] = ev[i, E_CONFIRMS, a]
             prev = best
     o_evid[i, 0] = st_i[i, I_NOK]
     o_evid[i, 1] = distinct
@@ -89,24 +92,18 @@ def write_obs(i, st_i, st_f, counts_t, counts_s, last_status, ev, arrival, num_m
         o_status[i, s] = counts_s[i, s]
     slots = last_status.shape[1]
     allowed = int(env[E_SLOTS])
-    has_lead = distinct > 0
-    o_mask[i, 0] = 1
-    o_mask[i, 1] = 1
+    has_lead = 1 if distinct > 0 else 0
+    # the mask's static part (stop, models, empty slots, slots past max_parallel) is written once at
+    # allocation (``static_action_mask``); only the entries that depend on a leading answer change
     j = 2
     for k in range(slots):
-        for t in range(NUM_TOOLS + 1):
-            ok = t == NUM_TOOLS or (k < allowed and (t != _CR or has_lead))
-            o_mask[i, j + t] = 1 if ok else 0
-        j += NUM_TOOLS + 1
-        for m in range(num_models):
-            o_mask[i, j + m] = 1
-        j += num_models
-        o_mask[i, j] = 1
-        o_mask[i, j + 1] = 1 if has_lead else 0
-        o_mask[i, j + 2] = 1 if has_lead else 0
-        j += NUM_TARGETS
+        if k < allowed:
+            o_mask[i, j + _CR] = has_lead
+        jt = j + NUM_TOOLS + 1 + num_models
+        o_mask[i, jt + 1] = has_lead
+        o_mask[i, jt + 2] = has_lead
+        j = jt + NUM_TARGETS
         o_last[i, k] = last_status[i, k]
-
 
 @njit(cache=True)
 def reset_lanes(mask, st_i, st_f, counts_t, counts_s, last_status, exec_prev, pref, ev, arrival, rng, scratch,
@@ -118,7 +115,7 @@ def reset_lanes(mask, st_i, st_f, counts_t, counts_s, last_status, exec_prev, pr
         if mask[i]:
             reset_lane(i, st_i, st_f, counts_t, counts_s, last_status, exec_prev, pref, ev, arrival, rng, row_i,
                        row_f, row_cdf, row_dcdf)
-            write_obs(i, st_i, st_f, counts_t, counts_s, last_status, ev, arrival, nm, env, o_task, o_round,
+            write_obs(i, st_i, st_f, counts_t, counts_s, last_status, ev, arrival, scratch, nm, env, o_task, o_round,
                       o_budget, o_cand, o_evid, o_tools, o_status, o_last, o_mask)
 
 
@@ -137,8 +134,8 @@ def _step_range(lo, hi, actions, reset_first, done, st_i, st_f, counts_t, counts
             step_lane(i, actions, st_i, st_f, counts_t, counts_s, last_status, exec_prev, pref, ev, arrival, rng,
                       scratch, skill, bonus, tok_mu, tm, tt, mmt, md, rel_logit, proto, row_dcdf, env)
         done[i] = st_i[i, I_DONE]
-        write_obs(i, st_i, st_f, counts_t, counts_s, last_status, ev, arrival, nm, env, o_task, o_round, o_budget,
-                  o_cand, o_evid, o_tools, o_status, o_last, o_mask)
+        write_obs(i, st_i, st_f, counts_t, counts_s, last_status, ev, arrival, scratch, nm, env, o_task, o_round,
+                  o_budget, o_cand, o_evid, o_tools, o_status, o_last, o_mask)
 
 
 @njit(cache=True)
