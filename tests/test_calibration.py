@@ -227,3 +227,23 @@ def test_cli_simulate_log_then_calibrate(tmp_path: Path, capsys: pytest.CaptureF
     spec = load_pool(pool)
     assert spec.name == "paramanager-fit"
     assert json.loads(report.read_text())["num_params"] > 50
+
+
+def test_partial_log_with_new_model_and_unknown_benchmark() -> None:
+    """A log like a real harness writes: few tools, python without a model, a model and a benchmark the base
+    pool does not know. The fit works, says what it assumed, and the pool it writes loads."""
+    records = simulated_records("paramanager", calls=4000, seed=6,
+                                tools=["standard_reasoner", "python", "critical_reviewer"])
+    for rec in records:
+        rec["model"] = "" if rec["tool"] == "python" else rec["model"].replace("GPT-OSS-20B", "my-model")
+        rec["benchmark"] = rec["benchmark"].replace("GPQA", "MyScience")
+    cal = calibrate(calls_from_records(records), "paramanager")
+    assert all(p.converged for p in cal.parts)
+    assert any("'my-model' is not in the base pool" in n for n in cal.notes)
+    assert any("'MyScience' is not in the task catalogue" in n for n in cal.notes)
+    pool, _ = fitted_pool(cal)
+    spec = load_pool(pool)
+    assert "my-model" in spec.model_names and spec.model_names[-1] == "Qwen3-4B-Instruct-2507"
+    labels = [name for name, _, _ in cal.parameters()]
+    assert "skill[my-model,generic_science]" in labels
+    assert not any(name.startswith("bonus[code_reasoner") for name in labels)

@@ -286,7 +286,7 @@ def calibrate(table: CallTable, base: str | Path = "paramanager", *, nodes: int 
 def _runtime_parts(cal: Calibration, table: CallTable, model: np.ndarray, entries: list[dict[str, Any]]) -> None:
     """Latency, basic-tool tokens, exec errors and reviewer rates, added to ``cal`` in place."""
     spec, names = cal.base, cal.models
-    manager = len(names) - 1
+    manager, spec_manager = len(names) - 1, len(spec.model_names) - 1
     timeout = spec.timeout
     agent = (np.isin(table.tool, _AGENT) & (table.tool != _ENS) & (table.status != int(Status.TIMEOUT))
              & (table.tokens_out > 0) & (model != manager))
@@ -307,13 +307,13 @@ def _runtime_parts(cal: Calibration, table: CallTable, model: np.ndarray, entrie
         censored = table.status[basic] == int(Status.TIMEOUT)
         log_lat = np.where(censored, np.log(timeout[table.tool[basic]]), np.log(np.maximum(table.latency[basic], 1e-9)))
         cal._add(fit_lognormal_groups("latency", group, log_lat, censored, labels,
-                                      np.log(spec.lat_base[list(_BASIC), manager]),
-                                      np.maximum(spec.lat_sd[list(_BASIC), manager], 1e-3)))
+                                      np.log(spec.lat_base[list(_BASIC), spec_manager]),
+                                      np.maximum(spec.lat_sd[list(_BASIC), spec_manager], 1e-3)))
         keep = ~censored & (table.tokens_out[basic] > 0)
         tok = np.minimum(table.tokens_out[basic][keep], spec.max_output_tokens)
         cal._add(fit_lognormal_groups("tokens", group[keep], np.log(tok), tok >= spec.max_output_tokens - 0.5, labels,
-                                      spec.tok_mu[list(_BASIC), manager, 0],
-                                      np.maximum(spec.tok_sd[list(_BASIC), manager], 1e-3)))
+                                      spec.tok_mu[list(_BASIC), spec_manager, 0],
+                                      np.maximum(spec.tok_sd[list(_BASIC), spec_manager], 1e-3)))
     _rates(cal, table, model)
 
 
