@@ -26,6 +26,7 @@ from parasim.training.llm.data import (  # noqa: E402
     token_mask,
     write_jsonl,
 )
+from parasim.training.llm.expert_data import generate  # noqa: E402
 from parasim.training.llm.rollout import Generation, parse_completion_choice  # noqa: E402
 from parasim.training.tiny_lm import build_tiny_lm  # noqa: E402
 
@@ -179,9 +180,37 @@ GRPO_FLAGS = dict(tasks_per_step=2, group_size=2, max_tokens=900, max_turn_token
 
 
 @pytest.fixture(scope="module")
-def sft_model(tiny: Path, sft_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def expert_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("expert") / "expert.jsonl"
+    stats = generate(path, episodes=24, seed=0)
+    assert stats["written"] >= 12 and stats["with_repair"] > 0
+    return path
+
+
+def test_simulator_expert_data_keeps_recoverable_failures(expert_data: Path, tokenizer) -> None:
+    from parasim.protocol.parser import parse_tool_calls
+
+    rows = [json.loads(line) for line in expert_data.read_text().splitlines()]
+    assert all(r["record"]["outcome"] == 1.0 and r["record"]["ended_with_final"] == 1 for r in rows)
+    repaired = [r for r in rows if any("(retry: " in s["text"] for s in r["segments"] if s["role"] == "manager")]
+    assert repaired
+    for row in repaired:
+        text = "".join(s["text"] for s in row["segments"])
+        assert text.index('"status": "EXEC_ERR"') < text.index("(retry: ") or "TIMEOUT" in text
+    for row in rows:
+        for seg in row["segments"]:
+            if seg["role"] == "manager":
+                parsed = parse_tool_calls(seg["text"].removesuffix("<|im_end|>"))
+                assert parsed.calls or parsed.is_final
+                assert not parsed.errors and not parsed.repairs
+    trajs = read_jsonl(expert_data, tokenizer)
+    assert all(t.manager_tokens > 0 and t.spans[0][2] == ROLE_ENV for t in trajs)
+
+
+@pytest.fixture(scope="module")
+def sft_model(tiny: Path, expert_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("sft")
-    return sft.main(sft.SFTArgs(model_path=str(tiny), data=str(sft_data), output_dir=str(out), total_steps=2,
+    return sft.main(sft.SFTArgs(model_path=str(tiny), data=str(expert_data), output_dir=str(out), total_steps=2,
                                 batch_size=4, micro_batch_size=4, learning_rate=3e-3))
 
 
