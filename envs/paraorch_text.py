@@ -72,11 +72,14 @@ def render_chatml(messages: Sequence[dict[str, str]]) -> str:
 
 
 def describe_models(pool: Any) -> dict[str, str]:
-    """One line per pool model for the system prompt: published accuracies, price and speed."""
+    """One line per pool model for the system prompt: published accuracies, price and speed ({} if no pool)."""
     from parasim.pools import load_pool
     from parasim.tasks import BENCHMARKS
 
-    spec = load_pool(pool)
+    try:
+        spec = load_pool(pool)
+    except ValueError:  # a real-tools engine may run models no pool file describes
+        return {}
     out = {}
     for m, name in enumerate(spec.model_names[:-1]):
         acc = [f"{b.name} {100 * spec.accuracy_target[m, j]:.0f}%" for j, b in enumerate(BENCHMARKS)
@@ -133,7 +136,7 @@ class ParaOrchTextEnv(gym.Env[str, str]):
         self.render_mode = render_mode
         self.max_turn_chars = max_turn_chars
         self.model_names: tuple[str, ...] = tuple(getattr(engine, "model_names", ()))
-        descriptions = describe_models(pool) if tools == "sim" else {}
+        descriptions = describe_models(pool) if tools == "sim" or pool is not None else {}
         models = {m: descriptions.get(m, "") for m in self.model_names}
         self.system_prompt = render_system_prompt(models, max_parallel=self.max_parallel,
                                                   max_rounds=self.max_rounds) if models else ""
