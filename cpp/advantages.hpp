@@ -4,6 +4,8 @@
 // memory speed; any other layout goes through dense group indexing. Both give the same numbers.
 #pragma once
 
+#include <climits>
+
 #include "common.hpp"
 
 namespace parasim {
@@ -198,6 +200,7 @@ Status advantages_general(const T* r, const I* gid, const int32_t* role, int64_t
   if (per_role) {
     int32_t max_role = 0;
     for (int64_t i = 0; i < n; ++i) max_role = std::max(max_role, role[i]);
+    if (ngroups > 0 && static_cast<int64_t>(max_role) + 1 > INT64_MAX / ngroups) return {Status::kBadValue, 0};
     std::vector<int64_t> key(n);
     for (int64_t i = 0; i < n; ++i) key[i] = group[i] * (static_cast<int64_t>(max_role) + 1) + role[i];
     unit.resize(n);

@@ -79,6 +79,8 @@ void advantages_binding(const Arr<T>& rewards, const Arr<I>& group_ids, std::opt
     s = group_advantages(ptr(rewards), ptr(group_ids), roles, n, p, mut(out), mut(keep));
   }
   if (s.code == Status::kNonFinite) throw py::value_error(nonfinite_message("rewards", ptr(rewards), s.index));
+  if (s.code == Status::kBadValue)
+    throw py::value_error("role_ids: (number of groups) x (largest role id + 1) must fit in int64");
 }
 
 // The dict holds the arrays, so pointers into them stay valid; a wrong dtype or layout is an error here

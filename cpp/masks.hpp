@@ -43,13 +43,13 @@ inline void build_loss_mask(const SpanTable& t, int64_t seq_len, const uint8_t* 
     for (int64_t b = b0; b < b1; ++b) {
       uint8_t* row = mask + b * seq_len;
       int32_t* trow = turn != nullptr ? turn + b * seq_len : nullptr;
-      if (trow != nullptr) std::fill(trow, trow + seq_len, -1);
       const int64_t s0 = t.offsets[b], s1 = t.offsets[b + 1];
       bool over = truncated != nullptr && truncated[b] != 0;
       for (int64_t s = s0; s < s1 && !over; ++s) over = t.ends[s] > seq_len;
       counts[b] = 0;
       if (mask_truncated && over) {
         std::memset(row, 0, static_cast<size_t>(seq_len));
+        if (trow != nullptr) std::fill(trow, trow + seq_len, -1);
         continue;
       }
       bool sorted = true;  // sorted, non-overlapping spans: write every byte once, gaps and spans in order
@@ -62,16 +62,21 @@ inline void build_loss_mask(const SpanTable& t, int64_t seq_len, const uint8_t* 
           const int64_t lo = std::min(t.starts[s], seq_len), hi = std::min(t.ends[s], seq_len);
           std::memset(row + pos, 0, static_cast<size_t>(lo - pos));
           std::memset(row + lo, t.trainable[s] ? 1 : 0, static_cast<size_t>(hi - lo));
+          if (trow != nullptr) {
+            std::fill(trow + pos, trow + lo, -1);
+            std::fill(trow + lo, trow + hi, t.trainable[s] ? k : -1);
+          }
           if (t.trainable[s]) {
-            if (trow != nullptr) std::fill(trow + lo, trow + hi, k);
             count += hi - lo;
             ++k;
           }
           pos = hi;
         }
         std::memset(row + pos, 0, static_cast<size_t>(seq_len - pos));
+        if (trow != nullptr) std::fill(trow + pos, trow + seq_len, -1);
       } else {
         std::memset(row, 0, static_cast<size_t>(seq_len));
+        if (trow != nullptr) std::fill(trow, trow + seq_len, -1);
         for (int64_t s = s0; s < s1; ++s) {
           if (!t.trainable[s]) continue;
           const int64_t lo = std::min(t.starts[s], seq_len), hi = std::min(t.ends[s], seq_len);

@@ -140,12 +140,21 @@ class RewardConfig:
 
         data = dict(data)
         base = PRESETS[data.pop("preset")] if "preset" in data else cls(formula=data.get("formula", "paramanager"))
-        return base.replace(**data) if data else base
+        # a full dump (dataclasses.asdict) carries every field: only values that differ count as changes
+        changes = {k: v for k, v in data.items() if k not in base.__dataclass_fields__
+                   or _normalized(k, v) != getattr(base, k)}
+        return base.replace(**changes) if changes else base
 
     def to_dict(self) -> dict[str, Any]:
         """The fields this config's formula reads (JSON-serializable)."""
         return {k: (list(v) if isinstance(v, tuple) else v)
                 for k, v in dataclasses.asdict(self).items() if k in FORMULA_FIELDS[self.formula]}
+
+
+def _normalized(name: str, value: Any) -> Any:
+    if isinstance(value, str):
+        return parse_field(name, value)
+    return tuple(value) if isinstance(value, list) else value
 
 
 def parse_field(name: str, text: str) -> Any:

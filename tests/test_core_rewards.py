@@ -159,6 +159,8 @@ def test_from_dict_and_to_dict_roundtrip():
     cfg = RewardConfig.from_dict({"preset": "router_r1", "alpha_cost": 0.3})
     assert cfg.formula == "router_r1" and cfg.alpha_cost == 0.3
     assert RewardConfig.from_dict(cfg.to_dict()) == cfg
+    to = PRESETS["toolorchestra"].replace(pref_cost=0.9)
+    assert RewardConfig.from_dict(dataclasses.asdict(to)) == to  # a full dump, unread fields at their defaults
     assert set(PRESETS["xrouter"].to_dict()) == set(FORMULA_FIELDS["xrouter"])
 
 
