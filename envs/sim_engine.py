@@ -14,6 +14,7 @@ per-episode random permutation, so no label means "right".
 """
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -54,6 +55,18 @@ def _labels(nans: int, rng: np.random.Generator) -> list[str]:
     return [names[j] for j in rng.permutation(nans)]
 
 
+_REPLAY_ARGS = ("rng", "lane", "tool", "mm", "target", "lead", "ctx", "exec_before", "row", "bench", "dom", "nans", "z",
+                "qtok", "pref", "scratch", "skill", "bonus", "tok_mu", "tm", "tt", "mmt", "md", "proto", "row_dcdf")
+
+
+def _check_sampler() -> None:
+    """Fail with a clear message, not a numba typing error, if the simulator's per-call sampler changed shape."""
+    found = tuple(inspect.signature(sample_call.py_func).parameters)
+    if found != _REPLAY_ARGS:
+        raise RuntimeError(f"SimEpisodeEngine replays parasim.sim.kernel.sample_call{_REPLAY_ARGS}, but it now takes "
+                           f"{found}: update envs/sim_engine.py together with the simulator")
+
+
 class SimEpisodeEngine:
     """One simulated episode at a time, over ParaOrch-v0 (same options, same seeds, same episodes)."""
 
@@ -62,6 +75,7 @@ class SimEpisodeEngine:
     def __init__(self, pool: Any = "paramanager", suite: Any = "paramanager", *, max_rounds: int = 12,
                  max_parallel: int = 4, serial: bool = False, reward: Any = "paramanager",
                  token_budget: float | None = None, seed: int | None = None) -> None:
+        _check_sampler()
         self.env = ParaOrchEnv(pool=pool, suite=suite, max_rounds=max_rounds, max_parallel=max_parallel,
                                serial=serial, reward=reward, tools="sim", token_budget=token_budget, seed=seed)
         self.sim = self.env.sim
