@@ -77,7 +77,7 @@ class GRPOArgs:
     compute_dtype: str = "bfloat16"
     gradient_checkpointing: bool = False
     # bookkeeping
-    save_every: int = 10
+    save_every: int = 10  # steps; the last step always saves; 0: never (benchmarks)
     keep_checkpoints: int = 2
     resume: bool = True
     dump_rollouts: bool = False  # append every trajectory (ids, spans, logprobs, record) to rollouts.jsonl
@@ -282,7 +282,7 @@ def main(args: GRPOArgs) -> Path:
             from parasim.training.llm.rollout import dump_trajectories
 
             dump_trajectories(out / "rollouts.jsonl", trajs)
-        if (step + 1) % args.save_every == 0 or step + 1 == args.total_steps:
+        if args.save_every > 0 and ((step + 1) % args.save_every == 0 or step + 1 == args.total_steps):
             runtime.save_checkpoint(ckpt_root, step + 1, policy, optimizer, info, {"args": asdict(args)},
                                     tokenizer, keep=args.keep_checkpoints)
     final = runtime.latest_checkpoint(ckpt_root)

@@ -41,7 +41,7 @@ class SFTArgs:
     mask_truncated: bool = False  # drop the loss of cut trajectories entirely
     compute_dtype: str = "bfloat16"  # on GPUs; CPU runs stay fp32
     gradient_checkpointing: bool = False
-    save_every: int = 50  # steps; the last step always saves
+    save_every: int = 50  # steps; the last step always saves; 0: never
     keep_checkpoints: int = 2
     resume: bool = True  # continue from output_dir/checkpoints/latest when present
 
@@ -122,7 +122,7 @@ def main(args: SFTArgs) -> Path:
         logger.log({"step": step + 1, "loss": loss_value, "manager_tokens": int(stats[1]),
                     "grad_norm": float(grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm),
                     "lr": lr})
-        if (step + 1) % args.save_every == 0 or step + 1 == args.total_steps:
+        if args.save_every > 0 and ((step + 1) % args.save_every == 0 or step + 1 == args.total_steps):
             runtime.save_checkpoint(ckpt_root, step + 1, policy, optimizer, info, {"args": asdict(args)},
                                     tokenizer, keep=args.keep_checkpoints)
     final = runtime.latest_checkpoint(ckpt_root)
