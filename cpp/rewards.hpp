@@ -4,9 +4,6 @@
 #pragma once
 
 #include <array>
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
 
 #include "common.hpp"
 
@@ -47,15 +44,10 @@ inline double feature(const BatchView& b, int64_t i, int f) {
   return -b.latency_s[i];
 }
 
-// Branch-free min / max (minsd / maxsd): without -ffinite-math-only GCC keeps `a < b ? a : b` as a branch,
-// and a mispredicted branch per trajectory costs more than the whole formula.
-#if defined(__SSE2__)
-inline double fmin1(double a, double b) { return _mm_cvtsd_f64(_mm_min_sd(_mm_set_sd(a), _mm_set_sd(b))); }
-inline double fmax1(double a, double b) { return _mm_cvtsd_f64(_mm_max_sd(_mm_set_sd(a), _mm_set_sd(b))); }
-#else
+// Branch-free min / max: with -fno-trapping-math (CMakeLists.txt) GCC turns these into minpd / maxpd and
+// vectorizes the scoring loops; a mispredicted branch per trajectory would cost more than the formula.
 inline double fmin1(double a, double b) { return a < b ? a : b; }
 inline double fmax1(double a, double b) { return a > b ? a : b; }
-#endif
 // Per-group min and max of every toolorchestra feature: [group][feature] pairs.
 struct GroupRange {
   std::vector<int64_t> group;
