@@ -101,7 +101,7 @@ def _fake_result(label: str, seed: int, acc: float) -> dict:
 def test_report_writes_table_csv_json_and_plots(tmp_path, capsys):
     results = [_fake_result("c_tar=4", 0, 0.4), _fake_result("c_tar=4", 1, 0.6), _fake_result("c_tar=8", 0, 0.7)]
     paths = report.write_report(results, tmp_path)
-    assert {p.name for p in paths} == {"results.json", "summary.json", "summary.csv", "pareto.png",
+    assert {p.name for p in paths} == {"results.json", "summary.json", "summary.csv", "summary.md", "pareto.png",
                                        "distributions.png"}
     rows = json.loads((tmp_path / "summary.json").read_text())
     assert rows[0]["accuracy"] == pytest.approx(0.5) and rows[0]["seeds"] == [0, 1]

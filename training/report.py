@@ -96,7 +96,22 @@ def write_tables(results: Sequence[dict[str, Any]], rows: Sequence[dict[str, Any
     writer.writeheader()
     writer.writerows(lines)
     atomic_write_bytes(out / "summary.csv", buf.getvalue().encode())
-    return [out / "results.json", out / "summary.json", out / "summary.csv"]
+    atomic_write_bytes(out / "summary.md", markdown_table(rows).encode())
+    return [out / "results.json", out / "summary.json", out / "summary.csv", out / "summary.md"]
+
+
+def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
+    """The summary as a Markdown table (mean ± std over seeds), for docs and reports."""
+    head = ("| point | seeds | accuracy | SFT accuracy | reward SFT -> final | tokens | cost units | USD | latency s "
+            "| calls/round | tools/traj | format fail |")
+    lines = [head, "|" + " --- |" * (head.count("|") - 1)]
+    for r in rows:
+        lines.append(
+            f"| {r['label']} | {' '.join(map(str, r['seeds']))} | {r['accuracy']:.3f} ± {r['accuracy_std']:.3f} "
+            f"| {r['sft_accuracy']:.3f} | {r['sft_reward']:+.3f} -> {r['reward']:+.3f} | {r['tokens']:.0f} "
+            f"| {r['cost_units']:.2f} | {r['usd']:.4f} | {r['latency_s']:.1f} | {r['calls_per_round']:.2f} "
+            f"| {r['distinct_tools']:.2f} | {r['format_failure_rate']:.3f} |")
+    return "\n".join(lines) + "\n"
 
 
 def write_plots(rows: Sequence[dict[str, Any]], out: Path) -> list[Path]:
