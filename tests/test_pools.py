@@ -173,5 +173,5 @@ def test_assumed_parameters_are_listed():
     from parasim.pools import assumed_parameters
 
     listed = assumed_parameters("paramanager")
-    assert "models[0].anchoring" in listed and "tools.search.output" not in listed
+    assert "models[0].anchoring" in listed and "tools.search.cost" not in listed and "models[0].price" not in listed
     assert all(load_pool("paramanager").sources[p] == "assumed" for p in listed)
