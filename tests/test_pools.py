@@ -175,3 +175,13 @@ def test_assumed_parameters_are_listed():
     listed = assumed_parameters("paramanager")
     assert "models[0].anchoring" in listed and "tools.search.cost" not in listed and "models[0].price" not in listed
     assert all(load_pool("paramanager").sources[p] == "assumed" for p in listed)
+
+
+def test_shipped_files_are_what_the_builder_builds():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("build_pools", POOL_DIR / "build_pools.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    for name, pool in module.build().items():
+        assert json.loads(json.dumps(pool)) == _raw(name), f"{name}.json is stale: run build_pools.py"

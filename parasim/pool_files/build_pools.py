@@ -1,0 +1,378 @@
+"""Builds the shipped pool files from the published figures of shared/calibration_sources.md.
+
+Run ``python parasim/pool_files/build_pools.py`` to rewrite the JSON files; a test checks that the
+committed files equal what this script builds, so the figures below are the single source.
+Accuracy targets (percent) carry their source key; a model's per-domain skill is the mean of the skills
+solved from its targets in that domain (``parasim.pools.solve_skill``), and is marked assumed when a
+domain has no target. Values with no published figure are marked "assumed".
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+from parasim.pools import DOMAINS, solve_skill
+from parasim.tasks import BENCHMARK_INDEX, BENCHMARKS
+
+OUT = Path(__file__).parent
+
+
+def solved(targets):
+    """Per target: (skill solved from the accuracy, its domain, its source)."""
+    out = {}
+    for b, (v, src) in targets.items():
+        bb = BENCHMARKS[BENCHMARK_INDEX[b]]
+        out[b] = (
+            float(solve_skill(np.array(v / 100), np.array(bb.mu), np.array(bb.sigma))),
+            bb.domain.name.lower(),
+            src,
+        )
+    return out
+
+
+def model(
+    name,
+    targets,
+    skill_assumed,
+    *,
+    kappa=0.5,
+    rho=0.35,
+    lam=0.08,
+    sens=(0.6, 0.55, 0.5, 0.6),
+    spec=(0.85, 0.85, 0.85, 0.85),
+    tok=(8.0, 7.2, 6.5, 7.8),
+    tok_sd=0.8,
+    slope=0.25,
+    tok_src="assumed",
+    ttft=0.75,
+    speed=100.0,
+    lat_sd=0.3,
+    lat_src="LLB",
+    price=(0.1, 0.3),
+    price_src="LLB",
+    exec_rate=0.15,
+    review_src="assumed",
+):
+    """A MODEL entry; skills per domain come from the targets where there are any (see module doc)."""
+    sol = solved(targets)
+    skill, skill_src = {}, set()
+    for d in DOMAINS:
+        th = [t for (t, dd, s) in sol.values() if dd == d]
+        if th:
+            skill[d] = round(float(np.mean(th)), 3)
+            skill_src |= {s for (t, dd, s) in sol.values() if dd == d}
+        else:
+            skill[d] = skill_assumed[d]
+            skill_src.add("assumed")
+    # a group mixing solved and assumed domains is marked assumed (the solved ones are listed under accuracy)
+    src = "assumed" if "assumed" in skill_src else "+".join(sorted(skill_src))
+    return {
+        "name": name,
+        "skill": {**skill, "source": src},
+        "accuracy": {b: {"value": v, "source": s} for b, (v, s) in targets.items()},
+        "errors": {"kappa": kappa, "source": "assumed"},
+        "anchoring": {"rho": rho, "source": "assumed"},
+        "long_context": {"lambda": lam, "source": "assumed"},
+        "review": {
+            "sensitivity": dict(zip(DOMAINS, sens, strict=False)),
+            "specificity": dict(zip(DOMAINS, spec, strict=False)),
+            "source": review_src,
+        },
+        "tokens_out": {
+            "log_median": dict(zip(DOMAINS, [round(x, 3) for x in tok], strict=False)),
+            "log_sd": tok_sd,
+            "difficulty_slope": slope,
+            "source": tok_src,
+        },
+        "latency": {"ttft_s": ttft, "tokens_per_s": round(speed, 2), "log_sd": lat_sd, "source": lat_src},
+        "price": {"input_per_mtok": price[0], "output_per_mtok": price[1], "source": price_src},
+        "code_exec_error": {"rate": exec_rate, "source": "AA"},
+    }
+
+
+def dom(m, s, k, c):
+    """A per-domain table."""
+    return {"math": m, "science": s, "knowledge": k, "code": c}
+
+
+def agent_tool(bonus, units, *, scale=1.0, feedback=0.1, overhead=0.05, timeout=900.0, bsrc="assumed"):
+    """An agent tool entry."""
+    return {
+        "bonus": {**bonus, "source": bsrc},
+        "cost": {"units": units, "usd_per_call": 0.0, "usd_per_s": 0.0, "source": "assumed"},
+        "runtime": {
+            "overhead_s": overhead,
+            "timeout_s": timeout,
+            "tokens_scale": scale,
+            "feedback_frac": feedback,
+            "source": "assumed",
+        },
+    }
+
+
+def tools():
+    """The tool tables shared by the shipped pools (bonuses, cost units and runtimes are assumed)."""
+    t = {
+        "standard_reasoner": agent_tool(dom(0.0, 0.0, 0.0, 0.0), 1.0),
+        "critical_reviewer": agent_tool(dom(0.0, 0.0, 0.0, 0.0), 1.0, scale=0.5),
+        "code_reasoner": agent_tool(dom(0.3, 0.0, -0.5, 0.6), 1.0),
+        "knowledge_searcher": agent_tool(dom(-0.3, 0.3, 0.6, -0.3), 1.0, overhead=1.6),
+        "ensemble_solver": agent_tool(dom(0.0, 0.0, 0.0, 0.0), 3.0),
+        "python": {
+            "bonus": {**dom(0.8, 0.2, -1.5, 0.5), "source": "assumed"},
+            "cost": {"units": 0.2, "usd_per_call": 0.0, "usd_per_s": 8.3e-6, "source": "TOc"},
+            "runtime": {
+                "overhead_s": 0.1,
+                "timeout_s": 30.0,
+                "tokens_scale": 1.0,
+                "feedback_frac": 1.0,
+                "source": "assumed",
+            },
+            "output": {
+                "log_median_tokens": round(math.log(150), 3),
+                "log_sd": 0.8,
+                "latency_log_median_s": 0.0,
+                "latency_log_sd": 1.2,
+                "source": "assumed",
+            },
+            "exec_error": {"rate": 0.15, "source": "AA"},
+        },
+        "search": {
+            "bonus": {**dom(-2.0, 0.2, 0.8, -2.0), "source": "assumed"},
+            "cost": {"units": 0.2, "usd_per_call": 0.01, "usd_per_s": 0.0, "source": "TOc"},
+            "runtime": {
+                "overhead_s": 0.0,
+                "timeout_s": 30.0,
+                "tokens_scale": 1.0,
+                "feedback_frac": 1.0,
+                "source": "assumed",
+            },
+            "output": {
+                "log_median_tokens": round(math.log(400), 3),
+                "log_sd": 0.3,
+                "latency_log_median_s": round(math.log(1.6), 3),
+                "latency_log_sd": round(math.sqrt(2 * math.log(2.5 / 1.6)), 3),
+                "source": "assumed",
+            },
+        },
+    }
+    return t
+
+
+PROTOCOL = {
+    "ensemble_k": 3,
+    "manager_tokens_per_round": 200,
+    "manager_tokens_per_call": 60,
+    "prompt_tokens": 300,
+    "status_tokens": 30,
+    "repair": 0.5,
+    "max_output_tokens": 24576,
+    "source": "assumed",
+}
+
+LN = math.log
+q30 = model(
+    "Qwen3-30B-A3B-Instruct-2507",
+    {
+        "AIME25": (61.3, "Q30I"),
+        "HMMT25": (43.0, "Q30I"),
+        "GPQA": (70.4, "Q30I"),
+        "MMLU-Pro": (78.4, "Q30I"),
+        "LiveCodeBench": (43.2, "Q30I"),
+    },
+    dom(0, 0, 0, 0),
+    tok=(LN(5000), LN(1500), LN(800), LN(3000)),
+)
+coder = model(
+    "Qwen3-Coder-30B-A3B-Instruct",
+    {"LiveCodeBench": (56.0, "assumed")},
+    dom(
+        round(q30["skill"]["math"] - 1.0, 3),
+        round(q30["skill"]["science"] - 0.8, 3),
+        round(q30["skill"]["knowledge"] - 0.8, 3),
+        0,
+    ),
+    tok=(LN(2500), LN(1000), LN(600), LN(2000)),
+    sens=(0.5, 0.45, 0.45, 0.65),
+)
+oss = model(
+    "GPT-OSS-20B",
+    {"AIME24": (92.1, "OSS"), "AIME25": (91.7, "OSS"), "GPQA": (71.5, "OSS")},
+    dom(0, 0, round(q30["skill"]["knowledge"], 3), round(coder["skill"]["code"], 3)),
+    tok=(LN(7000), LN(3000), LN(1200), LN(5000)),
+    ttft=0.38,
+    speed=1000.0,
+    price=(0.05, 0.20),
+    sens=(0.7, 0.6, 0.55, 0.65),
+    spec=(0.9, 0.88, 0.88, 0.88),
+    kappa=0.45,
+)
+mgr4 = model(
+    "Qwen3-4B-Instruct-2507",
+    {
+        "AIME25": (47.4, "Q4I"),
+        "HMMT25": (31.0, "Q4I"),
+        "GPQA": (62.0, "Q4I"),
+        "MMLU-Pro": (69.6, "Q4I"),
+        "LiveCodeBench": (35.1, "Q4I"),
+    },
+    dom(0, 0, 0, 0),
+    tok=(LN(4000), LN(1200), LN(600), LN(2500)),
+    price_src="assumed",
+    lat_src="assumed",
+    speed=150.0,
+    ttft=0.2,
+)
+
+
+def pool(name, desc, models, manager):
+    """A pool file body."""
+    return {
+        "name": name,
+        "description": desc,
+        "manager": manager,
+        "models": models,
+        "tools": tools(),
+        "protocol": PROTOCOL,
+    }
+
+
+pm = pool(
+    "paramanager",
+    "ParaManager's pool (PM): Qwen3-30B-A3B-Instruct-2507, Qwen3-Coder-30B-A3B-Instruct, GPT-OSS-20B; "
+    "manager Qwen3-4B-Instruct-2507. Accuracy targets are model-card figures (upper anchors: PM's own harness, "
+    "mean@8 at temperature 1.0, scores lower).",
+    [q30, coder, oss],
+    mgr4,
+)
+mono = pool(
+    "paramanager_mono",
+    "ParaManager's first pool model alone (Qwen3-30B-A3B-Instruct-2507), manager Qwen3-4B-Instruct-2507.",
+    [q30],
+    mgr4,
+)
+
+
+def to_model(name, targets, assumed, *, mean_lat, lat_src, price, tok, ttft=0.5, **kw):
+    """A ToolOrchestra model: tokens/s chosen so a math call's mean latency is the published mean (TOc)."""
+    mean_tokens = math.exp(tok[0] + 0.8**2 / 2)
+    speed = mean_tokens / max(mean_lat - ttft, 1.0)
+    return model(
+        name, targets, assumed, ttft=ttft, speed=speed, lat_src=lat_src, price=price, price_src="TOc", tok=tok, **kw
+    )
+
+
+gpt5 = to_model(
+    "GPT-5",
+    {"AIME25": (94.6, "LLB"), "HMMT25": (93.3, "LLB"), "GPQA": (85.7, "LLB")},
+    dom(0, 0, 3.5, 3.0),
+    mean_lat=96,
+    lat_src="TOc",
+    price=(1.25, 10.0),
+    tok=(LN(8000), LN(4000), LN(1500), LN(6000)),
+    sens=(0.8, 0.75, 0.7, 0.8),
+    spec=(0.92, 0.9, 0.9, 0.9),
+    kappa=0.4,
+)
+gpt5m = to_model(
+    "GPT-5-mini",
+    {"AIME25": (91.1, "LLB"), "HMMT25": (87.8, "LLB"), "GPQA": (82.3, "LLB")},
+    dom(0, 0, 3.0, 2.5),
+    mean_lat=27,
+    lat_src="TOc",
+    price=(0.25, 2.0),
+    tok=(LN(6000), LN(3000), LN(1200), LN(5000)),
+    sens=(0.75, 0.7, 0.65, 0.75),
+    spec=(0.9, 0.88, 0.88, 0.88),
+    kappa=0.45,
+)
+q32 = to_model(
+    "Qwen3-32B",
+    {"AIME24": (81.4, "QTR"), "AIME25": (72.9, "QTR"), "GPQA": (68.4, "QTR"), "LiveCodeBench": (65.7, "QTR")},
+    dom(0, 0, 1.8, 0),
+    mean_lat=11,
+    lat_src="TOc",
+    price=(0.8, 0.8),
+    tok=(LN(6000), LN(3000), LN(1200), LN(5000)),
+)
+q8 = to_model(
+    "Qwen3-8B",
+    {"AIME24": (76.0, "QTR"), "AIME25": (67.3, "QTR"), "GPQA": (62.0, "QTR"), "LiveCodeBench": (57.5, "QTR")},
+    dom(0, 0, 1.2, 0),
+    mean_lat=9,
+    lat_src="assumed",
+    price=(0.2, 0.2),
+    tok=(LN(6000), LN(3000), LN(1200), LN(5000)),
+)
+llama = to_model(
+    "Llama-3.3-70B-Instruct",
+    {"GPQA": (50.5, "LLB"), "MMLU-Pro": (68.9, "LLB")},
+    dom(-0.5, 0, 0, 0.2),
+    mean_lat=15,
+    lat_src="TOc",
+    price=(0.9, 0.9),
+    tok=(LN(800), LN(600), LN(400), LN(700)),
+    kappa=0.55,
+)
+m72 = to_model(
+    "Qwen2.5-Math-72B-Instruct",
+    {},
+    dom(0.3, -0.5, -0.5, -1.0),
+    mean_lat=13,
+    lat_src="TOc",
+    price=(0.9, 0.9),
+    tok=(LN(1000), LN(600), LN(400), LN(700)),
+    kappa=0.55,
+)
+m7 = to_model(
+    "Qwen2.5-Math-7B-Instruct",
+    {},
+    dom(-0.6, -1.5, -1.5, -2.0),
+    mean_lat=9,
+    lat_src="TOc",
+    price=(0.2, 0.2),
+    tok=(LN(900), LN(600), LN(400), LN(700)),
+    kappa=0.6,
+)
+coder32 = to_model(
+    "Qwen2.5-Coder-32B-Instruct",
+    {},
+    dom(-0.5, -0.5, -0.3, 1.0),
+    mean_lat=9,
+    lat_src="TOc",
+    price=(0.8, 0.8),
+    tok=(LN(900), LN(600), LN(400), LN(900)),
+    kappa=0.55,
+)
+orch = model(
+    "Orchestrator-8B (Qwen3-8B, non-thinking)",
+    {"AIME24": (29.1, "QTR"), "AIME25": (20.9, "QTR"), "GPQA": (39.3, "QTR"), "LiveCodeBench": (22.8, "QTR")},
+    dom(0, 0, 0.5, 0),
+    tok=(LN(1500), LN(800), LN(500), LN(1200)),
+    price=(0.2, 0.2),
+    price_src="TOc",
+    lat_src="assumed",
+    speed=135.0,
+    ttft=0.064,
+)
+to = pool(
+    "toolorchestra",
+    "ToolOrchestra's pool (TO, TOc): eight models with third-party API prices and the mean call latencies shown to "
+    "its orchestrator; manager Orchestrator-8B (Qwen3-8B base, non-thinking skill).",
+    [gpt5, gpt5m, q32, q8, llama, m72, m7, coder32],
+    orch,
+)
+
+
+def build() -> dict[str, dict]:
+    """The three shipped pools as parsed JSON, by name."""
+    return {p["name"]: p for p in (pm, mono, to)}
+
+
+if __name__ == "__main__":
+    for name, pool in build().items():
+        (OUT / f"{name}.json").write_text(json.dumps(pool, indent=1) + "\n")
