@@ -161,11 +161,53 @@ inline void score_config(const BatchView& b, const double* p, int64_t b0, int64_
   }
 }
 
+// Groups stored as sorted runs of at most kMaxRun rows (G rollouts of a task side by side) are
+// min-max normalized on the fly: the features are read in the same pass that scores them.
+constexpr int64_t kMaxRun = 4096;
+
+inline bool short_sorted_runs(const int64_t* ids, int64_t n) {
+  int64_t run = 1;
+  for (int64_t i = 1; i < n; ++i) {
+    if (ids[i] < ids[i - 1]) return false;
+    run = ids[i] == ids[i - 1] ? run + 1 : 1;
+    if (run > kMaxRun) return false;
+  }
+  return true;
+}
+
+// Normalized features of rows [b0, b1) from the runs that cover them (a run may start before b0 or end
+// after b1: its full extent is read, at most kMaxRun rows).
+inline void normalize_runs(const BatchView& b, int64_t b0, int64_t b1, double* norm) {
+  int64_t i = b0;
+  while (i < b1) {
+    const int64_t id = b.group_id[i];
+    int64_t s = i, e = i + 1;
+    while (s > 0 && b.group_id[s - 1] == id) --s;
+    while (e < b.n && b.group_id[e] == id) ++e;
+    double lo[kNumFeatures], hi[kNumFeatures];
+    for (int f = 0; f < kNumFeatures; ++f) lo[f] = INFINITY, hi[f] = -INFINITY;
+    for (int64_t r = s; r < e; ++r)
+      for (int f = 0; f < kNumFeatures; ++f) {
+        const double v = feature(b, r, f);
+        lo[f] = fmin1(lo[f], v);
+        hi[f] = fmax1(hi[f], v);
+      }
+    const int64_t stop = std::min(e, b1);
+    for (int64_t r = i; r < stop; ++r)
+      for (int f = 0; f < kNumFeatures; ++f) {
+        const double span = hi[f] - lo[f];
+        norm[f * kRewardBlock + (r - b0)] = span > 0 ? (feature(b, r, f) - lo[f]) / span : 0.0;
+      }
+    i = stop;
+  }
+}
+
 // Score trajectories [b0, b1) under every config. totals: [C, n]; comps: [kNumComponents, n] or null
-// (only with C == 1).
-inline void score_block(const BatchView& b, const double* params, int64_t C, const GroupRange* gr, int64_t b0,
-                        int64_t b1, double* totals, double* comps, RewardScratch& sc) {
+// (only with C == 1). Toolorchestra needs `runs` (sorted short groups) or the group range table `gr`.
+inline void score_block(const BatchView& b, const double* params, int64_t C, bool runs, const GroupRange* gr,
+                        int64_t b0, int64_t b1, double* totals, double* comps, RewardScratch& sc) {
   const int64_t m = b1 - b0;
+  if (runs) normalize_runs(b, b0, b1, sc.norm.data());
   if (gr != nullptr) {
     for (int64_t j = 0; j < m; ++j) {
       const int64_t i = b0 + j;
@@ -192,14 +234,16 @@ inline void score_block(const BatchView& b, const double* params, int64_t C, con
 inline void score_rewards(const BatchView& b, const double* params, int64_t C, double* totals, double* comps) {
   bool need_ranges = false;
   for (int64_t c = 0; c < C; ++c) need_ranges |= static_cast<int>(params[c * kNumRewardParams]) == kToolorchestra;
+  const bool runs = need_ranges && short_sorted_runs(b.group_id, b.n);
   GroupRange gr;
-  if (need_ranges) gr = group_ranges(b);
+  if (need_ranges && !runs) gr = group_ranges(b);  // any other layout: one pass for the table first
+  const GroupRange* table = need_ranges && !runs ? &gr : nullptr;
   const int64_t nblocks = (b.n + kRewardBlock - 1) / kRewardBlock;
   parallel_for(nblocks, 16, [&](int, int64_t lo, int64_t hi) {
     RewardScratch sc(need_ranges);
     for (int64_t blk = lo; blk < hi; ++blk)
-      score_block(b, params, C, need_ranges ? &gr : nullptr, blk * kRewardBlock,
-                  std::min(b.n, (blk + 1) * kRewardBlock), totals, comps, sc);
+      score_block(b, params, C, runs, table, blk * kRewardBlock, std::min(b.n, (blk + 1) * kRewardBlock), totals,
+                  comps, sc);
   });
 }
 

@@ -60,16 +60,23 @@ def assert_matches_reference(batch: TrajectoryBatch, cfg: RewardConfig) -> None:
 
 @SETTINGS
 @given(seed=st.integers(0, 2**32 - 1), n=st.integers(0, 80), n_groups=st.integers(1, 12),
-       formula=st.sampled_from(FORMULAS), binary=st.booleans())
-def test_core_matches_reference(seed, n, n_groups, formula, binary):
+       formula=st.sampled_from(FORMULAS), binary=st.booleans(), sort_groups=st.booleans())
+def test_core_matches_reference(seed, n, n_groups, formula, binary, sort_groups):
     rng = np.random.default_rng(seed)
     batch = random_batch(rng, n, n_groups, binary)
+    if sort_groups:  # sorted runs take toolorchestra's single-pass path, other layouts the group table
+        batch = batch.subset(np.argsort(batch.group_id, kind="stable"))
     assert_matches_reference(batch, random_config(rng, formula))
 
 
+@pytest.mark.parametrize("layout", ["shuffled", "sorted", "one_long_group"])
 @pytest.mark.parametrize("name", sorted(PRESETS))
-def test_presets_match_reference_on_a_threaded_batch(name):
+def test_presets_match_reference_on_a_threaded_batch(name, layout):
     batch = random_batch(np.random.default_rng(1), 20_000, 500)  # enough blocks to split over threads
+    if layout == "sorted":  # runs straddle the 256-row blocks
+        batch = batch.subset(np.argsort(batch.group_id, kind="stable"))
+    elif layout == "one_long_group":  # longer than a run the single-pass path takes
+        batch = TrajectoryBatch(**{**batch.as_dict(), "group_id": np.zeros(len(batch), np.int64)})
     assert_matches_reference(batch, PRESETS[name])
 
 
