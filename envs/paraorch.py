@@ -19,10 +19,13 @@ Action, ``MultiDiscrete(nvec)`` with ``nvec = [2] + [NUM_TOOLS + 1, M, 3] * K`` 
     ignored by the basic tools python and search, which the manager runs itself), target (0 = the
     question, fresh context; 1 = carry the trajectory and its leading answer, which the call may copy;
     2 = verify the leading answer, critical_reviewer only, which must use it).
-  Masked or out-of-range parts become call statuses, never exceptions: an unknown tool or model, a slot
-  k >= max_parallel or a reviewer with nothing to review is INVALID_TOOL; a bad or inapplicable target is
-  FORMAT_ERR; a round with no call is a format violation. An action of the wrong shape or a non-integer
-  dtype raises ValueError (that is a caller bug, not model output).
+  Masked or out-of-range parts become call statuses, never exceptions: an unknown tool or model or a
+  reviewer with nothing to review is INVALID_TOOL; a bad or inapplicable target is FORMAT_ERR; a round with
+  no call, or a stop flag other than 0/1, is a format violation (counted in the trajectory's
+  ``format_violations``). The per-dimension mask cannot express the one cross-dimension rule (the
+  critical_reviewer takes target 2 and only it does), so a factorized policy should condition the target
+  on the tool. An action of the wrong shape or a non-integer dtype raises ValueError (a caller bug, not
+  model output).
 
 Observation, a Dict of arrays (C = 4 candidates, S = 6 statuses):
   - ``task`` float32[8]: domain one-hot (math, science, knowledge, code), free-form flag, multiple-choice
@@ -39,7 +42,8 @@ Observation, a Dict of arrays (C = 4 candidates, S = 6 statuses):
     order (stop 2, then per slot tool T+1, model M, target 3); 1 = allowed.
 
 Info: on the terminal step ``reward_components`` (every component of the reward result, including
-``total``) and ``trajectory`` (the TrajectoryBatch fields of the episode); empty otherwise.
+``total``) and ``trajectory`` (the TrajectoryBatch fields of the episode; ``group_id`` is the episode's
+number since the env was seeded); empty otherwise.
 """
 from __future__ import annotations
 
