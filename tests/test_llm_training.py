@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import socket
 import subprocess
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -309,6 +312,47 @@ def test_grpo_checkpoint_resumes_to_identical_weights(sft_model: Path, grpo_run:
     resumed = grpo.main(replace(args, total_steps=2))
     _assert_same_weights(runtime.latest_checkpoint(grpo_run / "checkpoints") / "model", resumed)
     assert _rollouts(tmp_path) == _rollouts(grpo_run)
+
+
+def test_grpo_with_real_tools_against_an_openai_compatible_server(sft_model: Path, tmp_path: Path, tokenizer) -> None:
+    """tools='real': the envs share one RealToolBackend over the endpoint map; calls and the termination model go
+    over HTTP to a scripted server process (parasim.real.fake_server), every call is logged."""
+    import httpx
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "parasim.real.fake_server", "--port", str(port),
+                             "--model=solver=42"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        for _ in range(300):
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.1)
+        endpoints = tmp_path / "endpoints.json"
+        endpoints.write_text(json.dumps({"endpoints": {"solver": {"base_url": f"http://127.0.0.1:{port}",
+                                                                  "timeout_s": 10, "retries": 0}},
+                                         "termination": {"model": "solver"}}))
+        tasks = tmp_path / "tasks.jsonl"
+        write_jsonl(tasks, [{"id": f"t{i}", "question": f"What is {i} * 6?", "answer": str(6 * i), "domain": "math"}
+                            for i in range(1, 4)])
+        out = tmp_path / "run"
+        grpo.main(grpo.GRPOArgs(model_path=str(sft_model), output_dir=str(out), tools="real",
+                                endpoints=str(endpoints), tasks=str(tasks), call_log=str(tmp_path / "calls.jsonl"),
+                                total_steps=1, **{**GRPO_FLAGS, "tasks_per_step": 1}))
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+    log = json.loads((out / "grpo_metrics.jsonl").read_text())
+    assert np.isfinite(log["pg_loss"]) and log["traj/ended_with_final"] in (0.0, 0.5, 1.0)
+    rows = _rollouts(out)
+    assert len(rows) == 2 and rows[0]["input_ids"][:rows[0]["spans"][0][1]] == \
+        rows[1]["input_ids"][:rows[1]["spans"][0][1]]  # one task for the group
+    prompt = tokenizer.decode(rows[0]["input_ids"][:rows[0]["spans"][0][1]])
+    assert "* 6?" in prompt and "solver" in prompt  # the real task, and the endpoint map's model in the prompt
 
 
 # ------------------------------------------------------------------------------------------- FSDP2

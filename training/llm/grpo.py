@@ -41,7 +41,11 @@ class GRPOArgs:
     seed: int = 0
     # environment
     env_id: str = "ParaOrchText-v0"
-    env_kwargs: str = '{"pool": "paramanager", "tools": "sim"}'  # JSON, passed to gym.make
+    env_kwargs: str = '{"pool": "paramanager"}'  # JSON, passed to gym.make
+    tools: str = "sim"  # sim | real
+    endpoints: str = ""  # real tools: the endpoint map (JSON) that `parasim serve-pool` writes
+    tasks: str = ""  # real tools: JSONL of tasks with gold answers (parasim.real.tasks)
+    call_log: str = ""  # real tools: append every call to this calibration JSONL (for `parasim calibrate`)
     # rollouts
     engine: str = "hf"  # hf | vllm
     vllm_url: str = "http://127.0.0.1:8000"
@@ -176,7 +180,6 @@ def make_engine(args: GRPOArgs, policy: runtime.TokenLogprobs, model_dir: Path, 
 
 
 def main(args: GRPOArgs) -> Path:
-    import gymnasium as gym
     from transformers import AutoTokenizer
 
     import parasim  # noqa: F401  (registers the environments)
@@ -204,9 +207,8 @@ def main(args: GRPOArgs) -> Path:
     engine = make_engine(args, policy, model_dir, tokenizer, info)
     if ckpt and args.engine == "vllm":
         sync(engine, policy, args, info, start)
-    env_kwargs = json.loads(args.env_kwargs) if args.env_kwargs else {}
     local_tasks = args.tasks_per_step // info.world_size
-    envs = [gym.make(args.env_id, **env_kwargs) for _ in range(local_tasks * args.group_size)]
+    envs = make_envs(args, local_tasks * args.group_size, info)
     rollout_cfg = RolloutConfig(args.max_tokens, args.max_turn_tokens, args.temperature, args.top_p)
     logger = runtime.JsonlLogger(out / "grpo_metrics.jsonl", info)
 
@@ -288,6 +290,31 @@ def main(args: GRPOArgs) -> Path:
     final = runtime.latest_checkpoint(ckpt_root)
     runtime.barrier(info)
     return final / "model" if final else model_dir
+
+
+def make_envs(args: GRPOArgs, n: int, info: runtime.DistInfo) -> list[Any]:
+    """``n`` text envs; with real tools they share one backend (its per-endpoint concurrency limits hold across
+    the whole batch) and one call log."""
+    import gymnasium as gym
+
+    kwargs = json.loads(args.env_kwargs) if args.env_kwargs else {}
+    if args.tools == "sim":
+        return [gym.make(args.env_id, **kwargs) for _ in range(n)]
+    if args.tools != "real":
+        raise ValueError(f"tools = {args.tools!r}; allowed: 'sim', 'real'")
+    if not args.endpoints or not args.tasks:
+        raise ValueError("tools='real' needs --endpoints (the map `parasim serve-pool` writes) and --tasks (JSONL)")
+    from parasim.real.backend import RealToolBackend
+    from parasim.real.calllog import CallLogger
+    from parasim.real.engine import RealEpisodeEngine
+    from parasim.real.tasks import load_real_tasks
+
+    backend = RealToolBackend.from_config(args.endpoints, kwargs.pop("pool", "paramanager"))
+    tasks = load_real_tasks(args.tasks)
+    log_path = Path(args.call_log.replace("{rank}", str(info.rank))) if args.call_log else None
+    logger = CallLogger(log_path) if log_path else None
+    return [gym.make(args.env_id, tools="real", engine=RealEpisodeEngine(backend, tasks, logger=logger), **kwargs)
+            for _ in range(n)]
 
 
 def sync(engine: Any, policy: runtime.TokenLogprobs, args: GRPOArgs, info: runtime.DistInfo, step: int) -> None:

@@ -239,16 +239,14 @@ def collect(envs: Sequence[Any], engine: Engine, tokenizer: Any, seeds: Sequence
             tools: Sequence[dict[str, Any]] | None = None) -> list[TokenTrajectory]:
     """Run one episode in each env, batching the manager's generations turn by turn.
 
-    ``seeds[i] = (task_seed, tool_seed)``: env i resets with ``task_seed`` (a group shares its task), then its
-    simulated tools are re-seeded with ``tool_seed`` (None: leave them). Each trajectory's ``record`` holds the
+    ``seeds[i] = (task_seed, tool_seed)``: a group shares its task seed (``reset_for_group``). Each trajectory's
+    ``record`` holds the
     env's TrajectoryBatch fields (``info["trajectory"]``) with ``group_id`` set. ``seed`` drives sampling.
     """
     streams = [Stream(tokenizer, tools, int(g), cfg.max_tokens) for g in group_ids]
     infos: list[dict[str, Any]] = [{} for _ in envs]
     for i, env in enumerate(envs):
-        obs, infos[i] = env.reset(seed=seeds[i][0])
-        if seeds[i][1] is not None:
-            reseed_tools(env, seeds[i][1])
+        obs, infos[i] = reset_for_group(env, *seeds[i])
         streams[i].observe(obs)
     active = list(range(len(envs)))
     turn = 0
@@ -295,15 +293,23 @@ def end_episode(env: Any, max_turns: int = 10_000) -> dict[str, Any]:
     return {**info, "trajectory": record}
 
 
-def reseed_tools(env: Any, seed: int) -> None:
-    """Give a simulated episode its own tool randomness after a group's shared reset.
+def reset_for_group(env: Any, task_seed: int, tool_seed: int | None) -> tuple[Any, dict[str, Any]]:
+    """Reset so that rollouts with one ``task_seed`` play the same task with their own tool randomness.
 
-    ParaOrch draws the whole task at reset from the simulator lane's stream; re-seeding the lane afterwards keeps
-    the task and makes the tool outcomes of the G rollouts independent. Real tools have their own randomness.
+    Simulated tools: ParaOrch draws the whole task at reset from the simulator lane's stream, so the env resets
+    from ``task_seed`` and the lane is re-seeded with ``tool_seed`` afterwards (as the structured trainer's
+    ``reset_groups`` does). Real tools: the engine picks the task by index from ``task_seed`` and seeds its calls
+    from ``tool_seed``.
     """
-    sim = getattr(getattr(env.unwrapped, "engine", None), "sim", None)
-    if sim is not None:
-        sim.seed([int(seed)])
+    engine = getattr(env.unwrapped, "engine", None)
+    tasks = getattr(engine, "tasks", None)
+    sim = getattr(engine, "sim", None)
+    if sim is None and tasks is not None:
+        return env.reset(seed=tool_seed, options={"task_index": int(task_seed) % len(tasks)})
+    obs, info = env.reset(seed=task_seed)
+    if sim is not None and tool_seed is not None:
+        sim.seed([int(tool_seed)])
+    return obs, info
 
 
 def _clip(gen: Generation, room: int) -> Generation:
