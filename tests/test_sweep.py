@@ -84,6 +84,20 @@ def test_store_survives_reopen_and_ignores_temp_files(tmp_path):
     assert json.loads((tmp_path / "index.json").read_text()) == {"a": {"overrides": {"c_tar": "4"}, "seed": 0}}
 
 
+def test_a_failing_point_is_reported_not_stored(tmp_path, monkeypatch):
+    points = sweep.expand(sweep.parse_grid(["c_tar=4,8"]), [0], fixed=TINY)
+
+    def fake(todo, workers):
+        yield {"key": todo[0].key, "label": todo[0].label, "seed": 0, "accuracy": 0.5}
+        yield {"key": todo[1].key, "label": todo[1].label, "seed": 0, "error": "Traceback: boom"}
+
+    monkeypatch.setattr(sweep, "run_local", fake)
+    with pytest.raises(sweep.SweepError, match="(?s)1 of 2 points failed.*boom"):
+        sweep.run_sweep(points, tmp_path, progress=False)
+    store = ResultsStore(tmp_path / "store")
+    assert store.done(points[0].key) and not store.done(points[1].key)
+
+
 def test_pareto_front():
     acc = np.array([0.5, 0.6, 0.55, 0.7, 0.4])
     spend = np.array([1.0, 2.0, 3.0, 4.0, 0.5])

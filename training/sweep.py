@@ -14,6 +14,7 @@ import itertools
 import json
 import multiprocessing as mp
 import time
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
@@ -93,16 +94,28 @@ def expand(axes: Sequence[tuple[str, Sequence[str]]], seeds: Sequence[int], pres
 
 
 def run_point(point: GridPoint) -> dict[str, Any]:
-    """Train and evaluate one grid point (runs in a worker process or a Ray task)."""
+    """Train and evaluate one grid point (runs in a worker process or a Ray task).
+
+    A failure comes back as a result with an ``error`` (the traceback), so one bad point neither
+    stops the others nor is stored as finished.
+    """
     import torch
 
     from parasim.training.pipeline import run_pipeline
 
     torch.set_num_threads(1)
     start = time.perf_counter()
-    result = run_pipeline(point.config())
-    return {**result, "key": point.key, "label": point.label, "preset": point.preset,
-            "overrides": dict(point.overrides), "seed": point.seed, "wall_s": time.perf_counter() - start}
+    ident = {"key": point.key, "label": point.label, "preset": point.preset, "overrides": dict(point.overrides),
+             "seed": point.seed}
+    try:
+        result = run_pipeline(point.config())
+    except Exception:  # noqa: BLE001 - reported with its traceback, the sweep goes on
+        return {**ident, "error": traceback.format_exc()}
+    return {**result, **ident, "wall_s": time.perf_counter() - start}
+
+
+class SweepError(RuntimeError):
+    """Some grid points failed; the finished ones are stored and a rerun retries only the failed."""
 
 
 def run_local(points: Sequence[GridPoint], workers: int) -> Iterator[dict[str, Any]]:
@@ -144,12 +157,20 @@ def run_sweep(points: Sequence[GridPoint], out: str | Path, backend: str = "loca
         stream = run_ray(todo, ray_address, num_cpus=workers if ray_address is None else None) if todo else iter(())
     else:
         raise ValueError(f"backend={backend!r}: allowed one of local, ray")
+    failed = []
     with _progress(len(points), len(points) - len(todo), enabled=progress) as advance:
         for result in stream:
+            if "error" in result:
+                failed.append(result)
+                continue
             store.put(result)
             if on_result is not None:
                 on_result(result)
             advance(result)
+    if failed:
+        detail = "\n".join(f"--- {r['label']} seed {r['seed']}:\n{r['error']}" for r in failed)
+        raise SweepError(f"{len(failed)} of {len(todo)} points failed (finished points are stored; rerun to "
+                         f"retry the failed ones):\n{detail}")
     return store.results([p.key for p in points])
 
 

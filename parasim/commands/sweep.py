@@ -52,8 +52,12 @@ def run(args: argparse.Namespace) -> int:
     workers = args.workers or min(os.cpu_count() or 1, len(points))
     print(f"parasim sweep: {len(points)} runs ({len(points) // len(seeds)} points x {len(seeds)} seeds), "
           f"backend {args.backend}, {workers} workers, out {args.out}")
-    results = sweep.run_sweep(points, args.out, args.backend, workers, progress=not args.no_progress,
-                              ray_address=args.ray_address)
+    try:
+        results = sweep.run_sweep(points, args.out, args.backend, workers, progress=not args.no_progress,
+                                  ray_address=args.ray_address)
+    except sweep.SweepError as err:
+        print(f"parasim sweep: {err}")
+        return 1
     paths = write_report(results, args.out)
     print("wrote " + ", ".join(str(p) for p in paths))
     return 0
