@@ -25,7 +25,7 @@ REQUIRED = ("task_id", "benchmark", "domain", "tool", "model", "status", "tokens
 OPTIONAL = ("correct", "difficulty", "flagged", "carried_correct", "context_tokens", "target", "episode",
             "call_index", "round", "cost_units", "usd", "answer")
 TOOLS = {t.wire_name: t for t in Tool if t is not Tool.FINAL_ANSWER}
-_INT_COLUMNS = ("task", "bench", "domain", "tool", "model", "status", "correct", "flagged", "carried")
+_INT_COLUMNS = ("task", "bench", "domain", "tool", "model", "status", "correct", "flagged", "carried", "answer")
 _FLOAT_COLUMNS = ("tokens_in", "tokens_out", "latency", "difficulty", "context")
 
 
@@ -33,6 +33,7 @@ _FLOAT_COLUMNS = ("tokens_in", "tokens_out", "latency", "difficulty", "context")
 class CallTable:
     """A call log as arrays over N calls; categorical fields are indices into the name tuples.
 
+    ``answer`` numbers the distinct answers of each task (compared as stripped, lower-cased strings).
     ``correct``, ``flagged`` and ``carried`` are 1, 0 or -1 (unknown / not applicable): ``carried`` is the
     correctness of the answer a call carried (or reviewed), from ``carried_correct`` or from the ``target``
     call's ``correct``. ``difficulty`` is NaN where unknown; ``context`` the carried context tokens.
@@ -47,6 +48,7 @@ class CallTable:
     correct: np.ndarray  # int64[N]
     flagged: np.ndarray  # int64[N]
     carried: np.ndarray  # int64[N]
+    answer: np.ndarray  # int64[N] id of the call's answer within its task (equal answers, equal ids), -1 none
     tokens_in: np.ndarray  # float64[N]
     tokens_out: np.ndarray  # float64[N]
     latency: np.ndarray  # float64[N]
@@ -139,6 +141,7 @@ def calls_from_records(records: Iterable[tuple[str, dict[str, Any]] | dict[str, 
     task_bench: dict[int, int] = {}
     row_of: dict[tuple[int, int], int] = {}
     targets: list[tuple[int, int, str]] = []
+    answer_ids: dict[tuple[int, str], int] = {}
     domains = {d.name.lower(): d for d in Domain}
     statuses = {s.name.lower(): s for s in Status}
     for n, item in enumerate(records):
@@ -170,6 +173,11 @@ def calls_from_records(records: Iterable[tuple[str, dict[str, Any]] | dict[str, 
                             ("context_tokens", "context")):
             floats[column].append(_field(rec, key, where, "nonneg", 0.0))
         floats["difficulty"].append(_field(rec, "difficulty", where, "num", math.nan))
+        answer = rec.get("answer")
+        if answer is not None and not isinstance(answer, (str, int, float)):
+            raise ValueError(f"{where}.answer: expected a string, a number or null, got {answer!r}")
+        row["answer"] = -1 if answer is None else answer_ids.setdefault((task, str(answer).strip().lower()),
+                                                                          len(answer_ids))
         for key, value in row.items():
             ints[key].append(value)
         episode = _field(rec, "episode", where, "int", 0)

@@ -36,6 +36,7 @@ from parasim.calibration.runtime import (
     Proportion,
     fit_agent_latency,
     fit_lognormal_groups,
+    kappa_moments,
     proportion,
 )
 from parasim.pools import TOOLS, PoolSpec, parse_pool
@@ -71,6 +72,7 @@ class Calibration:
     free: dict[str, np.ndarray]  # which entries of each block were fitted
     calibration_rows: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    moments: list[tuple[str, float, float]] = field(default_factory=list)  # (label, estimate, bootstrap SE)
     num_calls: int = 0
 
     @property
@@ -88,7 +90,7 @@ class Calibration:
     def parameters(self) -> list[tuple[str, float, float]]:
         """(label, estimate, standard error) of every fitted parameter, natural scale."""
         rows = [(lab, float(v), float(s)) for e in self.parts for lab, v, s in zip(e.labels, e.value, e.se)]
-        return rows + [(r.label, r.value, r.se) for r in self.rates]
+        return rows + [(r.label, r.value, r.se) for r in self.rates] + list(self.moments)
 
     def _add(self, estimate: Estimate) -> None:
         self.parts.append(estimate)
@@ -277,10 +279,27 @@ def calibrate(table: CallTable, base: str | Path = "paramanager", *, nodes: int 
     entries = model_entries(raw, names)
     bench = _bench_rows(table, notes)
     cal = Calibration(raw, spec, names, [], [], {}, {}, notes=notes, num_calls=len(table))
+    _kappa(cal, table, model, bench, entries)
     cal._add(_difficulty_part(table, raw, spec, entries, names, model, bench, nodes, notes))
     _runtime_parts(cal, table, model, entries)
-    cal.calibration_rows = calibration_table(table, model, bench, cal.values, names, spec)
+    cal.calibration_rows = calibration_table(table, model, bench, cal.values, names, spec, cal.moments)
     return cal
+
+
+def _kappa(cal: Calibration, table: CallTable, model: np.ndarray, bench: np.ndarray,
+           entries: list[dict[str, Any]]) -> None:
+    """Moment estimates of kappa from logged answers; they also feed the ensemble vote model."""
+    rows = ((table.status == int(Status.OK)) & (table.correct == 0) & (table.answer >= 0) & (table.carried < 0)
+            & ~np.isin(table.tool, (_CR, _ENS)))
+    if not rows.any():
+        cal.notes.append("kappa kept at the base pool's values (no logged answers of wrong calls)")
+        return
+    kappa, se, pairs = kappa_moments(table.task[rows], model[rows], bench[rows], table.answer[rows],
+                                     len(cal.models), NUM_BENCHMARKS)
+    for m, name in enumerate(cal.models):
+        if pairs[m] >= 30 and np.isfinite(kappa[m]) and se[m] > 0:
+            cal.moments.append((f"kappa[{name}]", float(kappa[m]), float(se[m])))
+            entries[m]["errors"]["kappa"] = float(kappa[m])
 
 
 def _runtime_parts(cal: Calibration, table: CallTable, model: np.ndarray, entries: list[dict[str, Any]]) -> None:
@@ -342,7 +361,8 @@ def _rates(cal: Calibration, table: CallTable, model: np.ndarray) -> None:
 
 
 def calibration_table(table: CallTable, model: np.ndarray, bench: np.ndarray, values: dict[str, np.ndarray],
-                      names: tuple[str, ...], spec: PoolSpec, min_calls: int = 30) -> list[dict[str, Any]]:
+                      names: tuple[str, ...], spec: PoolSpec, moments: list[tuple[str, float, float]] = (),
+                      min_calls: int = 30) -> list[dict[str, Any]]:
     """Predicted vs observed accuracy of fresh (not carried) OK answers per (tool, model, benchmark).
 
     The prediction integrates the difficulty over its fitted prior, not over each task's posterior
@@ -352,6 +372,8 @@ def calibration_table(table: CallTable, model: np.ndarray, bench: np.ndarray, va
     out = []
     ok = (table.status == int(Status.OK)) & (table.correct >= 0) & (table.tool != _CR) & (table.carried < 0)
     kappa = _by_name(spec.kappa, names, spec)
+    for label, value, _ in moments:
+        kappa[names.index(label[len("kappa["):-1])] = value
     for t, m, b in sorted(set(zip(table.tool[ok].tolist(), model[ok].tolist(), bench[ok].tolist()))):
         rows = ok & (table.tool == t) & (model == m) & (bench == b)
         n = int(rows.sum())

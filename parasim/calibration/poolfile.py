@@ -104,6 +104,9 @@ def write_pool(raw: dict[str, Any], fitted: dict[str, Any], source: str) -> tupl
             _set(lat, "ttft_s", v["ttft"][m], 0, 600, f"{path}.latency", clipped, source)
             _set(lat, "tokens_per_s", v["speed"][m], 0.1, 1e5, f"{path}.latency", clipped, source)
             _set(lat, "log_sd", v["lat_sd"][m], 0, 3, f"{path}.latency", clipped, source)
+        rate = v["rates"].get(f"kappa[{names[m]}]")
+        if rate is not None:
+            _set(entry["errors"], "kappa", rate, 0, 1, f"{path}.errors", clipped, source)
         rate = v["rates"].get(f"code_exec_error[{names[m]}]")
         if rate is not None:
             _set(entry["code_exec_error"], "rate", rate, 0, 1, f"{path}.code_exec_error", clipped, source)

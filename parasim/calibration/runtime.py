@@ -130,3 +130,62 @@ def proportion(label: str, hits: int, trials: int) -> Proportion:
     """MLE k / n with SE sqrt(p (1 - p) / n) (zero at 0 or 1, where the Wald interval is degenerate)."""
     p = hits / trials
     return Proportion(label, p, math.sqrt(p * (1.0 - p) / trials), int(hits), int(trials))
+
+
+def kappa_moments(task: np.ndarray, model: np.ndarray, bench: np.ndarray, answer: np.ndarray, num_models: int,
+                  num_bench: int, *, reps: int = 200, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """kappa[m] (how often a model's wrong answer is its own preferred one) from agreement among wrong answers.
+
+    Two wrong answers of different models on one task agree with probability S_b = sum(d^2) (their preferred
+    answers are independent draws from the distractor weights d), two of the same model with probability
+    kappa^2 + (1 - kappa^2) S_b (``irt.same_wrong_probability``). So the cross-model agreement rate estimates
+    S_b without knowing d, which matters for real logs whose answers are strings, and each model's
+    same-model rate then gives kappa^2 = sum_b (agree_mb - n_mb S_b) / sum_b n_mb (1 - S_b). This is a
+    method-of-moments estimator (the exact likelihood needs d); its SE comes from a Poisson bootstrap over
+    tasks, because pairs within a task share calls. The rows passed must be fresh wrong single-sample answers.
+    Returns (kappa, se, same-model pairs) per model; NaN where a model has no same-model pair.
+    """
+    order = np.lexsort((answer, model, task))
+    task, model, bench, answer = task[order], model[order], bench[order], answer[order]
+    tasks, start = np.unique(task, return_index=True)
+    stop = np.append(start[1:], len(task))
+    n_tasks = len(tasks)
+    same_n = np.zeros((n_tasks, num_models))
+    same_a = np.zeros((n_tasks, num_models))
+    cross_n = np.zeros(n_tasks)
+    cross_a = np.zeros(n_tasks)
+    task_bench = bench[start]
+    for i, (a, b) in enumerate(zip(start, stop)):
+        m, ans = model[a:b], answer[a:b]
+        pair_same_model = m[:, None] == m[None, :]
+        agree = ans[:, None] == ans[None, :]
+        upper = np.triu(np.ones((b - a, b - a), bool), 1)
+        np.add.at(same_n[i], m[np.nonzero(upper & pair_same_model)[0]], 1.0)
+        np.add.at(same_a[i], m[np.nonzero(upper & pair_same_model & agree)[0]], 1.0)
+        cross_n[i] = (upper & ~pair_same_model).sum()
+        cross_a[i] = (upper & ~pair_same_model & agree).sum()
+
+    def estimate(w: np.ndarray) -> np.ndarray:
+        s_num = np.bincount(task_bench, w * cross_a, minlength=num_bench)
+        s_den = np.bincount(task_bench, w * cross_n, minlength=num_bench)
+        s = np.divide(s_num, s_den, out=np.zeros(num_bench), where=s_den > 0)
+        n_mb = np.zeros((num_models, num_bench))
+        a_mb = np.zeros((num_models, num_bench))
+        for m in range(num_models):
+            n_mb[m] = np.bincount(task_bench, w * same_n[:, m], minlength=num_bench)
+            a_mb[m] = np.bincount(task_bench, w * same_a[:, m], minlength=num_bench)
+        usable = s_den > 0
+        num = ((a_mb - n_mb * s) * usable).sum(1)
+        den = (n_mb * (1.0 - s) * usable).sum(1)
+        k2 = np.divide(num, den, out=np.full(num_models, np.nan), where=den > 0)
+        return np.sqrt(np.clip(k2, 0.0, 1.0))
+
+    kappa = estimate(np.ones(n_tasks))
+    rng = np.random.default_rng(seed)
+    boots = np.array([estimate(rng.poisson(1.0, n_tasks).astype(np.float64)) for _ in range(reps)])
+    se = np.full(num_models, np.nan)
+    for m in range(num_models):
+        draws = boots[np.isfinite(boots[:, m]), m]
+        if len(draws) > 1:
+            se[m] = draws.std(ddof=1)
+    return kappa, se, same_n.sum(0)
