@@ -3,8 +3,6 @@
 // grid of C configs reads the batch once and the cost is dominated by writing the C x N output.
 #pragma once
 
-#include <array>
-
 #include "common.hpp"
 
 namespace parasim {
