@@ -242,6 +242,10 @@ def test_partial_log_with_new_model_and_unknown_benchmark() -> None:
     for rec in records:
         rec["model"] = "" if rec["tool"] == "python" else rec["model"].replace("GPT-OSS-20B", "my-model")
         rec["benchmark"] = rec["benchmark"].replace("GPQA", "MyScience")
+    for status in ("FORMAT_ERR", "INVALID_TOOL", "BUDGET_EXCEEDED"):  # manager-side: never ran, never fitted
+        for rec in records[:40:8]:
+            records.append({**rec, "status": status, "correct": None, "tokens_out": 0, "latency_s": 0.0,
+                            "call_index": rec["call_index"] + 100})
     cal = calibrate(calls_from_records(records), "paramanager")
     assert all(p.converged for p in cal.parts)
     assert any("'my-model' is not in the base pool" in n for n in cal.notes)

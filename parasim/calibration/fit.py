@@ -56,6 +56,7 @@ _AGENT = [t for t in range(NUM_TOOLS) if Tool(t).is_agent]
 _BASIC = (int(Tool.PYTHON), int(Tool.SEARCH))
 _SR, _CR, _CODE, _ENS, _PY = (int(Tool.STANDARD_REASONER), int(Tool.CRITICAL_REVIEWER), int(Tool.CODE_REASONER),
                               int(Tool.ENSEMBLE_SOLVER), int(Tool.PYTHON))
+_RAN = (int(Status.OK), int(Status.EXEC_ERR))  # calls that ran to the end: their tokens and latency are whole
 _RENAME = {"lambda": "lam", "tok_log_median": "tok_mu", "tok_log_sd": "tok_sd", "tok_alpha": "alpha"}
 
 
@@ -189,7 +190,7 @@ def _difficulty_part(table: CallTable, raw: dict[str, Any], base: PoolSpec, entr
     correct = ok & (table.correct >= 0) & (table.tool != _CR) & ((table.tool != _ENS) | (k <= 3))
     if k > 3 and np.any(ok & (table.tool == _ENS)):
         notes.append(f"ensemble_solver calls are left out of the correctness fit (vote model covers k <= 3, k={k})")
-    tokens = (np.isin(table.tool, _AGENT) & (table.tool != _ENS) & (table.status != int(Status.TIMEOUT))
+    tokens = (np.isin(table.tool, _AGENT) & (table.tool != _ENS) & np.isin(table.status, _RAN)
               & (table.tokens_out > 0) & (model < n_models - 1))
     kappa = np.array([e["errors"]["kappa"] for e in entries])
     poly = _ensemble_poly(table, correct, model, bench, kappa, k)
@@ -307,7 +308,7 @@ def _runtime_parts(cal: Calibration, table: CallTable, model: np.ndarray, entrie
     spec, names = cal.base, cal.models
     manager, spec_manager = len(names) - 1, len(spec.model_names) - 1
     timeout = spec.timeout
-    agent = (np.isin(table.tool, _AGENT) & (table.tool != _ENS) & (table.status != int(Status.TIMEOUT))
+    agent = (np.isin(table.tool, _AGENT) & (table.tool != _ENS) & np.isin(table.status, _RAN)
              & (table.tokens_out > 0) & (model != manager))
     if agent.any():
         counts = np.bincount(table.tool[agent], minlength=NUM_TOOLS)
@@ -319,7 +320,7 @@ def _runtime_parts(cal: Calibration, table: CallTable, model: np.ndarray, entrie
             np.array([e["latency"]["tokens_per_s"] for e in entries]),
             np.maximum([e["latency"]["log_sd"] for e in entries], 1e-3), base_tools(cal.raw)["overhead"],
             (counts > 0) & (np.arange(NUM_TOOLS) != anchor), names, TOOLS))
-    basic = np.isin(table.tool, _BASIC)
+    basic = np.isin(table.tool, _BASIC) & np.isin(table.status, (*_RAN, int(Status.TIMEOUT)))
     if basic.any():
         group = np.where(table.tool[basic] == _PY, 0, 1)
         labels = ("python", "search")
@@ -338,7 +339,7 @@ def _runtime_parts(cal: Calibration, table: CallTable, model: np.ndarray, entrie
 
 def _rates(cal: Calibration, table: CallTable, model: np.ndarray) -> None:
     names = cal.models
-    ran = np.isin(table.status, (int(Status.OK), int(Status.EXEC_ERR)))
+    ran = np.isin(table.status, _RAN)
     exec_err = table.status == int(Status.EXEC_ERR)
     for m, name in enumerate(names[:-1]):
         rows = ran & (table.tool == _CODE) & (model == m)
