@@ -21,7 +21,11 @@ this env's format-violation count) under ``reward`` (a RewardConfig or preset), 
 every component in ``info["reward_components"]``.
 
 Backends: ``tools="sim"`` (default) runs ``SimEpisodeEngine`` over ParaOrch-v0's simulator, so the same
-seed and the same calls give the same episode, statuses and reward as ParaOrch-v0. In simulation the
+seed and the same calls give the same episode, statuses and reward as ParaOrch-v0. A call maps to one
+structured slot: tool, model, and target = verify for critical_reviewer, carry when ``context_from``
+names an earlier call (the simulator carries the trajectory and its leading answer, so which earlier call
+is named does not change the simulated outcome; a ``context_from`` with no such call is FORMAT_ERR), else
+the fresh question. Answers appear as labels under a per-episode random permutation. In simulation the
 final answer is the termination model's vote, as in ParaOrch-v0; the manager's ``final_answer`` text is
 returned in ``info["final_answer_text"]``. ``tools="real"`` needs ``engine=`` (for example
 ``parasim.real.engine.RealEpisodeEngine``), which then also answers and verifies.
