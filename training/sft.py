@@ -17,8 +17,8 @@ from parasim.training.policy import ManagerPolicy
 class SFTConfig:
     """SFT hyperparameters; ``epochs=0`` skips SFT (the ``rl_from_base`` ablation)."""
 
-    epochs: int = opt(4, lo=0, hi=1000, help="passes over the expert decisions (0 = no SFT)")
-    lr: float = opt(1e-3, lo=0.0, hi=1.0, help="Adam learning rate")
+    epochs: int = opt(30, lo=0, hi=1000, help="passes over the expert decisions (0 = no SFT)")
+    lr: float = opt(3e-3, lo=0.0, hi=1.0, help="Adam learning rate")
     batch_size: int = opt(256, lo=1, hi=1_000_000, help="decisions per minibatch")
 
 
