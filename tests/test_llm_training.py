@@ -383,3 +383,14 @@ def test_fsdp2_two_processes_match_single_process_sft(tiny: Path, sft_data: Path
     # optimizer state was gathered into the world-size-independent format: a 1-process run resumes from it
     state = torch.load(sharded.parent / "optimizer.pt", weights_only=False)
     assert set(state["state"]) == set(ws) - {"lm_head.weight"}  # tied to embed_tokens
+    resumed = sft.main(runtime.parse_config(sft.SFTArgs, [*flags, "--total_steps", "3",
+                                                          "--output_dir", str(tmp_path / "fsdp")]))
+    assert resumed.parent.name == "step_00000003"
+    # GRPO under FSDP2: records gathered over ranks for group advantages, HF rollout copies synced after the update
+    _torchrun("parasim.training.llm.grpo", [
+        "--model_path", str(sharded), "--output_dir", str(tmp_path / "grpo"), "--total_steps", "1",
+        "--tasks_per_step", "2", "--group_size", "2", "--max_tokens", "700", "--max_turn_tokens", "16",
+        "--minibatch_size", "4", "--micro_batch_size", "2", "--dump_rollouts", "true"], tmp_path)
+    log = json.loads((tmp_path / "grpo" / "grpo_metrics.jsonl").read_text())
+    assert np.isfinite(log["pg_loss"]) and np.isfinite(log["grad_norm"]) and log["step"] == 1
+    assert runtime.latest_checkpoint(tmp_path / "grpo" / "checkpoints").name == "step_00000001"

@@ -84,7 +84,7 @@ class GRPOArgs:
     save_every: int = 10  # steps; the last step always saves; 0: never (benchmarks)
     keep_checkpoints: int = 2
     resume: bool = True
-    dump_rollouts: bool = False  # append every trajectory (ids, spans, logprobs, record) to rollouts.jsonl
+    dump_rollouts: bool = False  # append every trajectory (ids, spans, logprobs, record) to rollouts[_rankR].jsonl
 
 
 def ppo_token_loss(new_lp: torch.Tensor, old_lp: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor,
@@ -280,10 +280,10 @@ def main(args: GRPOArgs) -> Path:
                     "time/rollout": t1 - t0, "time/score_adv_mask": t2 - t1 + mask_time,
                     "time/update": t3 - t2 - mask_time, "time/sync": t4 - t3})
         logger.log(log)
-        if args.dump_rollouts and info.is_main:
+        if args.dump_rollouts:
             from parasim.training.llm.rollout import dump_trajectories
 
-            dump_trajectories(out / "rollouts.jsonl", trajs)
+            dump_trajectories(out / ("rollouts.jsonl" if info.is_main else f"rollouts_rank{info.rank}.jsonl"), trajs)
         if args.save_every > 0 and ((step + 1) % args.save_every == 0 or step + 1 == args.total_steps):
             runtime.save_checkpoint(ckpt_root, step + 1, policy, optimizer, info, {"args": asdict(args)},
                                     tokenizer, keep=args.keep_checkpoints)
