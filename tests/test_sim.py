@@ -247,3 +247,25 @@ def test_candidates_are_the_top_answers_by_termination_score():
                 assert cand[0, 1] == np.float32(ev[E_SCORE, lead])
             mask = sim.obs.action_mask[i]
             assert mask[2 + CR] == (k > 0) and mask[2 + 8 + 3 + 1] == (k > 0)
+
+
+def test_last_round_records_each_call_and_sums_to_the_totals():
+    sim = Simulator("paramanager", "GPQA", 8, max_rounds=4)
+    sim.seed(np.arange(8))
+    sim.reset()
+    keep = np.zeros(8, np.uint8)
+    sim.step(_actions(sim, [(SR, 0, 0), (CODE, 1, 0), (99, 0, 0), (PY, 0, 0)]), keep)
+    for lane in range(8):
+        calls = sim.last_round(lane)
+        assert [c["slot"] for c in calls] == [0, 1, 2, 3]
+        assert calls[2]["status"] == Status.INVALID_TOOL and calls[2]["kind"] is None and calls[2]["cost_units"] == 0
+        traj = sim.trajectory(lane)
+        assert sum(c["cost_units"] for c in calls) == pytest.approx(traj["cost_units"])
+        assert sum(c["usd"] for c in calls) == pytest.approx(traj["usd"])
+        assert max(c["latency_s"] for c in calls) == pytest.approx(traj["latency_s"])
+        for c in calls:
+            assert (c["kind"] == "answer") == (c["status"] == Status.OK)
+            assert (c["answer"] >= 0) == (c["kind"] == "answer")
+    sim.step(_actions(sim, [(CR, 2, TARGET_VERIFY)]), keep)
+    reviews = [sim.last_round(lane)[0] for lane in range(8)]
+    assert all(r["kind"] in ("flag", "confirm") for r in reviews if r["status"] == Status.OK)

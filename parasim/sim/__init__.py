@@ -12,8 +12,16 @@ from typing import Any
 import numpy as np
 
 from parasim.pools import PoolSpec, load_pool
+from parasim.protocol.schema import Status
 from parasim.sim.calls import simulate_calls
 from parasim.sim.kernel import (
+    C_ANSWER,
+    C_COST,
+    C_KIND,
+    C_LAT,
+    C_TOK_IN,
+    C_TOK_OUT,
+    C_USD,
     E_MAX_ROUNDS,
     E_SERIAL,
     E_SLOTS,
@@ -29,8 +37,12 @@ from parasim.sim.kernel import (
     I_FINAL,
     I_FMT,
     I_ROUND,
+    NO_CALL,
     NUM_ENV_PARAMS,
     NUM_TARGETS,
+    OUT_ANSWER,
+    OUT_CONFIRM,
+    OUT_FLAG,
     TARGET_CARRY,
     TARGET_QUESTION,
     TARGET_VERIFY,
@@ -112,6 +124,24 @@ class Simulator:
             "group_id": st_i[..., I_EPISODE].copy(),  # the lane's episode number since it was seeded
             "role_id": np.zeros(np.shape(st_i[..., 0]), np.int32),
         }
+
+    def last_round(self, lane: int = 0) -> list[dict[str, Any]]:
+        """Per-call results of the lane's last round, one dict per slot that held a call (slot order).
+
+        ``kind`` is "answer" (``answer`` is an answer id, 0 = gold), "flag" / "confirm" (a review of the
+        leading answer ``answer``) or None (the call failed or was malformed: see ``status``).
+        """
+        kinds = {OUT_ANSWER: "answer", OUT_FLAG: "flag", OUT_CONFIRM: "confirm"}
+        out = []
+        for k, status in enumerate(self.state.last_status[lane]):
+            if status == NO_CALL:
+                continue
+            ci, cf = self.state.call_i[lane, k], self.state.call_f[lane, k]
+            out.append({"slot": k, "status": Status(int(status)), "kind": kinds.get(int(ci[C_KIND])),
+                        "answer": int(ci[C_ANSWER]), "tokens_in": float(cf[C_TOK_IN]),
+                        "tokens_out": float(cf[C_TOK_OUT]), "latency_s": float(cf[C_LAT]), "usd": float(cf[C_USD]),
+                        "cost_units": float(cf[C_COST])})
+        return out
 
     def final_answers(self) -> np.ndarray:
         """The termination model's answer id per lane (-1 while running; 0 is the gold answer)."""

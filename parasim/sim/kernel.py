@@ -75,6 +75,10 @@ F_Z, F_QTOK, F_TOKENS, F_COST, F_USD, F_LAT, F_OUTCOME = range(7)
 NUM_F = 7
 # ev[i, k, answer] planes
 E_SCORE, E_SUPPORT, E_FLAGS, E_CONFIRMS = range(4)
+# last round's per-call records: call_i[i, k, c] and call_f[i, k, c]
+C_KIND, C_ANSWER = range(2)
+C_TOK_IN, C_TOK_OUT, C_LAT, C_USD, C_COST = range(5)
+NUM_CALL_F = 5
 # env params
 E_MAX_ROUNDS, E_SLOTS, E_SERIAL, E_TOKEN_BUDGET = range(4)
 NUM_ENV_PARAMS = 4
@@ -259,6 +263,7 @@ def finalize_lane(i, ended_final, st_i, st_f, pref, ev, arrival, rng, skill, bon
 
 @njit(cache=True, inline="always")
 def step_lane(i, actions, st_i, st_f, counts_t, counts_s, last_status, exec_prev, pref, ev, arrival, rng, scratch,
+              call_i, call_f,
               skill, bonus, tok_mu, tm, tt, mmt, md, rel_logit, proto, row_dcdf, env):
     """One manager turn of lane ``i``: ``final_answer`` or a round of up to K isolated parallel calls.
 
@@ -288,6 +293,10 @@ def step_lane(i, actions, st_i, st_f, counts_t, counts_s, last_status, exec_prev
     loga = math.log(nans - 1.0)
     for k in range(slots):
         tool, model, target = actions[i, 1 + 3 * k], actions[i, 2 + 3 * k], actions[i, 3 + 3 * k]
+        call_i[i, k, C_KIND] = OUT_NONE
+        call_i[i, k, C_ANSWER] = -1
+        for c in range(NUM_CALL_F):
+            call_f[i, k, c] = 0.0
         if tool == EMPTY_SLOT:
             last_status[i, k] = NO_CALL
             continue
@@ -307,6 +316,9 @@ def step_lane(i, actions, st_i, st_f, counts_t, counts_s, last_status, exec_prev
                 rng, i, tool, mm, target, lead, ctx, exec_prev[i, tool] != 0, row, bench, dom, nans, z, qtok,
                 pref[i, mm], scratch, skill, bonus, tok_mu, tm, tt, mmt, md, proto, row_dcdf)
             exec_prev[i, tool] = status == _EXEC
+            call_i[i, k, C_KIND], call_i[i, k, C_ANSWER] = kind, answer
+            call_f[i, k, C_TOK_IN], call_f[i, k, C_TOK_OUT], call_f[i, k, C_LAT] = tok_in, tok_out, lat
+            call_f[i, k, C_USD], call_f[i, k, C_COST] = usd, cost
             st_f[i, F_COST] += cost
             st_f[i, F_USD] += usd
             round_lat = round_lat + lat if env[E_SERIAL] != 0 else max(round_lat, lat)

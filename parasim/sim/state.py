@@ -6,7 +6,7 @@ from typing import NamedTuple
 import numpy as np
 
 from parasim.protocol.schema import NUM_STATUSES, NUM_TOOLS, Tool
-from parasim.sim.kernel import CAND_FEATURES, NUM_CANDIDATES, NUM_F, NUM_I, NUM_TARGETS
+from parasim.sim.kernel import CAND_FEATURES, NUM_CALL_F, NUM_CANDIDATES, NUM_F, NUM_I, NUM_TARGETS
 from parasim.tasks import NUM_ANSWERS
 
 TASK_FEATURES = 8  # domain one-hot (4), free-form, multiple-choice, options / 16, question tokens / 1000
@@ -26,6 +26,8 @@ class SimState(NamedTuple):
     arrival: np.ndarray  # int64[N, NUM_ANSWERS] first-seen order, -1 unseen
     rng: np.ndarray  # uint64[N]
     scratch: np.ndarray  # int64[N, NUM_ANSWERS] ensemble samples
+    call_i: np.ndarray  # int64[N, K, 2] last round, per slot: output kind, answer id (-1 none)
+    call_f: np.ndarray  # float64[N, K, 5] last round, per slot: tokens in, tokens out, latency, USD, cost units
 
 
 class ObsBuffers(NamedTuple):
@@ -68,7 +70,8 @@ def allocate_state(n: int, slots: int, num_models: int) -> SimState:
         last_status=np.full((n, slots), NUM_STATUSES, np.int8), exec_prev=np.zeros((n, NUM_TOOLS), np.uint8),
         pref=np.zeros((n, num_models + 1), np.int64), ev=np.zeros((n, 4, NUM_ANSWERS)),
         arrival=np.full((n, NUM_ANSWERS), -1, np.int64), rng=np.zeros(n, np.uint64),
-        scratch=np.zeros((n, NUM_ANSWERS), np.int64))
+        scratch=np.zeros((n, NUM_ANSWERS), np.int64), call_i=np.full((n, slots, 2), -1, np.int64),
+        call_f=np.zeros((n, slots, NUM_CALL_F)))
 
 
 def allocate_obs(n: int, slots: int, num_models: int) -> ObsBuffers:

@@ -107,6 +107,7 @@ def write_obs(i, st_i, st_f, counts_t, counts_s, last_status, ev, arrival, scrat
 
 @njit(cache=True)
 def reset_lanes(mask, st_i, st_f, counts_t, counts_s, last_status, exec_prev, pref, ev, arrival, rng, scratch,
+                call_i, call_f,
                 skill, bonus, tok_mu, tm, tt, mmt, md, rel_logit, proto, row_i, row_f, row_cdf, row_dcdf,
                 o_task, o_round, o_budget, o_cand, o_evid, o_tools, o_status, o_last, o_mask, env):
     """Reset the lanes where ``mask`` is set and write their observations."""
@@ -121,7 +122,7 @@ def reset_lanes(mask, st_i, st_f, counts_t, counts_s, last_status, exec_prev, pr
 
 @njit(cache=True)
 def _step_range(lo, hi, actions, reset_first, done, st_i, st_f, counts_t, counts_s, last_status, exec_prev, pref, ev,
-                arrival, rng, scratch, skill, bonus, tok_mu, tm, tt, mmt, md, rel_logit, proto, row_i, row_f, row_cdf,
+                arrival, rng, scratch, call_i, call_f, skill, bonus, tok_mu, tm, tt, mmt, md, rel_logit, proto, row_i, row_f, row_cdf,
                 row_dcdf, o_task, o_round, o_budget, o_cand, o_evid, o_tools, o_status, o_last, o_mask, env):
     """Lanes lo..hi-1: the per-lane functions are inlined here, since a numba call that passes a few dozen
     arrays costs more (about 0.5 us of argument and refcount traffic) than simulating a call."""
@@ -132,7 +133,7 @@ def _step_range(lo, hi, actions, reset_first, done, st_i, st_f, counts_t, counts
                        row_f, row_cdf, row_dcdf)
         elif st_i[i, I_DONE] == 0:
             step_lane(i, actions, st_i, st_f, counts_t, counts_s, last_status, exec_prev, pref, ev, arrival, rng,
-                      scratch, skill, bonus, tok_mu, tm, tt, mmt, md, rel_logit, proto, row_dcdf, env)
+                      scratch, call_i, call_f, skill, bonus, tok_mu, tm, tt, mmt, md, rel_logit, proto, row_dcdf, env)
         done[i] = st_i[i, I_DONE]
         write_obs(i, st_i, st_f, counts_t, counts_s, last_status, ev, arrival, scratch, nm, env, o_task, o_round,
                   o_budget, o_cand, o_evid, o_tools, o_status, o_last, o_mask)
@@ -140,19 +141,19 @@ def _step_range(lo, hi, actions, reset_first, done, st_i, st_f, counts_t, counts
 
 @njit(cache=True)
 def step_lanes(actions, reset_first, done, st_i, st_f, counts_t, counts_s, last_status, exec_prev, pref, ev,
-               arrival, rng, scratch, skill, bonus, tok_mu, tm, tt, mmt, md, rel_logit, proto, row_i, row_f,
+               arrival, rng, scratch, call_i, call_f, skill, bonus, tok_mu, tm, tt, mmt, md, rel_logit, proto, row_i, row_f,
                row_cdf, row_dcdf, o_task, o_round, o_budget, o_cand, o_evid, o_tools, o_status, o_last, o_mask,
                env):
     """Step every lane with its action row; lanes with ``reset_first`` set reset instead (NEXT_STEP)."""
     _step_range(0, actions.shape[0], actions, reset_first, done, st_i, st_f, counts_t, counts_s, last_status,
-                exec_prev, pref, ev, arrival, rng, scratch, skill, bonus, tok_mu, tm, tt, mmt, md, rel_logit, proto,
+                exec_prev, pref, ev, arrival, rng, scratch, call_i, call_f, skill, bonus, tok_mu, tm, tt, mmt, md, rel_logit, proto,
                 row_i, row_f, row_cdf, row_dcdf, o_task, o_round, o_budget, o_cand, o_evid, o_tools, o_status,
                 o_last, o_mask, env)
 
 
 @njit(cache=True, parallel=True)
 def step_lanes_parallel(actions, reset_first, done, st_i, st_f, counts_t, counts_s, last_status, exec_prev, pref,
-                        ev, arrival, rng, scratch, skill, bonus, tok_mu, tm, tt, mmt, md, rel_logit, proto, row_i,
+                        ev, arrival, rng, scratch, call_i, call_f, skill, bonus, tok_mu, tm, tt, mmt, md, rel_logit, proto, row_i,
                         row_f, row_cdf, row_dcdf, o_task, o_round, o_budget, o_cand, o_evid, o_tools, o_status,
                         o_last, o_mask, env):
     """``step_lanes`` over threads, in chunks of lanes: lanes share nothing mutable (own rows, own random
@@ -161,6 +162,6 @@ def step_lanes_parallel(actions, reset_first, done, st_i, st_f, counts_t, counts
     chunks = min(n, 64)
     for c in prange(chunks):
         _step_range(c * n // chunks, (c + 1) * n // chunks, actions, reset_first, done, st_i, st_f, counts_t,
-                    counts_s, last_status, exec_prev, pref, ev, arrival, rng, scratch, skill, bonus, tok_mu, tm, tt,
+                    counts_s, last_status, exec_prev, pref, ev, arrival, rng, scratch, call_i, call_f, skill, bonus, tok_mu, tm, tt,
                     mmt, md, rel_logit, proto, row_i, row_f, row_cdf, row_dcdf, o_task, o_round, o_budget, o_cand,
                     o_evid, o_tools, o_status, o_last, o_mask, env)
