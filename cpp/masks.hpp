@@ -9,6 +9,18 @@
 
 namespace parasim {
 
+// Rows per thread so that each thread gets at least PARASIM_THREAD_MIN_BYTES of output (default 64 MiB):
+// a mask that fits the last-level cache is written at cache speed by one core, and a second thread there
+// only adds start-up and, on a busy machine, waiting for the slower thread (docs/performance.md).
+inline int64_t rows_per_thread(int64_t row_bytes) {
+  static const int64_t min_bytes = [] {
+    const char* env = std::getenv("PARASIM_THREAD_MIN_BYTES");
+    const long long v = env != nullptr ? std::atoll(env) : 0;
+    return v > 0 ? static_cast<int64_t>(v) : (int64_t{64} << 20);
+  }();
+  return std::max<int64_t>(1, min_bytes / std::max<int64_t>(row_bytes, 1));
+}
+
 struct SpanTable {
   int64_t rows = 0;                   // B
   int64_t spans = 0;                  // S
@@ -39,7 +51,8 @@ inline SpanError validate_spans(const SpanTable& t) {
 // mask [B, T] uint8; turn [B, T] int32 or null; counts [B] int64 (trainable tokens per row).
 inline void build_loss_mask(const SpanTable& t, int64_t seq_len, const uint8_t* truncated, bool mask_truncated,
                             uint8_t* mask, int32_t* turn, int64_t* counts) {
-  parallel_for(t.rows, 64, [&](int, int64_t b0, int64_t b1) {
+  const int64_t row_bytes = seq_len * static_cast<int64_t>(turn != nullptr ? 1 + sizeof(int32_t) : 1);
+  parallel_for(t.rows, rows_per_thread(row_bytes), [&](int, int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
       uint8_t* row = mask + b * seq_len;
       int32_t* trow = turn != nullptr ? turn + b * seq_len : nullptr;
@@ -103,7 +116,7 @@ template <class T>
 int64_t broadcast_to_tokens(const T* values, int64_t width, const uint8_t* mask, const int32_t* turn, int64_t rows,
                             int64_t seq_len, T* out) {
   std::vector<int64_t> bad(num_threads(), -1);
-  parallel_for(rows, 64, [&](int k, int64_t b0, int64_t b1) {
+  parallel_for(rows, rows_per_thread(seq_len * static_cast<int64_t>(sizeof(T))), [&](int k, int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
       const uint8_t* m = mask + b * seq_len;
       T* o = out + b * seq_len;
@@ -135,7 +148,7 @@ int64_t broadcast_to_tokens(const T* values, int64_t width, const uint8_t* mask,
 }
 
 inline void mask_row_counts(const uint8_t* mask, int64_t rows, int64_t seq_len, int64_t* counts) {
-  parallel_for(rows, 64, [&](int, int64_t b0, int64_t b1) {
+  parallel_for(rows, rows_per_thread(seq_len), [&](int, int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
       const uint8_t* m = mask + b * seq_len;
       int64_t c = 0;

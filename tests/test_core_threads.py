@@ -33,7 +33,8 @@ np.savez(sys.argv[1], adv=adv, keep=keep, grid=grid, mask=mask, turns=turns)
 
 
 def _run(threads: int, out: Path) -> dict[str, np.ndarray]:
-    env = {**os.environ, "PARASIM_NUM_THREADS": str(threads)}
+    # a small per-thread minimum so that the small masks here are split over threads too
+    env = {**os.environ, "PARASIM_NUM_THREADS": str(threads), "PARASIM_THREAD_MIN_BYTES": "4096"}
     subprocess.run([sys.executable, "-c", SCRIPT, str(out)], check=True, env=env, timeout=120)
     with np.load(out) as data:
         return dict(data)
