@@ -1,47 +1,25 @@
 """``SimEpisodeEngine``: ParaOrch-v0's simulator behind the ``EpisodeEngine`` interface of ParaOrchText-v0.
 
-The text env must give the manager per-call feedback (status, output, tokens, cost, latency), while the
-compiled simulator keeps only per-episode totals, which is what makes it fast. Rather than a second
-implementation of the episode (two copies drift), a round is stepped through the structured env itself
-and then *replayed*: the lane's state and random stream are copied before the step, and the same
-per-call sampler (``parasim.sim.kernel.sample_call``) is run on the copy in slot order, which draws the
-same random numbers and so returns each call's own figures. The replay checks itself against the step
-(statuses, cost, the random stream's end state) and raises if they ever differ, since that would be a
-bug in this module, never in model output. Same seed, same calls: the same episode as ParaOrch-v0.
+A round is stepped through the structured env itself (``ParaOrchEnv.step``), not through a second
+implementation of the episode, so the same seed and the same calls give the same episode as ParaOrch-v0;
+each call's own figures (status, answer, tokens, latency, USD, cost) come from the simulator's per-call
+records of the last round (``Simulator.last_round``).
 
 Answers in the simulator are ids (0 is the gold answer); the manager sees them as labels under a
 per-episode random permutation, so no label means "right".
 """
 from __future__ import annotations
 
-import inspect
-import math
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from parasim.envs.paraorch import ParaOrchEnv
 
+from parasim.envs.paraorch import ParaOrchEnv
 from parasim.protocol.engine import EpisodeOutcome, TaskView
 from parasim.protocol.schema import CallResult, Domain, Status, Tool, ToolCall
 from parasim.sim import NUM_TARGETS, TARGET_CARRY, TARGET_QUESTION, TARGET_VERIFY
-from parasim.sim.kernel import (
-    EMPTY_SLOT,
-    F_COST,
-    F_QTOK,
-    F_TOKENS,
-    F_Z,
-    I_BENCH,
-    I_DOMAIN,
-    I_EPISODE,
-    I_NANS,
-    I_ROW,
-    OUT_ANSWER,
-    OUT_CONFIRM,
-    OUT_FLAG,
-    leading_answer,
-    sample_call,
-)
+from parasim.sim.kernel import EMPTY_SLOT, F_QTOK, I_BENCH, I_DOMAIN, I_EPISODE, I_NANS, leading_answer
 from parasim.sim.tables import TT_TIMEOUT
 from parasim.tasks import BENCHMARKS, NUM_ANSWERS
 
@@ -55,18 +33,6 @@ def _labels(nans: int, rng: np.random.Generator) -> list[str]:
     return [names[j] for j in rng.permutation(nans)]
 
 
-_REPLAY_ARGS = ("rng", "lane", "tool", "mm", "target", "lead", "ctx", "exec_before", "row", "bench", "dom", "nans", "z",
-                "qtok", "pref", "scratch", "skill", "bonus", "tok_mu", "tm", "tt", "mmt", "md", "proto", "row_dcdf")
-
-
-def _check_sampler() -> None:
-    """Fail with a clear message, not a numba typing error, if the simulator's per-call sampler changed shape."""
-    found = tuple(inspect.signature(sample_call.py_func).parameters)
-    if found != _REPLAY_ARGS:
-        raise RuntimeError(f"SimEpisodeEngine replays parasim.sim.kernel.sample_call{_REPLAY_ARGS}, but it now takes "
-                           f"{found}: update envs/sim_engine.py together with the simulator")
-
-
 class SimEpisodeEngine:
     """One simulated episode at a time, over ParaOrch-v0 (same options, same seeds, same episodes)."""
 
@@ -75,7 +41,6 @@ class SimEpisodeEngine:
     def __init__(self, pool: Any = "paramanager", suite: Any = "paramanager", *, max_rounds: int = 12,
                  max_parallel: int = 4, serial: bool = False, reward: Any = "paramanager",
                  token_budget: float | None = None, seed: int | None = None) -> None:
-        _check_sampler()
         self.env = ParaOrchEnv(pool=pool, suite=suite, max_rounds=max_rounds, max_parallel=max_parallel,
                                serial=serial, reward=reward, tools="sim", token_budget=token_budget, seed=seed)
         self.sim = self.env.sim
@@ -115,7 +80,7 @@ class SimEpisodeEngine:
         return int(call.tool), model, target
 
     def run_round(self, calls: Sequence[ToolCall]) -> list[CallResult]:
-        """Step one round of ParaOrch-v0 with these calls (at most ``max_parallel``), then replay it per call."""
+        """Step one round of ParaOrch-v0 with these calls (at most ``max_parallel``) and report each call."""
         if self._info is not None:
             return [CallResult(Status.BUDGET_EXCEEDED, detail="the episode is over") for _ in calls]
         sim, slots = self.sim, self.sim.slots
@@ -127,55 +92,30 @@ class SimEpisodeEngine:
         for k, (tool, model, target) in enumerate(slot_args):
             action[1 + 3 * k: 4 + 3 * k] = (tool, model, target)
         state = sim.state
-        snap = {name: np.array(getattr(state, name)[0:1], copy=True) for name in state._fields}
-        cost_before = float(state.st_f[0, F_COST])
+        lead = int(leading_answer(state.ev, state.arrival, 0, int(state.st_i[0, I_NANS])))
         _, _, terminated, _, info = self.env.step(action)
-        results = self._replay(snap, slot_args, state.last_status[0], terminated)
         self.calls_so_far += len(calls)
-        replayed_cost = sum(r.cost_units for r in results)
-        if not terminated and not math.isclose(state.st_f[0, F_COST] - cost_before, replayed_cost, abs_tol=1e-9):
-            raise RuntimeError("SimEpisodeEngine: replayed call costs differ from the simulator's step")
         if terminated:
             self._info = info
-        return results
-
-    def _replay(self, snap: dict[str, np.ndarray], slot_args: list[tuple[int, int, int]], statuses: np.ndarray,
-                terminated: bool) -> list[CallResult]:
-        t = self.sim.tables
-        st_i, st_f = snap["st_i"][0], snap["st_f"][0]
-        nans, row, bench, dom = int(st_i[I_NANS]), int(st_i[I_ROW]), int(st_i[I_BENCH]), int(st_i[I_DOMAIN])
-        lead = int(leading_answer(snap["ev"], snap["arrival"], 0, nans))
-        rng, exec_prev, scratch = snap["rng"], snap["exec_prev"][0], snap["scratch"]
-        nm = len(self.model_names)
         results = []
-        for k, (tool, model, target) in enumerate(slot_args):
-            status = Status(int(statuses[k]))
+        for (tool, model, target), rec in zip(slot_args, sim.last_round(0)):
+            status = rec["status"]
             if status not in _SAMPLED:
                 results.append(CallResult(status, detail=self._reason(status, tool, model, target, lead)))
                 continue
-            mm = model if tool < int(Tool.PYTHON) else nm
-            out = sample_call(rng, 0, tool, mm, target, lead, st_f[F_TOKENS], exec_prev[tool] != 0, row, bench, dom,
-                              nans, st_f[F_Z], st_f[F_QTOK], snap["pref"][0, mm], scratch, t.skill, t.bonus,
-                              t.tok_mu, t.tm, t.tt, t.mm, t.md, t.proto, t.row_dcdf)
-            got, kind, answer, tok_in, tok_out, lat, usd, cost = out
-            exec_prev[tool] = got == int(Status.EXEC_ERR)
-            if got != status:
-                raise RuntimeError(f"SimEpisodeEngine: replay of slot {k} gave {Status(got).name}, "
-                                   f"the simulator {status.name}")
-            results.append(CallResult(status, output=self._output(kind, answer), tokens_in=int(tok_in + 0.5),
-                                      tokens_out=int(tok_out + 0.5), cost_units=float(cost), usd=float(usd),
-                                      latency_s=float(lat), detail=self._failure(status, tool),
-                                      extra={"answer_id": int(answer), "kind": int(kind)}))
-        if not terminated and rng[0] != self.sim.state.rng[0]:
-            raise RuntimeError("SimEpisodeEngine: the replay drew a different number of random values than the step")
+            results.append(CallResult(
+                status, output=self._output(rec["kind"], rec["answer"]), tokens_in=int(rec["tokens_in"] + 0.5),
+                tokens_out=int(rec["tokens_out"] + 0.5), cost_units=rec["cost_units"], usd=rec["usd"],
+                latency_s=rec["latency_s"], detail=self._failure(status, tool),
+                extra={"answer_id": rec["answer"], "kind": rec["kind"]}))
         return results
 
-    def _output(self, kind: int, answer: int) -> str:
-        if kind == OUT_ANSWER:
+    def _output(self, kind: str | None, answer: int) -> str:
+        if kind == "answer":
             return f"answer: {self.labels[answer]}"
-        if kind == OUT_FLAG:
+        if kind == "flag":
             return f"review: the leading answer {self.labels[answer]} looks wrong"
-        if kind == OUT_CONFIRM:
+        if kind == "confirm":
             return f"review: the leading answer {self.labels[answer]} looks right"
         return ""
 
