@@ -14,12 +14,20 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-
 from parasim.envs.paraorch import ParaOrchEnv
+
 from parasim.protocol.engine import EpisodeOutcome, TaskView
 from parasim.protocol.schema import CallResult, Domain, Status, Tool, ToolCall
 from parasim.sim import NUM_TARGETS, TARGET_CARRY, TARGET_QUESTION, TARGET_VERIFY
-from parasim.sim.kernel import EMPTY_SLOT, F_QTOK, I_BENCH, I_DOMAIN, I_EPISODE, I_NANS, leading_answer
+from parasim.sim.kernel import (
+    EMPTY_SLOT,
+    F_QTOK,
+    I_BENCH,
+    I_DOMAIN,
+    I_EPISODE,
+    I_NANS,
+    leading_answer,
+)
 from parasim.sim.tables import TT_TIMEOUT
 from parasim.tasks import BENCHMARKS, NUM_ANSWERS
 
