@@ -8,6 +8,7 @@ may differ in size (a group of one gets advantage 0). Contiguous equal-size grou
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -75,7 +76,7 @@ def _check_scalar(name: str, value: float | None, lo: float, lo_open: bool) -> f
     if value is None:
         return None
     v = float(value)
-    if not np.isfinite(v) or (v <= lo if lo_open else v < lo):
+    if not math.isfinite(v) or (v <= lo if lo_open else v < lo):
         raise ValueError(f"{name} = {value!r}: must be finite and {'>' if lo_open else '>='} {lo}")
     return v
 
