@@ -62,6 +62,13 @@ ACTION_MAX_CHARS = 65_536
 MAX_ERRORS_SHOWN = 16
 
 
+class ChatText(spaces.Text):
+    """A Gymnasium Text space over ``CHARSET`` whose repr does not print its 63,000 characters."""
+
+    def __repr__(self) -> str:
+        return f"ChatText({self.min_length}, {self.max_length}, charset=BMP without surrogates and controls)"
+
+
 def to_charset(text: str) -> str:
     """``text`` with every character outside ``CHARSET`` replaced by U+FFFD."""
     if all(c in _ALLOWED for c in text):
@@ -144,8 +151,8 @@ class ParaOrchTextEnv(gym.Env[str, str]):
         models = {m: descriptions.get(m, "") for m in self.model_names}
         self.system_prompt = render_system_prompt(models, max_parallel=self.max_parallel,
                                                   max_rounds=self.max_rounds) if models else ""
-        self.observation_space = spaces.Text(OBS_MAX_CHARS, min_length=0, charset=CHARSET)
-        self.action_space = spaces.Text(ACTION_MAX_CHARS, min_length=0, charset=CHARSET)
+        self.observation_space = ChatText(OBS_MAX_CHARS, min_length=0, charset=CHARSET)
+        self.action_space = ChatText(ACTION_MAX_CHARS, min_length=0, charset=CHARSET)
         self.messages: list[dict[str, str]] = []
         self._seed_next = seed
         self._rounds = 0

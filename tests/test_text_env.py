@@ -207,3 +207,17 @@ def test_real_tools_need_an_engine() -> None:
 def test_to_charset_replaces_only_unrepresentable_characters() -> None:
     assert to_charset("héllo\n\tok") == "héllo\n\tok"
     assert to_charset("a\x00b\U0001F600") == "a\ufffdb\ufffd"
+
+
+def test_standard_wrappers_and_sync_vector_env() -> None:
+    env = gym.wrappers.RecordEpisodeStatistics(gym.make("ParaOrchText-v0", max_rounds=2))
+    env.reset(seed=1)
+    env.step(call_text("search", query="x"))
+    *_, terminated, _, info = env.step(call_text("search", query="y"))
+    assert terminated and info["episode"]["l"] == 2
+    venv = gym.make_vec("ParaOrchText-v0", num_envs=2, vectorization_mode="sync", max_rounds=1)
+    obs, _ = venv.reset(seed=3)
+    assert len(obs) == 2 and all(isinstance(o, str) for o in obs)
+    _, rewards, terminated, _, _ = venv.step((call_text("search", query="x"), "junk"))
+    assert terminated.all() and rewards.shape == (2,)
+    assert "BMP" in repr(venv.single_observation_space)
