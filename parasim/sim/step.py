@@ -105,9 +105,10 @@ def write_obs(i, st_i, st_f, counts_t, counts_s, last_status, ev, arrival, scrat
         j = jt + NUM_TARGETS
         o_last[i, k] = last_status[i, k]
 
+
 @njit(cache=True)
-def reset_lanes(mask, st_i, st_f, counts_t, counts_s, last_status, exec_prev, pref, ev, arrival, rng, scratch,
-                call_i, call_f,
+def reset_lanes(mask,
+                st_i, st_f, counts_t, counts_s, last_status, exec_prev, pref, ev, arrival, rng, scratch, call_i, call_f,
                 skill, bonus, tok_mu, tm, tt, mmt, md, rel_logit, proto, row_i, row_f, row_cdf, row_dcdf,
                 o_task, o_round, o_budget, o_cand, o_evid, o_tools, o_status, o_last, o_mask, env):
     """Reset the lanes where ``mask`` is set and write their observations."""
@@ -116,14 +117,15 @@ def reset_lanes(mask, st_i, st_f, counts_t, counts_s, last_status, exec_prev, pr
         if mask[i]:
             reset_lane(i, st_i, st_f, counts_t, counts_s, last_status, exec_prev, pref, ev, arrival, rng, row_i,
                        row_f, row_cdf, row_dcdf)
-            write_obs(i, st_i, st_f, counts_t, counts_s, last_status, ev, arrival, scratch, nm, env, o_task, o_round,
-                      o_budget, o_cand, o_evid, o_tools, o_status, o_last, o_mask)
+            write_obs(i, st_i, st_f, counts_t, counts_s, last_status, ev, arrival, scratch, nm, env,
+                      o_task, o_round, o_budget, o_cand, o_evid, o_tools, o_status, o_last, o_mask)
 
 
 @njit(cache=True)
-def _step_range(lo, hi, actions, reset_first, done, st_i, st_f, counts_t, counts_s, last_status, exec_prev, pref, ev,
-                arrival, rng, scratch, call_i, call_f, skill, bonus, tok_mu, tm, tt, mmt, md, rel_logit, proto, row_i, row_f, row_cdf,
-                row_dcdf, o_task, o_round, o_budget, o_cand, o_evid, o_tools, o_status, o_last, o_mask, env):
+def _step_range(lo, hi, actions, reset_first, done,
+                st_i, st_f, counts_t, counts_s, last_status, exec_prev, pref, ev, arrival, rng, scratch, call_i, call_f,
+                skill, bonus, tok_mu, tm, tt, mmt, md, rel_logit, proto, row_i, row_f, row_cdf, row_dcdf,
+                o_task, o_round, o_budget, o_cand, o_evid, o_tools, o_status, o_last, o_mask, env):
     """Lanes lo..hi-1: the per-lane functions are inlined here, since a numba call that passes a few dozen
     arrays costs more (about 0.5 us of argument and refcount traffic) than simulating a call."""
     nm = skill.shape[0] - 1
@@ -135,33 +137,35 @@ def _step_range(lo, hi, actions, reset_first, done, st_i, st_f, counts_t, counts
             step_lane(i, actions, st_i, st_f, counts_t, counts_s, last_status, exec_prev, pref, ev, arrival, rng,
                       scratch, call_i, call_f, skill, bonus, tok_mu, tm, tt, mmt, md, rel_logit, proto, row_dcdf, env)
         done[i] = st_i[i, I_DONE]
-        write_obs(i, st_i, st_f, counts_t, counts_s, last_status, ev, arrival, scratch, nm, env, o_task, o_round,
-                  o_budget, o_cand, o_evid, o_tools, o_status, o_last, o_mask)
+        write_obs(i, st_i, st_f, counts_t, counts_s, last_status, ev, arrival, scratch, nm, env,
+                  o_task, o_round, o_budget, o_cand, o_evid, o_tools, o_status, o_last, o_mask)
 
 
 @njit(cache=True)
-def step_lanes(actions, reset_first, done, st_i, st_f, counts_t, counts_s, last_status, exec_prev, pref, ev,
-               arrival, rng, scratch, call_i, call_f, skill, bonus, tok_mu, tm, tt, mmt, md, rel_logit, proto, row_i, row_f,
-               row_cdf, row_dcdf, o_task, o_round, o_budget, o_cand, o_evid, o_tools, o_status, o_last, o_mask,
-               env):
+def step_lanes(actions, reset_first, done,
+               st_i, st_f, counts_t, counts_s, last_status, exec_prev, pref, ev, arrival, rng, scratch, call_i, call_f,
+               skill, bonus, tok_mu, tm, tt, mmt, md, rel_logit, proto, row_i, row_f, row_cdf, row_dcdf,
+               o_task, o_round, o_budget, o_cand, o_evid, o_tools, o_status, o_last, o_mask, env):
     """Step every lane with its action row; lanes with ``reset_first`` set reset instead (NEXT_STEP)."""
-    _step_range(0, actions.shape[0], actions, reset_first, done, st_i, st_f, counts_t, counts_s, last_status,
-                exec_prev, pref, ev, arrival, rng, scratch, call_i, call_f, skill, bonus, tok_mu, tm, tt, mmt, md, rel_logit, proto,
-                row_i, row_f, row_cdf, row_dcdf, o_task, o_round, o_budget, o_cand, o_evid, o_tools, o_status,
-                o_last, o_mask, env)
+    _step_range(0, actions.shape[0], actions, reset_first, done,
+                st_i, st_f, counts_t, counts_s, last_status, exec_prev, pref, ev, arrival, rng, scratch, call_i, call_f,
+                skill, bonus, tok_mu, tm, tt, mmt, md, rel_logit, proto, row_i, row_f, row_cdf, row_dcdf,
+                o_task, o_round, o_budget, o_cand, o_evid, o_tools, o_status, o_last, o_mask, env)
 
 
 @njit(cache=True, parallel=True)
-def step_lanes_parallel(actions, reset_first, done, st_i, st_f, counts_t, counts_s, last_status, exec_prev, pref,
-                        ev, arrival, rng, scratch, call_i, call_f, skill, bonus, tok_mu, tm, tt, mmt, md, rel_logit, proto, row_i,
-                        row_f, row_cdf, row_dcdf, o_task, o_round, o_budget, o_cand, o_evid, o_tools, o_status,
-                        o_last, o_mask, env):
+def step_lanes_parallel(actions, reset_first, done,
+                        st_i, st_f, counts_t, counts_s, last_status, exec_prev, pref, ev, arrival, rng, scratch,
+                        call_i, call_f,
+                        skill, bonus, tok_mu, tm, tt, mmt, md, rel_logit, proto, row_i, row_f, row_cdf, row_dcdf,
+                        o_task, o_round, o_budget, o_cand, o_evid, o_tools, o_status, o_last, o_mask, env):
     """``step_lanes`` over threads, in chunks of lanes: lanes share nothing mutable (own rows, own random
     streams), so the result is identical to the serial loop whatever the scheduling."""
     n = actions.shape[0]
     chunks = min(n, 64)
     for c in prange(chunks):
-        _step_range(c * n // chunks, (c + 1) * n // chunks, actions, reset_first, done, st_i, st_f, counts_t,
-                    counts_s, last_status, exec_prev, pref, ev, arrival, rng, scratch, call_i, call_f, skill, bonus, tok_mu, tm, tt,
-                    mmt, md, rel_logit, proto, row_i, row_f, row_cdf, row_dcdf, o_task, o_round, o_budget, o_cand,
-                    o_evid, o_tools, o_status, o_last, o_mask, env)
+        _step_range(c * n // chunks, (c + 1) * n // chunks, actions, reset_first, done,
+                    st_i, st_f, counts_t, counts_s, last_status, exec_prev, pref, ev, arrival, rng, scratch,
+                    call_i, call_f,
+                    skill, bonus, tok_mu, tm, tt, mmt, md, rel_logit, proto, row_i, row_f, row_cdf, row_dcdf,
+                    o_task, o_round, o_budget, o_cand, o_evid, o_tools, o_status, o_last, o_mask, env)
