@@ -101,7 +101,7 @@ class ParaOrchVectorEnv(VectorEnv):
             raise ValueError(f"actions: expected an integer array of shape {want}, got dtype {a.dtype} shape "
                              f"{a.shape}")
         reset_first = self._autoreset.copy()
-        done = self.sim.step(a.astype(np.int64, copy=False), reset_first)
+        done = self.sim.step(a, reset_first)
         terminated = done.astype(bool) & (reset_first == 0)
         rewards = np.zeros(self.num_envs)
         infos: dict[str, Any] = {}

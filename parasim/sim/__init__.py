@@ -103,7 +103,13 @@ class Simulator:
         self.done[m.astype(bool)] = 0
 
     def step(self, actions: np.ndarray, reset_first: np.ndarray) -> np.ndarray:
-        """Step all lanes (``actions`` int64[N, D]); lanes flagged in ``reset_first`` reset instead."""
+        """Step all lanes (``actions`` int64[N, D]); lanes flagged in ``reset_first`` reset instead.
+
+        Inputs are made C-contiguous int64 / uint8 first: any other layout or dtype would make numba
+        compile (and cache) another specialization of the kernel.
+        """
+        actions = np.ascontiguousarray(actions, dtype=np.int64)
+        reset_first = np.ascontiguousarray(reset_first, dtype=np.uint8)
         self._step(actions, reset_first, self.done, *self.state, *self.tables, *self.obs, self.env)
         return self.done
 
