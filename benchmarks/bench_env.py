@@ -1,6 +1,8 @@
 """Env-steps per second: ParaOrch-v0 single env through gym.make, the compiled vector env at 1, 64, 1,024
-and 4,096 lanes, and a NumPy-batched reference env (same per-call model, vectorized over lanes with NumPy)
-in the same run. Goals on a 2-core machine: >= 2M steps/s batched at 4,096 lanes, >= 50k steps/s single.
+and 4,096 lanes, and a NumPy-batched reference env in the same run. The reference vectorizes the per-call
+model over lanes with NumPy (statuses, tokens, latency, prices, correctness with anchoring and the long-
+context penalty, reviews, the weighted vote, rewards through the same core call); it simplifies the
+ensemble vote to one draw and leaves out exec-error repair and token budgets, so it slightly flatters NumPy. Goals on a 2-core machine: >= 2M steps/s batched at 4,096 lanes, >= 50k steps/s single.
 
 Run: ``pytest benchmarks/bench_env.py --benchmark-only`` (steps/s and the speedup over NumPy land in
 ``extra_info``), or ``python benchmarks/bench_env.py`` for a table.
@@ -80,7 +82,7 @@ def policy_actions(nvec: np.ndarray, lanes: int, steps: int, seed: int = 0) -> n
 
 
 class NumpyReferenceEnv:
-    """The same per-call model vectorized with NumPy over lanes (the baseline, not a product)."""
+    """The per-call model vectorized with NumPy over lanes (the baseline, not a product; see module doc)."""
 
     def __init__(self, lanes: int, pool: str = "paramanager", suite: str = "paramanager", seed: int = 0) -> None:
         self.sim = Simulator(pool, suite, lanes)  # reuse the tables and state layout
