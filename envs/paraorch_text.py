@@ -146,11 +146,10 @@ class ParaOrchTextEnv(gym.Env[str, str]):
         self.reward_config = resolve_reward(reward)
         self.render_mode = render_mode
         self.max_turn_chars = max_turn_chars
-        self.model_names: tuple[str, ...] = tuple(getattr(engine, "model_names", ()))
-        descriptions = describe_models(pool) if tools == "sim" or pool is not None else {}
-        models = {m: descriptions.get(m, "") for m in self.model_names}
-        self.system_prompt = render_system_prompt(models, max_parallel=self.max_parallel,
-                                                  max_rounds=self.max_rounds) if models else ""
+        self._descriptions = describe_models(pool) if pool is not None else {}
+        self.model_names: tuple[str, ...] = ()
+        self.system_prompt = ""
+        self._build_prompt()
         self.observation_space = ChatText(OBS_MAX_CHARS, min_length=0, charset=CHARSET)
         self.action_space = ChatText(ACTION_MAX_CHARS, min_length=0, charset=CHARSET)
         self.messages: list[dict[str, str]] = []
@@ -167,12 +166,19 @@ class ParaOrchTextEnv(gym.Env[str, str]):
             seed, self._seed_next = self._seed_next, None
         task = self.engine.reset(seed=seed, options=options)
         if not self.model_names:
-            self.model_names = tuple(getattr(self.engine, "model_names", ()))
+            self._build_prompt()
         self.messages = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
         self.messages.append({"role": "user", "content": to_charset(self._question(task))})
         self._rounds = self._violations = self._manager_chars = self._next_id = 0
         self._done = False
         return self._observation(), {"task": task, "messages": list(self.messages)}
+
+    def _build_prompt(self) -> None:
+        """System prompt from the engine's model ids (a real-tools engine may know them only after reset)."""
+        self.model_names = tuple(getattr(self.engine, "model_names", ()))
+        models = {m: self._descriptions.get(m, "") for m in self.model_names}
+        self.system_prompt = render_system_prompt(models, max_parallel=self.max_parallel,
+                                                  max_rounds=self.max_rounds) if models else ""
 
     @staticmethod
     def _question(task: TaskView) -> str:
