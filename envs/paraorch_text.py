@@ -6,7 +6,8 @@ Qwen3 / Hermes-format model as is: the system prompt (rules, the pool's models w
 accuracies, prices and speeds, the JSON tool list; ``parasim.protocol.tool_schema``), the question, then
 per turn the manager's text and one ``<tool_response>`` per call with its structured result
 (id, tool, model, status, output, tokens, cost, latency, and the reason of a failure). ``info["messages"]``
-holds the same conversation as chat messages for other templates. Characters outside the Basic
+holds the same conversation as chat messages for other templates. Each observation extends the previous
+one by the turn's text, ``<|im_end|>``, and the feedback, so a trainer can tokenize it incrementally. Characters outside the Basic
 Multilingual Plane and control characters are replaced by U+FFFD in the observation (the Text space's
 character set) and a turn is shown truncated after ``max_turn_chars``; parsing always sees the full text.
 

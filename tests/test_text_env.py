@@ -221,3 +221,14 @@ def test_standard_wrappers_and_sync_vector_env() -> None:
     _, rewards, terminated, _, _ = venv.step((call_text("search", query="x"), "junk"))
     assert terminated.all() and rewards.shape == (2,)
     assert "BMP" in repr(venv.single_observation_space)
+
+
+def test_each_observation_extends_the_previous_one_by_the_turn() -> None:
+    """Trainers tokenize the conversation incrementally: obs_{t+1} = obs_t + turn + "<|im_end|>\\n" + feedback."""
+    env = ParaOrchTextEnv()
+    obs, _ = env.reset(seed=2)
+    for turn in (call_text("search", query="x") + " and some prose", "not a call at all"):
+        nxt, *_ = env.step(turn)
+        assert nxt.startswith(obs + turn + "<|im_end|>\n<|im_start|>user\n<tool_response>")
+        assert nxt.endswith("<|im_start|>assistant\n")
+        obs = nxt
