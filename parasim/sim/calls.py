@@ -16,7 +16,19 @@ from numba import njit
 
 from parasim.pools import PoolSpec, load_pool
 from parasim.protocol.schema import Tool
-from parasim.sim.kernel import MM_KAPPA, OUT_ANSWER, OUT_FLAG, _sigmoid, draw_task, draw_wrong, sample_call
+from parasim.sim.kernel import (
+    _CR,
+    _FIRST_BASIC,
+    MM_KAPPA,
+    OUT_ANSWER,
+    OUT_FLAG,
+    TARGET_CARRY,
+    TARGET_VERIFY,
+    _sigmoid,
+    draw_task,
+    draw_wrong,
+    sample_call,
+)
 from parasim.sim.rng import seed_state, uniform
 from parasim.sim.tables import R_QTOK, build_tables
 from parasim.tasks import NUM_ANSWERS, TaskSuite, load_suite
@@ -39,16 +51,16 @@ def _simulate(n_tasks, per_task, tools, models, carry_prob, max_context, rng, in
             pref[m] = draw_wrong(rng, 0, m, row, nans, -1, 0.0, row_dcdf)
         for _ in range(per_task):
             tool = tools[int(uniform(rng, 0) * len(tools))]
-            mm = models[int(uniform(rng, 0) * len(models))] if tool < 5 else nm1 - 1
+            mm = models[int(uniform(rng, 0) * len(models))] if tool < _FIRST_BASIC else nm1 - 1
             lead = -1
             ctx = 0.0
             target = 0
-            if tool == 1 or uniform(rng, 0) < carry_prob:
+            if tool == _CR or uniform(rng, 0) < carry_prob:
                 ml = models[int(uniform(rng, 0) * len(models))]
                 lead = 0 if uniform(rng, 0) < _sigmoid(skill[ml, bench] + bonus[0, dom] - z) else draw_wrong(
                     rng, 0, ml, row, nans, pref[ml], mmt[MM_KAPPA, ml], row_dcdf)
                 ctx = uniform(rng, 0) * max_context
-                target = 2 if tool == 1 else 1
+                target = TARGET_VERIFY if tool == _CR else TARGET_CARRY
             status, kind, answer, tok_in, tok_out, lat, usd, cost = sample_call(
                 rng, 0, tool, mm, target, lead, ctx, False, row, bench, dom, nans, z, row_f[row, R_QTOK], pref[mm],
                 scratch, skill, bonus, tok_mu, tm, tt, mmt, md, proto, row_dcdf)
@@ -56,9 +68,9 @@ def _simulate(n_tasks, per_task, tools, models, carry_prob, max_context, rng, in
             ints[c, 4], ints[c, 5], ints[c, 6] = tool, mm, status
             ints[c, 7] = (1 if answer == 0 else 0) if kind == OUT_ANSWER else -1
             ints[c, 8] = answer if kind == OUT_ANSWER else -1
-            ints[c, 9] = -1 if tool != 1 or status != 0 else (1 if kind == OUT_FLAG else 0)
-            ints[c, 10] = -1 if tool != 1 else (1 if lead == 0 else 0)
-            ints[c, 11] = lead if target == 1 else -1
+            ints[c, 9] = -1 if tool != _CR or status != 0 else (1 if kind == OUT_FLAG else 0)
+            ints[c, 10] = -1 if tool != _CR else (1 if lead == 0 else 0)
+            ints[c, 11] = lead if target == TARGET_CARRY else -1
             floats[c, 0], floats[c, 1], floats[c, 2], floats[c, 3] = z, ctx, tok_in, tok_out
             floats[c, 4], floats[c, 5], floats[c, 6] = lat, usd, cost
             c += 1

@@ -85,9 +85,7 @@ NUM_ENV_PARAMS = 4
 
 _SR = int(Tool.STANDARD_REASONER)
 _CR = int(Tool.CRITICAL_REVIEWER)
-_CODE = int(Tool.CODE_REASONER)
 _ENS = int(Tool.ENSEMBLE_SOLVER)
-_PY = int(Tool.PYTHON)
 _FIRST_BASIC = int(Tool.PYTHON)
 _OK, _EXEC, _TIMEOUT = int(Status.OK), int(Status.EXEC_ERR), int(Status.TIMEOUT)
 _FORMAT, _INVALID, _BUDGET = int(Status.FORMAT_ERR), int(Status.INVALID_TOOL), int(Status.BUDGET_EXCEEDED)
@@ -124,7 +122,7 @@ def sample_call(rng, lane, tool, mm, target, lead, ctx, exec_before, row, bench,
     Returns (status, kind, answer, tokens_in, tokens_out, latency_s, usd, cost_units).
     """
     k = int(proto[P_ENSEMBLE_K]) if tool == _ENS else 1
-    carried = ctx if target != 0 else 0.0
+    carried = ctx if target != TARGET_QUESTION else 0.0
     tok_in1 = proto[P_PROMPT] + qtok + carried
     mu = tok_mu[tool, mm, dom] + tm[TM_TOK_ALPHA, tool, mm] * z
     tok_out = 0.0
@@ -144,7 +142,7 @@ def sample_call(rng, lane, tool, mm, target, lead, ctx, exec_before, row, bench,
         status = _TIMEOUT
     else:
         p_exec = tm[TM_P_EXEC, tool, mm]
-        if exec_before and target == 1:
+        if exec_before and target == TARGET_CARRY:
             p_exec *= proto[P_REPAIR]
         if p_exec > 0.0 and uniform(rng, lane) < p_exec:
             status = _EXEC
@@ -166,7 +164,7 @@ def sample_call(rng, lane, tool, mm, target, lead, ctx, exec_before, row, bench,
             if carried > 0.0:
                 theta -= mmt[MM_LAM, mm] * math.log(1.0 + carried / 1000.0)
             p = _sigmoid(theta)
-            if target == 1 and lead >= 0 and uniform(rng, lane) < mmt[MM_RHO, mm]:
+            if target == TARGET_CARRY and lead >= 0 and uniform(rng, lane) < mmt[MM_RHO, mm]:
                 answer = lead
             elif k == 1:
                 answer = 0 if uniform(rng, lane) < p else draw_wrong(rng, lane, mm, row, nans, pref,
@@ -306,7 +304,8 @@ def step_lane(i, actions, st_i, st_f, counts_t, counts_s, last_status, exec_prev
         agent = valid_tool and tool < _FIRST_BASIC
         if not valid_tool or k >= allowed or (agent and not 0 <= model < nm) or (tool == _CR and lead < 0):
             status = _INVALID
-        elif not 0 <= target < NUM_TARGETS or (target != 0 and lead < 0) or (tool == _CR) != (target == 2):
+        elif not 0 <= target < NUM_TARGETS or (target != TARGET_QUESTION and lead < 0) or (
+                tool == _CR) != (target == TARGET_VERIFY):
             status = _FORMAT
         elif ctx >= env[E_TOKEN_BUDGET]:
             status = _BUDGET
