@@ -125,6 +125,31 @@ def test_config_file_and_overrides(tmp_path: Path) -> None:
         runtime.parse_config(grpo.GRPOArgs, ["--config", str(cfg)])
 
 
+def test_stream_appends_only_new_env_text_and_keeps_generated_ids(tokenizer) -> None:
+    """The env may show the manager's turn differently from the raw sample (U+FFFD for characters outside its
+    charset, an end-of-turn the sample lacked); the stream still holds the sampled ids and only new env text."""
+    from parasim.training.llm.rollout import Stream
+
+    eos = tokenizer.eos_token_id
+    obs0 = "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n"
+    tail = "<|im_start|>user\n<tool_response>\n{}\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
+    for text, finished in (("\U0001F600 four", True), ("four", True), ("fo", False)):
+        stream = Stream(tokenizer, None, group_id=0, max_tokens=4096)
+        stream.observe(obs0)
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"] + ([eos] if finished else [])
+        sent = stream.add_generation(Generation(ids, [-1.0] * len(ids), finished))
+        assert sent == tokenizer.decode(ids, skip_special_tokens=True)
+        shown = sent.replace("\U0001F600", "\ufffd")
+        stream.observe(obs0 + shown + "<|im_end|>\n" + tail)
+        traj = stream.traj
+        n0 = len(tokenizer(obs0, add_special_tokens=False)["input_ids"])
+        assert traj.input_ids[n0:n0 + len(ids)] == ids and traj.spans[1] == (n0, n0 + len(ids), ROLE_MANAGER)
+        new = tokenizer.decode(traj.input_ids[n0 + len(ids):])
+        assert new == ("\n" if finished else "<|im_end|>\n") + tail
+        assert traj.sampled_logprobs[n0:n0 + len(ids)] == [-1.0] * len(ids)
+        assert set(traj.sampled_logprobs[:n0] + traj.sampled_logprobs[n0 + len(ids):]) == {0.0}
+
+
 # ------------------------------------------------------------------------------------------- the loss
 def test_ppo_loss_gives_masked_tokens_exactly_zero_gradient() -> None:
     gen = torch.Generator().manual_seed(0)
@@ -177,7 +202,7 @@ def _weights(model_dir: Path) -> dict[str, torch.Tensor]:
 
 
 # ------------------------------------------------------------------------------------------- SFT -> GRPO
-GRPO_FLAGS = dict(tasks_per_step=2, group_size=2, max_tokens=900, max_turn_tokens=32, minibatch_size=2,
+GRPO_FLAGS = dict(tasks_per_step=2, group_size=2, max_tokens=800, max_turn_tokens=16, minibatch_size=2,
                   micro_batch_size=2, ppo_epochs=2, learning_rate=1e-3, kl_coef=0.05, entropy_coef=0.01,
                   save_every=1, dump_rollouts=True)
 
