@@ -69,6 +69,15 @@ def test_python_code_with_backslashes_and_newlines_survives() -> None:
     assert "escaped a stray backslash" in parsed.repairs
 
 
+def test_fences_inside_arguments_are_content() -> None:
+    answer = "```python\nprint(1)\n```"
+    parsed = parse_tool_calls(block("final_answer", answer=answer))
+    assert parsed.final_answer == answer and parsed.repairs == []
+    fenced = parse_tool_calls("<tool_call>```json\n" + json.dumps({"name": "final_answer", "arguments": {
+        "answer": answer}}) + "\n```</tool_call>")
+    assert fenced.final_answer == answer and fenced.repairs == ["removed code fence"]
+
+
 def test_model_resolution() -> None:
     upper = parse_tool_calls(block("standard_reasoner", model="GPT-OSS-20B", subtask="s"), MODELS)
     assert upper.calls[0].model == "gpt-oss-20b" and "normalized model id" in upper.repairs

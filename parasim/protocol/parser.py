@@ -21,7 +21,7 @@ from parasim.protocol.tool_schema import TOOL_ARGUMENTS, Argument
 
 _OPEN = re.compile(r"<\s*tool_call\s*>", re.IGNORECASE)
 _CLOSE = re.compile(r"<\s*/\s*tool_call\s*>", re.IGNORECASE)
-_FENCE = re.compile(r"```[A-Za-z0-9_+-]*")
+_FENCE_OPEN = re.compile(r"^```[A-Za-z0-9_+-]*[ \t]*\n?")
 _NAME_KEY = re.compile(r"""["']name["']\s*:""")
 _TOOLS_BY_NAME = {t.wire_name: t for t in Tool}
 _SNIPPET = 200
@@ -196,8 +196,10 @@ def _object_end(text: str, start: int) -> int:
 def _load_object(body: str, repairs: list[str]) -> Any:
     """Read the block's JSON object, strict first, then through the lenient normalizer."""
     stripped = body.strip()
-    if "```" in stripped:
-        stripped = _FENCE.sub("", stripped).strip()
+    fence = _FENCE_OPEN.match(stripped)
+    if fence:  # only a fence around the whole block: fences inside argument strings are content
+        stripped = stripped[fence.end():]
+        stripped = (stripped[:-3] if stripped.rstrip().endswith("```") else stripped).strip()
         repairs.append("removed code fence")
     try:
         return json.loads(stripped)
