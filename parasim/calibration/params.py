@@ -116,8 +116,7 @@ class Layout:
 
     def natural(self, vec: np.ndarray, cov: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         """Free entries on the natural scale and their delta-method standard errors (NaN without ``cov``)."""
-        _, jac = self.unpack(vec)
-        values, _ = self.unpack(vec)
+        values, jac = self.unpack(vec)
         nat = np.concatenate([values[n][b.free] for n, b in self.blocks.items()]) if self.size else np.zeros(0)
         d = np.concatenate([jac[n] for n in self.blocks]) if self.size else np.zeros(0)
         if cov is None:
