@@ -367,12 +367,13 @@ def test_grpo_with_real_tools_against_an_openai_compatible_server(sft_model: Pat
         out = tmp_path / "run"
         grpo.main(grpo.GRPOArgs(model_path=str(sft_model), output_dir=str(out), tools="real",
                                 endpoints=str(endpoints), tasks=str(tasks), call_log=str(tmp_path / "calls.jsonl"),
-                                total_steps=1, **{**GRPO_FLAGS, "tasks_per_step": 1}))
+                                old_logprobs="recompute", total_steps=1, **{**GRPO_FLAGS, "tasks_per_step": 1}))
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
     log = json.loads((out / "grpo_metrics.jsonl").read_text())
     assert np.isfinite(log["pg_loss"]) and log["traj/ended_with_final"] in (0.0, 0.5, 1.0)
+    assert log["sampler_abs_logprob_gap"] < 1e-4  # recomputed behaviour logprobs: same fp32 model on CPU
     rows = _rollouts(out)
     assert len(rows) == 2 and rows[0]["input_ids"][:rows[0]["spans"][0][1]] == \
         rows[1]["input_ids"][:rows[1]["spans"][0][1]]  # one task for the group

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 import torch
@@ -200,29 +200,23 @@ def token_mask(trajs: Sequence[TokenTrajectory], width: int, *, mask_truncated: 
 
 @dataclass
 class PaddedBatch:
-    """Right-padded tensors of a list of trajectories; ``token_mask`` is 1 on real tokens."""
+    """Right-padded token ids of a list of trajectories; ``attention_mask`` is 1 on real tokens."""
 
     input_ids: torch.Tensor
     attention_mask: torch.Tensor
-    sampled_logprobs: torch.Tensor
 
     def to(self, device: torch.device) -> "PaddedBatch":
-        return PaddedBatch(self.input_ids.to(device), self.attention_mask.to(device),
-                           self.sampled_logprobs.to(device))
+        return PaddedBatch(self.input_ids.to(device), self.attention_mask.to(device))
 
 
 def pad_batch(trajs: Sequence[TokenTrajectory], pad_id: int) -> PaddedBatch:
     width = max(len(t.input_ids) for t in trajs)
     ids = torch.full((len(trajs), width), pad_id, dtype=torch.long)
     att = torch.zeros((len(trajs), width), dtype=torch.long)
-    lps = torch.zeros((len(trajs), width), dtype=torch.float32)
     for i, t in enumerate(trajs):
-        n = len(t.input_ids)
-        ids[i, :n] = torch.tensor(t.input_ids)
-        att[i, :n] = 1
-        if t.sampled_logprobs is not None:
-            lps[i, :n] = torch.tensor(t.sampled_logprobs, dtype=torch.float32)
-    return PaddedBatch(ids, att, lps)
+        ids[i, :len(t.input_ids)] = torch.tensor(t.input_ids)
+        att[i, :len(t.input_ids)] = 1
+    return PaddedBatch(ids, att)
 
 
 def pad_rows(rows: Sequence[np.ndarray], width: int, fill: float = 0.0) -> torch.Tensor:
@@ -231,10 +225,3 @@ def pad_rows(rows: Sequence[np.ndarray], width: int, fill: float = 0.0) -> torch
     for i, r in enumerate(rows):
         out[i, :len(r)] = torch.as_tensor(np.asarray(r, np.float32))
     return out
-
-
-def iter_minibatches(n: int, size: int, rng: np.random.Generator) -> Iterator[np.ndarray]:
-    """Shuffled index minibatches covering 0..n-1 once."""
-    order = rng.permutation(n)
-    for s in range(0, n, size):
-        yield order[s:s + size]

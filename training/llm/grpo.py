@@ -10,7 +10,7 @@ mask, update, sync, log, checkpoint.
   a frozen reference, optional entropy bonus; tool and environment tokens have mask 0 and contribute exactly nothing.
 - FSDP2 through ``torchrun`` when the world size is > 1; atomic checkpoints that resume exactly.
 
-    python -m parasim.training.llm.grpo --model_path runs/llm_sft/checkpoints/latest-model --env_kwargs '{...}'
+    python -m parasim.training.llm.grpo --model_path runs/llm_sft/checkpoints/step_00000100/model
     torchrun --nproc_per_node 8 -m parasim.training.llm.grpo --config grpo.yaml
 """
 from __future__ import annotations
@@ -27,7 +27,7 @@ import torch
 import torch.distributed as dist
 
 from parasim.training.llm import runtime
-from parasim.training.llm.data import TokenTrajectory, pad_batch, token_mask
+from parasim.training.llm.data import TokenTrajectory, pad_batch, pad_rows, token_mask
 from parasim.training.llm.rollout import HFEngine, RolloutConfig, VLLMEngine, collect, rollout_summary
 
 
@@ -68,6 +68,7 @@ class GRPOArgs:
     mask_truncated: bool = False
     # update
     ppo_epochs: int = 1
+    old_logprobs: str = "sampler"  # sampler: the rollout engine's logprobs; recompute: the trainer's, before the update
     minibatch_size: int = 64  # trajectories per optimizer step, over all ranks
     micro_batch_size: int = 4  # trajectories per forward on one rank
     learning_rate: float = 1e-6
@@ -235,6 +236,7 @@ def main(args: GRPOArgs) -> Path:
         mask[~keep] = 0
         adv_tok = broadcast_to_tokens(adv.astype(np.float32), mask)
         t2 = time.perf_counter()
+        old_lp, mismatch = old_logprobs(policy, trajs, mask, pad_id, args, info)
         # ---- update
         rng = np.random.default_rng([args.seed, step, 7])
         local_mb = args.minibatch_size // info.world_size
@@ -256,7 +258,8 @@ def main(args: GRPOArgs) -> Path:
                 for s in range(0, len(rows), args.micro_batch_size):
                     sub = rows[s:s + args.micro_batch_size]
                     loss, metrics = _micro_step(policy, ref, [trajs[i] for i in sub], mask[sub], adv_tok[sub],
-                                                weights[s:s + args.micro_batch_size], pad_id, args, info)
+                                                old_lp[sub], weights[s:s + args.micro_batch_size], pad_id, args,
+                                                info)
                     loss.backward()
                     for k, v in metrics.items():
                         sums[k] = sums.get(k, 0.0) + float(v)
@@ -272,6 +275,7 @@ def main(args: GRPOArgs) -> Path:
         reduced = dict(zip(keys, runtime.all_reduce_sum(torch.tensor([sums[k] for k in keys]), info).tolist()))
         n_tok = max(reduced.pop("tokens", 0.0), 1.0)
         log.update({k: v / n_tok for k, v in reduced.items()})
+        log.update(mismatch)
         lengths = rollout_summary(trajs)
         if not math.isfinite(log.get("pg_loss", 0.0)):
             raise FloatingPointError(f"GRPO loss is not finite at step {step}: {log}")
@@ -328,13 +332,37 @@ def sync(engine: Any, policy: runtime.TokenLogprobs, args: GRPOArgs, info: runti
     runtime.barrier(info)
 
 
+def old_logprobs(policy: runtime.TokenLogprobs, trajs: list[TokenTrajectory], mask: np.ndarray, pad_id: int,
+                 args: GRPOArgs, info: runtime.DistInfo) -> tuple[np.ndarray, dict[str, float]]:
+    """The behaviour logprobs of the importance ratio, [N, T]: the sampler's as generated, or (``recompute``) the
+    trainer's own on the same ids before the update, which removes the sampler/trainer numerics gap (bf16 vLLM
+    kernels vs the training forward) from the ratio; then the mean gap on manager tokens is logged."""
+    sampled = pad_rows([np.asarray(t.sampled_logprobs, np.float32) for t in trajs], mask.shape[1]).numpy()
+    if args.old_logprobs == "sampler":
+        return sampled, {}
+    if args.old_logprobs != "recompute":
+        raise ValueError(f"old_logprobs = {args.old_logprobs!r}; allowed: 'sampler', 'recompute'")
+    out = np.zeros_like(sampled)
+    with torch.no_grad():
+        for s in range(0, len(trajs), args.micro_batch_size):
+            batch = pad_batch(trajs[s:s + args.micro_batch_size], pad_id).to(info.device)
+            with runtime.autocast(info, args.compute_dtype):
+                lp, _ = policy(batch.input_ids, batch.attention_mask, args.temperature)
+            out[s:s + args.micro_batch_size, :lp.shape[1]] = lp.float().cpu().numpy()
+    on = mask > 0
+    gap = torch.tensor([float(np.abs(out - sampled)[on].sum()), float(on.sum())], dtype=torch.float64)
+    total, count = runtime.all_reduce_sum(gap, info).tolist()
+    return out, {"sampler_abs_logprob_gap": total / max(count, 1.0)}
+
+
 def _micro_step(policy: runtime.TokenLogprobs, ref: runtime.TokenLogprobs | None, trajs: list[TokenTrajectory],
-                mask: np.ndarray, adv: np.ndarray, weights: np.ndarray, pad_id: int, args: GRPOArgs,
-                info: runtime.DistInfo) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+                mask: np.ndarray, adv: np.ndarray, old_lp: np.ndarray, weights: np.ndarray, pad_id: int,
+                args: GRPOArgs, info: runtime.DistInfo) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     batch = pad_batch(trajs, pad_id).to(info.device)
     width = batch.input_ids.shape[1]
     m = torch.as_tensor(mask[:, :width], dtype=torch.float32, device=info.device)
     adv_tok = torch.as_tensor(adv[:, :width], dtype=torch.float32, device=info.device)
+    old = torch.as_tensor(old_lp[:, :width], dtype=torch.float32, device=info.device)
     row_w = torch.as_tensor(weights, dtype=torch.float32, device=info.device)[:, None]
     with runtime.autocast(info, args.compute_dtype):
         new_lp, entropy = policy(batch.input_ids, batch.attention_mask, args.temperature)
@@ -342,7 +370,7 @@ def _micro_step(policy: runtime.TokenLogprobs, ref: runtime.TokenLogprobs | None
         if ref is not None:
             with torch.no_grad():
                 ref_lp, _ = ref(batch.input_ids, batch.attention_mask, args.temperature)
-    loss, metrics = ppo_token_loss(new_lp, batch.sampled_logprobs, adv_tok, m, row_w, args, ref_lp, entropy)
+    loss, metrics = ppo_token_loss(new_lp, old, adv_tok, m, row_w, args, ref_lp, entropy)
     return loss * info.world_size, metrics
 
 
