@@ -191,8 +191,11 @@ sync(); dt = (time.perf_counter() - t) / upd_iters
 report["update"] = {"batch": upd_batch, "seq_len": upd_len, "seconds_per_step": dt,
                     "tokens_per_s": upd_batch * upd_len / dt,
                     "peak_mem_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else None}
-del optimizer, policy, engine, gens
+del optimizer, policy, engine, gens, update_once
 lm = None
+import gc
+
+gc.collect()
 if cuda:
     torch.cuda.empty_cache()
 save(True)
@@ -230,6 +233,8 @@ save(True)
 
 # --- 4. one real GRPO step on ParaOrchText-v0 (simulated tools), the trainer's own timing split
 run_dir = Path(tempfile.mkdtemp(prefix="parasim_gpu_grpo_"))
+if cuda:
+    torch.cuda.reset_peak_memory_stats()
 t = time.perf_counter()
 grpo.main(grpo.GRPOArgs(model_path=str(model_dir), output_dir=str(run_dir), total_steps=1, save_every=0,
                         learning_rate=1e-6, **grpo_kw))

@@ -89,9 +89,11 @@ class HFEngine:
                 temperature=params.temperature, top_p=params.top_p, top_k=0, max_new_tokens=params.max_new_tokens,
                 eos_token_id=self.stop_ids, pad_token_id=self.pad_id, output_scores=True,
                 return_dict_in_generate=True, use_cache=True)
-        new = res.sequences[:, width:].cpu()
-        scores = torch.stack(res.scores, dim=1).float().cpu()  # [B, steps, V], processed logits
-        logprobs = torch.log_softmax(scores, dim=-1).gather(-1, new.unsqueeze(-1)).squeeze(-1)
+        new = res.sequences[:, width:]
+        # one step at a time on the device: stacking all steps' processed logits would be [B, steps, V] at once
+        logprobs = torch.stack([torch.log_softmax(step.float(), dim=-1).gather(-1, new[:, k:k + 1]).squeeze(-1)
+                                for k, step in enumerate(res.scores)], dim=1).cpu()
+        new = new.cpu()
         gens = []
         for i in range(len(prompts)):
             row = new[i].tolist()
