@@ -10,8 +10,9 @@ Options (``gym.make("ParaOrch-v0", **options)``): ``pool`` (shipped name, JSON p
 "paramanager"), ``suite`` (named suite, benchmark name, JSONL task file or TaskSuite; "paramanager"),
 ``max_rounds`` (12), ``max_parallel`` (K, 4), ``serial`` (False), ``reward`` (preset name or RewardConfig;
 "paramanager"), ``token_budget`` (None: calls made once the trajectory holds this many tokens get
-BUDGET_EXCEEDED), ``seed`` (None: seed used by the first ``reset()`` without a seed), ``tools`` ("sim";
-"real" is accepted and raises, naming the missing backend).
+BUDGET_EXCEEDED), ``seed`` (None: seed used by the first ``reset()`` without a seed), ``tools`` ("sim" or "real"),
+``engine`` (with ``tools="real"`` only: a ``parasim.real.engine.RealEpisodeEngine``; the episodes then run
+on real tools with the same spaces, see ``parasim.envs.paraorch_real``).
 
 Action, ``MultiDiscrete(nvec)`` with ``nvec = [2] + [NUM_TOOLS + 1, M, 3] * K`` (M = pool models):
   - ``a[0]``: stop flag, 1 = ``final_answer`` (the slots are then ignored), 0 = run a round.
@@ -47,7 +48,7 @@ number since the env was seeded); empty otherwise.
 """
 from __future__ import annotations
 
-from typing import Any, NoReturn
+from typing import Any, ClassVar, Self
 
 import gymnasium as gym
 import numpy as np
@@ -58,20 +59,19 @@ from parasim.sim import Simulator
 from parasim.sim.kernel import CAND_FEATURES, NUM_CANDIDATES
 from parasim.sim.state import TASK_FEATURES
 
-
-def require_real_tools(**options: Any) -> NoReturn:
-    """The real-tools backend of ParaOrch-v0 (issue 5 fills this): raises until it exists."""
-    raise NotImplementedError(
-        "ParaOrch-v0 with tools='real' needs a real-tools backend: an OpenAI-compatible endpoint per pool model "
-        "for the agent tools, the python sandbox and the search retriever (parasim's real-tools backend, "
-        "not implemented yet). Use tools='sim' for the calibrated simulator.")
+REAL_TOOLS_HINT = (
+    "build the engine over an OpenAI-compatible endpoint per pool model, e.g. engine = "
+    "parasim.real.engine.RealEpisodeEngine(parasim.real.backend.RealToolBackend.from_config('endpoints.yaml'), "
+    "parasim.real.tasks.load_real_tasks('tasks.jsonl')), then gym.make('ParaOrch-v0', tools='real', engine=engine)")
 
 
 def make_simulator(tools: str, num_lanes: int, *, pool: Any, suite: Any, max_rounds: int, max_parallel: int,
                    serial: bool, token_budget: float | None, threads: bool = False) -> Simulator:
-    """The backend behind the structured envs: the compiled simulator, or the real-tools backend."""
+    """The compiled simulator behind the structured envs (real tools run through ``paraorch_real`` instead)."""
     if tools == "real":
-        require_real_tools(pool=pool, suite=suite)
+        raise ValueError("tools='real': the compiled simulator runs simulated tools only; real tools need one "
+                         f"engine per env ({REAL_TOOLS_HINT}; several such envs vectorize with "
+                         "gym.vector.AsyncVectorEnv)")
     if tools != "sim":
         raise ValueError(f"tools: expected 'sim' or 'real', got {tools!r}")
     return Simulator(pool, suite, num_lanes, max_rounds=max_rounds, max_parallel=max_parallel, serial=serial,
@@ -79,22 +79,37 @@ def make_simulator(tools: str, num_lanes: int, *, pool: Any, suite: Any, max_rou
 
 
 def observation_space(sim: Simulator) -> spaces.Dict:
-    """The single-episode Dict observation space (see the module docstring)."""
+    """The single-episode Dict observation space of a simulator's envs (see the module docstring)."""
+    return dict_observation_space(sim.slots, float(sim.env[0]), sim.nvec)
+
+
+def dict_observation_space(slots: int, max_rounds: float, nvec: np.ndarray) -> spaces.Dict:
+    """The Dict observation space for K = ``slots`` call slots, R rounds and the action sizes ``nvec``;
+    the simulated and the real-tools env share it, so a policy trained on one runs on the other."""
     inf = np.inf
     f32 = np.float32
     task_high = np.array([1, 1, 1, 1, 1, 1, 1, inf], f32)
-    k, r = sim.slots, float(sim.env[0])
     return spaces.Dict({
         "task": spaces.Box(0, task_high, (TASK_FEATURES,), f32),
-        "round": spaces.Box(0, r, (2,), f32),
+        "round": spaces.Box(0, max_rounds, (2,), f32),
         "budget": spaces.Box(0, inf, (4,), f32),
         "candidates": spaces.Box(-inf, inf, (NUM_CANDIDATES, CAND_FEATURES), f32),
         "evidence": spaces.Box(0, inf, (3,), f32),
         "tool_counts": spaces.Box(0, inf, (NUM_TOOLS,), f32),
         "status_counts": spaces.Box(0, inf, (NUM_STATUSES,), f32),
-        "last_status": spaces.Box(0, NUM_STATUSES, (k,), np.int8),
-        "action_mask": spaces.Box(0, 1, (int(sim.nvec.sum()),), np.int8),
+        "last_status": spaces.Box(0, NUM_STATUSES, (slots,), np.int8),
+        "action_mask": spaces.Box(0, 1, (int(nvec.sum()),), np.int8),
     })
+
+
+def check_action(action: Any, nvec: np.ndarray) -> np.ndarray:
+    """The action as an integer array of shape ``nvec.shape``; a wrong shape or dtype is a caller bug (raises),
+    out-of-range values are model output (they become call statuses downstream)."""
+    a = np.asarray(action)
+    if a.shape != nvec.shape or a.dtype.kind not in "iu":
+        raise ValueError(f"action: expected an integer array of shape {nvec.shape} (MultiDiscrete "
+                         f"{nvec.tolist()}), got dtype {a.dtype} shape {a.shape}")
+    return a
 
 
 def resolve_reward(reward: Any) -> Any:
@@ -111,27 +126,52 @@ def terminal_info(sim: Simulator, lanes: np.ndarray, reward_config: Any) -> tupl
     group-relative preset (toolorchestra) sees a group of one here; trainers that group rollouts re-score
     the logged trajectories with ``compute_rewards`` over their groups.
     """
-    from parasim import TrajectoryBatch, compute_rewards
-
     traj = sim.trajectory(lanes)
     # the simulator writes every field in its contract dtype and range (tests check it against
     # ``TrajectoryBatch.from_arrays``), so the trusting constructor skips a second validation per step
-    batch = TrajectoryBatch(**{**traj, "group_id": np.arange(len(lanes), dtype=np.int64)})
+    total, comps = score_trajectories(traj, reward_config, validate=False)
+    return total, comps, traj
+
+
+def score_trajectories(traj: dict[str, np.ndarray], reward_config: Any, *, validate: bool) -> tuple[np.ndarray, dict]:
+    """``compute_rewards`` of finished episodes given as TrajectoryBatch fields, each its own group; ``validate``
+    for fields that come from outside the simulator (real tools)."""
+    from parasim import TrajectoryBatch, compute_rewards
+
+    fields = {**traj, "group_id": np.arange(len(traj["outcome"]), dtype=np.int64)}
+    batch = TrajectoryBatch.from_arrays(**fields) if validate else TrajectoryBatch(**fields)
     result = compute_rewards(batch, reward_config)
     comps = {k: np.asarray(v, np.float64) for k, v in result.as_dict().items()}
-    return comps["total"], comps, traj
+    return comps["total"], comps
+
+
+def terminal_step_info(comps: dict[str, np.ndarray], traj: dict[str, np.ndarray]) -> dict[str, dict]:
+    """The terminal step's info of a single env: every reward component and trajectory field of the episode."""
+    return {"reward_components": {k: v[0] for k, v in comps.items()},
+            "trajectory": {k: v[0] for k, v in traj.items()}}
 
 
 class ParaOrchEnv(gym.Env):
     """ParaOrch-v0 (see the module docstring for options, action layout and observation keys)."""
 
-    metadata = {"render_modes": []}
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
+
+    def __new__(cls, *args: Any, tools: str = "sim", **kwargs: Any) -> Self:
+        """``tools="real"`` builds the real-tools subclass (same spaces, engine-driven episodes)."""
+        if tools == "real" and cls is ParaOrchEnv:
+            from parasim.envs.paraorch_real import ParaOrchRealEnv
+
+            return super().__new__(ParaOrchRealEnv)
+        return super().__new__(cls)
 
     def __init__(self, pool: Any = "paramanager", suite: Any = "paramanager", max_rounds: int = 12,
                  max_parallel: int = 4, serial: bool = False, reward: Any = "paramanager", tools: str = "sim",
-                 token_budget: float | None = None, seed: int | None = None, render_mode: str | None = None) -> None:
+                 token_budget: float | None = None, seed: int | None = None, render_mode: str | None = None,
+                 engine: Any = None) -> None:
         if render_mode is not None:
             raise ValueError(f"render_mode: ParaOrch-v0 has no render modes, got {render_mode!r}")
+        if engine is not None:
+            raise ValueError("engine: only with tools='real'; tools='sim' runs the compiled simulator")
         self.sim = make_simulator(tools, 1, pool=pool, suite=suite, max_rounds=max_rounds, max_parallel=max_parallel,
                                   serial=serial, token_budget=token_budget)
         self.reward_config = resolve_reward(reward)
@@ -157,10 +197,7 @@ class ParaOrchEnv(gym.Env):
         return self.sim.observation(0), {}
 
     def step(self, action: Any) -> tuple[dict, float, bool, bool, dict]:
-        a = np.asarray(action)
-        if a.shape != self._act.shape[1:] or a.dtype.kind not in "iu":
-            raise ValueError(f"action: expected an integer array of shape {self._act.shape[1:]} (MultiDiscrete "
-                             f"{self.sim.nvec.tolist()}), got dtype {a.dtype} shape {a.shape}")
+        a = check_action(action, self.sim.nvec)
         if self._done:
             raise RuntimeError("ParaOrch-v0: the episode is over; call reset() before step()")
         self._act[0] = a
@@ -170,6 +207,4 @@ class ParaOrchEnv(gym.Env):
             return obs, 0.0, False, False, {}
         self._done = True
         total, comps, traj = terminal_info(self.sim, np.array([0]), self.reward_config)
-        info = {"reward_components": {k: v[0] for k, v in comps.items()},
-                "trajectory": {k: v[0] for k, v in traj.items()}}
-        return obs, float(total[0]), True, False, info
+        return obs, float(total[0]), True, False, terminal_step_info(comps, traj)

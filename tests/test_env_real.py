@@ -1,0 +1,235 @@
+"""ParaOrch-v0 with tools="real": the structured env over RealEpisodeEngine and the scripted OpenAI-compatible server.
+
+The server (``parasim.real.fake_server``) is a real process on loopback: "good" answers 42 (the gold answer),
+"other" answers 7, "split" samples 41, 42, 42. Covers the shared spaces, the call each slot becomes, candidates
+grouped by verifier equivalence, budgets and the reward from the CallResults, the simulator's protocol
+statuses, and a server killed mid-episode.
+"""
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from parasim.envs.paraorch_real import slot_status
+from parasim.envs.real_evidence import CallWeights, EvidenceBoard, answer_kind
+from test_real_backend import (
+    _control,
+    _emap,
+    _exact,
+    _free_port,
+    _start_fake,
+    _stop,
+    _task,
+)
+
+import parasim  # noqa: F401  (registers the envs)
+from parasim import TrajectoryBatch, compute_rewards
+from parasim.pools import load_pool
+from parasim.protocol.schema import NUM_STATUSES, Domain, Status, Tool
+from parasim.real.backend import RealToolBackend
+from parasim.real.engine import RealEpisodeEngine
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+EMPTY = [7, 0, 0]
+NO_CALL = NUM_STATUSES
+
+
+@pytest.fixture(scope="module")
+def server():
+    port = _free_port()
+    proc = _start_fake(port)
+    yield f"http://127.0.0.1:{port}"
+    _stop(proc)
+
+
+@pytest.fixture
+def backend(server):
+    _control(server)
+    with RealToolBackend(_emap(server)) as b:
+        yield b
+
+
+def _make(backend: RealToolBackend, **options) -> gym.Env:
+    engine = RealEpisodeEngine(backend, [_task()], verifier=_exact, seed=0)
+    return gym.make("ParaOrch-v0", tools="real", engine=engine, **options)
+
+
+def _act(*slots: list[int], stop: int = 0, k: int = 4) -> np.ndarray:
+    rows = list(slots) + [EMPTY] * (k - len(slots))
+    return np.array([stop] + [x for s in rows for x in s], np.int64)
+
+
+def test_real_env_has_the_sim_spaces_and_passes_check_env(backend):
+    env = _make(backend)
+    sim = gym.make("ParaOrch-v0")  # paramanager: 3 pool models, as the 3 endpoints here
+    assert env.observation_space == sim.observation_space and env.action_space == sim.action_space
+    assert env.unwrapped.spec.nondeterministic and not sim.spec.nondeterministic
+    # the close check rebuilds the env from a deep copy of its spec, which would copy the live engine
+    check_env(env.unwrapped, skip_render_check=True, skip_close_check=True)
+
+
+def test_episode_end_to_end_calls_candidates_budgets_reward(backend):
+    env = _make(backend, serial=True)
+    obs, info = env.reset(seed=0)
+    assert info["task"].question == "What is six times seven?"
+    assert obs["task"].tolist()[:7] == [1, 0, 0, 0, 1, 0, 1] and obs["evidence"].tolist() == [0, 0, 1]
+    mask = obs["action_mask"]
+    assert mask[2 + Tool.CRITICAL_REVIEWER] == 0 and mask[2 + 8 + 3 + 1] == 0  # no lead: no review, no carry
+
+    obs, reward, term, _, info = env.step(_act([0, 0, 0], [0, 1, 0], [4, 2, 0]))  # good 42, other 7, split ens 42
+    assert not term and reward == 0.0
+    assert [c.model for c in info["calls"]] == ["good", "other", "split"]
+    assert all(c.subtask == "What is six times seven?" and c.target == -1 for c in info["calls"])
+    assert [r.status for r in info["results"]] == [Status.OK] * 3
+    assert obs["last_status"].tolist() == [0, 0, 0, NO_CALL]
+    cands = obs["candidates"]
+    assert cands[:, 0].tolist() == [1, 1, 0, 0] and cands[:2, 2].tolist() == [2, 1]  # 42 twice, 7 once
+    assert cands[0, 1] > cands[1, 1] > 0 and obs["evidence"].tolist() == [3, 2, 0]
+    results = info["results"]
+    pool = load_pool("paramanager")
+    tokens = pool.manager_tokens_round + 3 * pool.manager_tokens_call + sum(r.tokens_out for r in results)
+    assert obs["budget"][0] == pytest.approx(tokens)
+    assert obs["budget"][1] == pytest.approx(sum(r.cost_units for r in results))
+    assert obs["budget"][3] == pytest.approx(sum(r.latency_s for r in results), rel=1e-5)  # serial: summed
+    assert obs["action_mask"][2 + Tool.CRITICAL_REVIEWER] == 1
+
+    obs, _, _, _, info = env.step(_act([1, 1, 2], [0, 1, 1]))  # review the lead, carry it
+    review, carry = info["calls"]
+    assert review.subtask == "Verify this answer: 42" and review.target == 0 and carry.target == 0
+    assert obs["candidates"][0, 2:].tolist() == [2, 0, 1]  # 42: a confirmation; "other" answers 7 again
+    assert obs["candidates"][1, 2:].tolist() == [2, 0, 0] and obs["tool_counts"].tolist()[:5] == [3, 1, 0, 0, 1]
+
+    obs, reward, term, _, info = env.step(_act(stop=1))
+    traj = info["trajectory"]
+    assert term and info["correct"] and info["answer"] == "42"
+    assert (traj["rounds"], traj["tool_calls"], traj["ended_with_final"], traj["format_violations"]) == (2, 5, 1, 0)
+    assert traj["tokens"] == pytest.approx(obs["budget"][0])
+    rec = {k: v for k, v in traj.items()}
+    expected = compute_rewards(TrajectoryBatch.from_records([rec]), "paramanager").total[0]
+    assert reward == pytest.approx(expected) and reward == info["reward_components"]["total"]
+    with pytest.raises(RuntimeError, match="reset"):
+        env.step(_act(stop=1))
+
+
+def test_protocol_errors_get_the_simulator_statuses_without_a_call(backend, server):
+    env = _make(backend, max_rounds=2)
+    env.reset(seed=0)
+    import httpx
+
+    before = httpx.get(f"{server}/stats").json()["requests"]
+    # reviewer without a lead, unknown tool 9, model 5 of 3, carry without a lead
+    obs, reward, term, _, info = env.step(_act([1, 0, 2], [9, 0, 0], [0, 5, 0], [0, 0, 1]))
+    assert obs["last_status"].tolist() == [Status.INVALID_TOOL] * 3 + [Status.FORMAT_ERR]
+    assert info["calls"] == [] and httpx.get(f"{server}/stats").json()["requests"] == before
+    obs, reward, term, _, info = env.step(_act(stop=3))  # a stop flag other than 0/1, no call: a violation
+    assert term and info["trajectory"]["format_violations"] == 2 and info["trajectory"]["ended_with_final"] == 0
+    assert info["reward_components"]["protocol"] < 0 and np.isfinite(reward)
+
+
+def test_token_budget_gives_budget_exceeded(backend):
+    env = _make(backend, token_budget=1)
+    env.reset(seed=0)
+    obs, *_ = env.step(_act([0, 0, 0]))
+    assert obs["last_status"][0] == Status.OK
+    obs, *_ = env.step(_act([0, 0, 0], [5, 0, 0]))
+    assert obs["last_status"].tolist()[:2] == [Status.BUDGET_EXCEEDED] * 2
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(-2, 9), min_size=13, max_size=13), st.integers(0, 3), st.booleans())
+def test_slot_rules_match_the_simulator(action, warmup, budget):
+    """Every protocol status ``slot_status`` predicts is the compiled simulator's; runnable calls run there."""
+    env = gym.make("ParaOrch-v0", token_budget=3000 if budget else None).unwrapped
+    obs, _ = env.reset(seed=warmup)
+    for _ in range(warmup):  # some evidence first, so that the lead-dependent rules are exercised
+        obs, *_ = env.step(_act([0, 0, 0], [2, 1, 0]))
+    a = np.array(action, np.int64)
+    a[0] = 0
+    has_lead, tokens = bool(obs["evidence"][1] > 0), float(obs["budget"][0])
+    obs, *_ = env.step(a)
+    for k in range(4):
+        tool, model, target = a[1 + 3 * k: 4 + 3 * k]
+        if tool == 7:
+            assert obs["last_status"][k] == NO_CALL
+            continue
+        want = slot_status(int(tool), int(model), int(target), k, allowed=4, num_models=3, has_lead=has_lead,
+                           tokens=tokens, token_budget=3000 if budget else np.inf)
+        got = Status(obs["last_status"][k])
+        assert got == want if want is not None else got in (Status.OK, Status.EXEC_ERR, Status.TIMEOUT)
+
+
+def _board(domain: Domain, options: tuple[str, ...] = ()) -> EvidenceBoard:
+    weights = CallWeights(load_pool("paramanager"), ("good", "Qwen3-30B-A3B-Instruct-2507"),
+                          f"generic_{domain.name.lower()}", int(domain), len(options))
+    return EvidenceBoard(answer_kind(int(domain), len(options)), options, weights)
+
+
+@pytest.mark.parametrize("domain, options, same, other", [
+    (Domain.MATH, (), ["1/2", "0.5", "\\frac{1}{2}"], "2"),
+    (Domain.SCIENCE, ("Mars", "Venus", "Earth"), ["(B)", "B", "Venus"], "A"),
+    (Domain.KNOWLEDGE, (), ["The Eiffel Tower", "eiffel tower."], "Louvre"),
+])
+def test_answers_that_verify_as_equal_share_a_candidate(domain, options, same, other):
+    board = _board(domain, options)
+    for i, answer in enumerate(same + [other, ""]):
+        board.add_answer(answer, Tool.STANDARD_REASONER, i % 2, i)
+    ranked = board.ranked()
+    assert [c.support for c in ranked] == [len(same), 1] and ranked[0].answer == same[0] and ranked[0].source == 0
+    assert board.ok_answers == len(same) + 1
+    lead = board.lead()
+    before = lead.score
+    board.add_review(lead, True, 0)
+    assert lead.flags == 1 and lead.score < before
+
+
+def test_unknown_models_get_the_pool_mean_prior():
+    pool = load_pool("paramanager")
+    named = CallWeights(pool, pool.model_names[:-1], "generic_math", 0, 0)
+    unknown = CallWeights(pool, ("endpoint-x",), "generic_math", 0, 0)
+    t = Tool.STANDARD_REASONER
+    scores = [named.answer(t, m) for m in range(pool.num_models)]
+    assert min(scores) <= unknown.answer(t, 0) <= max(scores)
+    assert unknown.review(True, 0) < 0 < unknown.review(False, 0)
+
+
+def test_killed_server_gives_timeouts_and_the_episode_still_ends_with_a_reward():
+    port = _free_port()
+    proc = _start_fake(port)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        with RealToolBackend(_emap(url, timeout_s=2)) as b:
+            env = _make(b)
+            env.reset(seed=0)
+            obs, *_ = env.step(_act([0, 0, 0], [0, 1, 0]))
+            assert obs["last_status"].tolist()[:2] == [Status.OK] * 2
+            _stop(proc)
+            obs, reward, term, _, info = env.step(_act([0, 0, 0], [1, 2, 2]))
+            assert [r.status for r in info["results"]] == [Status.TIMEOUT] * 2
+            assert obs["status_counts"][Status.TIMEOUT] == 2 and obs["evidence"][0] == 2  # earlier answers kept
+            obs, reward, term, _, info = env.step(_act(stop=1))
+    finally:
+        _stop(proc)
+    assert term and np.isfinite(reward) and reward == info["reward_components"]["total"]
+    assert info["answer"] == "42"  # the termination model is down: the vote over 42 and 7, first seen on ties
+
+
+def test_real_tools_need_an_engine_and_the_sim_takes_none():
+    with pytest.raises(NotImplementedError, match="RealEpisodeEngine"):
+        gym.make("ParaOrch-v0", tools="real")
+    with pytest.raises(ValueError, match="engine: only with tools='real'"):
+        gym.make("ParaOrch-v0", engine=object())
+    with pytest.raises(ValueError, match="AsyncVectorEnv"):
+        gym.make_vec("ParaOrch-v0", num_envs=2, tools="real")
+
+
+def test_sync_vector_env_over_real_envs_sharing_one_backend(backend):
+    venv = gym.vector.SyncVectorEnv([lambda: _make(backend, max_rounds=2) for _ in range(2)])
+    obs, _ = venv.reset(seed=0)
+    assert obs in venv.observation_space
+    for _ in range(2):
+        obs, reward, term, _, _ = venv.step(np.stack([_act([0, 0, 0])] * 2))
+    assert term.all() and np.isfinite(reward).all() and obs in venv.observation_space
+    venv.close()
