@@ -416,7 +416,10 @@ def test_fsdp2_two_processes_match_single_process_sft(tiny: Path, sft_data: Path
     _torchrun("parasim.training.llm.grpo", [
         "--model_path", str(sharded), "--output_dir", str(tmp_path / "grpo"), "--total_steps", "1",
         "--tasks_per_step", "2", "--group_size", "2", "--max_tokens", "700", "--max_turn_tokens", "16",
-        "--minibatch_size", "4", "--micro_batch_size", "2", "--dump_rollouts", "true"], tmp_path)
+        "--minibatch_size", "4", "--micro_batch_size", "2", "--dump_rollouts", "true", "--kl_coef", "0.05",
+        "--old_logprobs", "recompute"], tmp_path)
     log = json.loads((tmp_path / "grpo" / "grpo_metrics.jsonl").read_text())
     assert np.isfinite(log["pg_loss"]) and np.isfinite(log["grad_norm"]) and log["step"] == 1
+    assert log["kl_ref"] >= 0.0 and log["sampler_abs_logprob_gap"] < 1e-4
+    assert (tmp_path / "grpo" / "rollouts.jsonl").exists() and (tmp_path / "grpo" / "rollouts_rank1.jsonl").exists()
     assert runtime.latest_checkpoint(tmp_path / "grpo" / "checkpoints").name == "step_00000001"
