@@ -172,7 +172,7 @@ class ParaOrchRealEnv(ParaOrchEnv):
         self._tool_counts = np.zeros(NUM_TOOLS, np.float32)
         self._status_counts = np.zeros(NUM_STATUSES, np.float32)
         self._last_status = np.full(self.slots, NO_CALL, np.int8)
-        self._episode += 1
+        self._episode = 1 if seed is not None else self._episode + 1  # the sim's count: episodes since seeded
         self._done = False
         return self._observation(), {"task": self.task}
 

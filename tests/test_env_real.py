@@ -233,3 +233,24 @@ def test_sync_vector_env_over_real_envs_sharing_one_backend(backend):
         obs, reward, term, _, _ = venv.step(np.stack([_act([0, 0, 0])] * 2))
     assert term.all() and np.isfinite(reward).all() and obs in venv.observation_space
     venv.close()
+
+
+def _make_in_worker(url: str, seed: int) -> gym.Env:
+    """An env with its own backend: what an AsyncVectorEnv worker process builds (a live backend cannot be sent)."""
+    engine = RealEpisodeEngine(RealToolBackend(_emap(url)), [_task(), _task(id="t1", answer="7")], verifier=_exact)
+    return gym.make("ParaOrch-v0", tools="real", engine=engine, max_rounds=2, seed=seed)
+
+
+def test_async_vector_env_of_real_envs(server):
+    _control(server)
+    venv = gym.vector.AsyncVectorEnv([lambda i=i: _make_in_worker(server, i) for i in range(2)])
+    try:
+        obs, _ = venv.reset()
+        obs, reward, term, _, _ = venv.step(np.stack([_act([0, 0, 0], [0, 1, 0])] * 2))
+        assert obs["last_status"][:, :2].tolist() == [[Status.OK] * 2] * 2 and not term.any()
+        assert obs["evidence"][:, 1].tolist() == [2, 2]  # 42 and 7 in each sub-env
+        obs, reward, term, _, info = venv.step(np.stack([_act([0, 2, 0])] * 2))
+        assert term.all() and np.isfinite(reward).all()
+        assert info["trajectory"]["group_id"].tolist() == [1, 1]  # each sub-env's first episode since seeded
+    finally:
+        venv.close()
