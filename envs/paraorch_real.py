@@ -119,6 +119,8 @@ class ParaOrchRealEnv(ParaOrchEnv):
                  engine: Any = None) -> None:
         if render_mode is not None:
             raise ValueError(f"render_mode: ParaOrch-v0 has no render modes, got {render_mode!r}")
+        if tools != "real":
+            raise ValueError(f"tools: ParaOrchRealEnv runs tools='real' only, got {tools!r}")
         if engine is None:
             raise NotImplementedError(f"ParaOrch-v0 with tools='real' needs engine=, the real-tools backend of "
                                       f"its episodes: {REAL_TOOLS_HINT}. Use tools='sim' for the simulator.")
