@@ -4,12 +4,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-
-from parasim.advantages import METHODS
 from parasim.training import grpo
 from parasim.training.config import make_config
 from parasim.training.pipeline import build_policy, run_pipeline
 from parasim.training.rollout import collect, make_envs
+
+from parasim.advantages import METHODS
 
 TINY = {"grpo.steps": "4", "grpo.tasks_per_step": "8", "grpo.group_size": "4", "grpo.minibatches": "2",
         "grpo.checkpoint_every": "2", "expert.episodes": "128", "sft.epochs": "1", "eval.tasks": "16",

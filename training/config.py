@@ -13,18 +13,20 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
-from parasim.rewards import PRESETS, RewardConfig
+import tomllib
 from parasim.training.evaluate import EvalConfig
 from parasim.training.expert import ExpertConfig
 from parasim.training.fields import opt, parse_value, validate_section
 from parasim.training.grpo import GRPOConfig
 from parasim.training.policy import PolicyConfig
 from parasim.training.sft import SFTConfig
+
+from parasim.rewards import PRESETS, RewardConfig
 
 
 @dataclass(frozen=True)
@@ -63,7 +65,7 @@ class TrainConfig:
     grpo: GRPOConfig = field(default_factory=GRPOConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
 
-    def validate(self) -> "TrainConfig":
+    def validate(self) -> TrainConfig:
         """Check every section; raises ``ValueError`` naming the field and its allowed range."""
         if not isinstance(self.seed, int) or isinstance(self.seed, bool) or not 0 <= self.seed < 2**31:
             raise ValueError(f"seed={self.seed!r}: allowed range [0, 2**31 - 1]")

@@ -19,11 +19,11 @@ from typing import Any
 
 import numpy as np
 import torch
+from parasim.training.fields import opt
+from parasim.training.rollout import collect, derive_seed, make_envs
 
 from parasim.protocol.schema import MAX_PARALLEL, NUM_TOOLS, Domain, Status, Tool
 from parasim.sim import TARGET_CARRY, TARGET_QUESTION, TARGET_VERIFY
-from parasim.training.fields import opt
-from parasim.training.rollout import collect, derive_seed, make_envs
 
 EMPTY = NUM_TOOLS
 FAILED = (int(Status.EXEC_ERR), int(Status.TIMEOUT))
@@ -94,10 +94,9 @@ class ScriptedExpert:
         else:
             confirmed, flagged = cand[0, 4] > 0, cand[0, 3] > 0
             lead_margin = cand[0, 2] - cand[1, 2]
-            if confirmed and not flagged and lead_margin > 0 and not explore:
-                act[0] = 1
-            elif not flagged and lead_margin >= 2 and rnd >= 1 and self.rng.random() < 0.5:
-                act[0] = 1
+            settled = confirmed and lead_margin > 0 and not explore
+            if not flagged and (settled or (lead_margin >= 2 and rnd >= 1 and self.rng.random() < 0.5)):
+                act[0] = 1  # a confirmed leader, or (half the time) a clear majority after a round
             elif flagged or lead_margin <= 0:
                 calls = self._solvers(o, max(1, self._width(slots, explore, first=False) - 1))
                 calls.append((int(Tool.CRITICAL_REVIEWER), self._model(), TARGET_VERIFY))
@@ -167,7 +166,7 @@ def demonstrations(cfg: Any) -> Demonstrations:
     keep = balance(b.tool_counts, correct & (b.format_violations == 0), e.max_tool_share)
     sel = ro.decisions_of(torch.from_numpy(np.flatnonzero(keep)))
     totals = b.tool_counts[keep].sum(0)
-    stats = {"episodes": int(len(keep)), "expert_accuracy": float(correct.mean()), "kept": int(keep.sum()),
+    stats = {"episodes": len(keep), "expert_accuracy": float(correct.mean()), "kept": int(keep.sum()),
              "decisions": int(sel.numel()), "recovered": int((keep & failed_calls).sum()),
              "tool_share": (totals / max(totals.sum(), 1)).round(4).tolist()}
     return Demonstrations(ro.x[sel], ro.mask[sel], ro.actions[sel], stats)

@@ -17,20 +17,21 @@ from __future__ import annotations
 import copy
 import io
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
-
-from parasim.advantages import METHODS, group_advantages
-from parasim.batch import TrajectoryBatch
-from parasim.rewards import compute_rewards
 from parasim.training.fields import opt
 from parasim.training.policy import ManagerPolicy
 from parasim.training.rollout import Rollout, collect, derive_seed, make_envs
 from parasim.training.store import atomic_write_bytes
+
+from parasim.advantages import METHODS, group_advantages
+from parasim.batch import TrajectoryBatch
+from parasim.rewards import compute_rewards
 
 
 @dataclass(frozen=True)

@@ -9,12 +9,12 @@ from __future__ import annotations
 import io
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
-
 from parasim.training import expert, grpo, sft
 from parasim.training.config import TrainConfig
 from parasim.training.evaluate import evaluate

@@ -9,19 +9,19 @@ from __future__ import annotations
 
 import time
 import zlib
-from dataclasses import asdict, dataclass
 from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import torch
+from parasim.training.policy import ManagerPolicy, obs_to_tensor, relevance
 
 import parasim  # noqa: F401  (registers ParaOrch-v0)
 from parasim.batch import TrajectoryBatch
 from parasim.protocol.schema import AGENT_TOOLS
 from parasim.sim.kernel import I_BENCH
-from parasim.training.policy import ManagerPolicy, obs_to_tensor, relevance
 
 
 def derive_seed(seed: int, *tags: Any) -> int:

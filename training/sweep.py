@@ -15,11 +15,18 @@ import json
 import multiprocessing as mp
 import time
 import traceback
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
-from parasim.training.config import ABLATIONS, TrainConfig, addressable_names, make_config, resolve
+from parasim.training.config import (
+    ABLATIONS,
+    TrainConfig,
+    addressable_names,
+    make_config,
+    resolve,
+)
 from parasim.training.store import ResultsStore
 
 DEFAULT_GRID = ("c_tar=4,8,12,16",)
@@ -100,7 +107,6 @@ def run_point(point: GridPoint) -> dict[str, Any]:
     stops the others nor is stored as finished.
     """
     import torch
-
     from parasim.training.pipeline import run_pipeline
 
     torch.set_num_threads(1)
@@ -183,7 +189,13 @@ class _progress:
     def __enter__(self) -> Callable[[dict[str, Any]], None]:
         if not self.enabled:
             return lambda result: None
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
 
         self._bar = Progress(TextColumn("[bold]sweep"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                              TextColumn("{task.description}"))
