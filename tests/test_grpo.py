@@ -1,15 +1,18 @@
 """GRPO on ParaOrch-v0: task groups, determinism, exact resume after a crash, estimators, KL, learning."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
-from parasim.training import grpo
+from parasim.training import expert, grpo
 from parasim.training.config import make_config
 from parasim.training.pipeline import build_policy, run_pipeline
 from parasim.training.rollout import collect, make_envs
 
 from parasim.advantages import METHODS
+from parasim.cli import main
 
 TINY = {"grpo.steps": "4", "grpo.tasks_per_step": "8", "grpo.group_size": "4", "grpo.minibatches": "2",
         "grpo.checkpoint_every": "2", "expert.episodes": "128", "sft.epochs": "1", "eval.tasks": "16",
@@ -95,3 +98,37 @@ def test_reward_rises_above_the_sft_start_on_the_default_config():
     result = run_pipeline(make_config("default", {"eval.tasks": "32"}))
     curve = result["reward_curve"]
     assert np.mean(curve[-5:]) > np.mean(curve[:3]) + 0.05
+
+
+def test_expert_demonstrations_are_correct_balanced_and_keep_repairs():
+    cfg = make_config("default", {**TINY, "expert.episodes": "512", "expert.max_tool_share": "0.3"})
+    demos = expert.demonstrations(cfg)
+    s = demos.stats
+    assert 0 < s["kept"] <= s["episodes"] * s["expert_accuracy"]  # only correct trajectories survive
+    assert max(s["tool_share"]) <= 0.3 and s["recovered"] > 0  # balanced; failed-then-repaired kept
+    assert len(demos.x) == len(demos.actions) == s["decisions"] > s["kept"]
+    offsets = np.concatenate([[0], np.cumsum(make_envs(cfg.env, 1).single_action_space.nvec)[:-1]])
+    assert demos.mask[torch.arange(len(demos.x))[:, None], torch.as_tensor(offsets) + demos.actions].all()
+
+
+def test_balance_caps_the_dominant_tool():
+    counts = np.zeros((100, 7), np.int32)
+    counts[:80, 0] = 3  # 80 trajectories of one tool
+    counts[80:, 1:4] = 1
+    keep = expert.balance(counts, np.ones(100, bool), 0.4)
+    shares = counts[keep].sum(0) / counts[keep].sum()
+    assert shares.max() <= 0.4 and keep[80:].all()
+
+
+def test_evaluation_metrics_and_train_cli(tmp_path, capsys):
+    out = tmp_path / "run"
+    args = ["train", "--config", "default", "--out", str(out), "--quiet"]
+    args += [a for k, v in TINY.items() for a in ("--set", f"{k}={v}")]
+    assert main(args) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert sum(metrics["tool_dist"]) == pytest.approx(1.0) and sum(metrics["model_dist"].values()) == pytest.approx(1.0)
+    assert set(metrics["acc_by_benchmark"]) <= {"AIME24", "AIME25", "AMC", "HMMT25", "GPQA", "MMLU-Pro", "LiveCodeBench"}
+    assert 0 <= metrics["format_failure_rate"] <= 1 and metrics["calls_per_round"] >= 0
+    assert "accuracy SFT" in capsys.readouterr().out
+    assert main(["rescore", str(out / "trajectories.parquet"), "--grid", "c_tar=4,16"]) == 0
+    assert main(["train", "--config", "default", "--set", "grpo.lr=7", "--out", str(out)]) == 2
