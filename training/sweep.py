@@ -152,8 +152,7 @@ def run_ray(points: Sequence[GridPoint], address: str | None = None, num_cpus: i
 
 
 def run_sweep(points: Sequence[GridPoint], out: str | Path, backend: str = "local", workers: int = 2,
-              progress: bool = True, ray_address: str | None = None,
-              on_result: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+              progress: bool = True, ray_address: str | None = None) -> list[dict[str, Any]]:
     """Run the unfinished points, store each as it finishes, and return all results in grid order."""
     store = ResultsStore(Path(out) / "store")
     todo = [p for p in points if not store.done(p.key)]
@@ -164,14 +163,12 @@ def run_sweep(points: Sequence[GridPoint], out: str | Path, backend: str = "loca
     else:
         raise ValueError(f"backend={backend!r}: allowed one of local, ray")
     failed = []
-    with _progress(len(points), len(points) - len(todo), enabled=progress) as advance:
+    with _Progress(len(points), len(points) - len(todo), enabled=progress) as advance:
         for result in stream:
             if "error" in result:
                 failed.append(result)
                 continue
             store.put(result)
-            if on_result is not None:
-                on_result(result)
             advance(result)
     if failed:
         detail = "\n".join(f"--- {r['label']} seed {r['seed']}:\n{r['error']}" for r in failed)
@@ -180,7 +177,7 @@ def run_sweep(points: Sequence[GridPoint], out: str | Path, backend: str = "loca
     return store.results([p.key for p in points])
 
 
-class _progress:
+class _Progress:
     """A rich progress bar over grid points (a no-op when disabled or not a terminal-like run)."""
 
     def __init__(self, total: int, done: int, enabled: bool) -> None:

@@ -21,7 +21,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "rl_from_base)")
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="fixed option for every point")
     p.add_argument("--backend", choices=("local", "ray"), default="local")
-    p.add_argument("--workers", type=int, default=None, help="parallel points (default: CPU count)")
+    p.add_argument("--workers", type=int, default=None,
+                   help="parallel points (default: CPU count); with --backend ray and no address, the CPUs of the "
+                        "local Ray instance it starts")
     p.add_argument("--ray-address", default=None, help="Ray cluster address (default: what ray.init finds)")
     p.add_argument("--out", default=os.path.join("parasim_out", "sweep"), help="output directory")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
