@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from parasim.training.llm.data import write_jsonl
 
 from parasim.protocol.schema import Domain
-from parasim.training.llm.data import write_jsonl
 
 _RESPONSE = re.compile(r"<tool_response>\n(.*?)\n</tool_response>", re.DOTALL)
 _FAILED = ("EXEC_ERR", "TIMEOUT")

@@ -25,10 +25,11 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 import torch.distributed as dist
-
 from parasim.training.llm import runtime
 from parasim.training.llm.data import TokenTrajectory, pad_batch, pad_rows, token_mask
 from parasim.training.llm.rollout import HFEngine, RolloutConfig, VLLMEngine, collect, rollout_summary
+
+from parasim.masks import LOSS_AGG_MODES
 
 
 @dataclass
@@ -64,7 +65,7 @@ class GRPOArgs:
     adv_scale: str = ""  # group | batch | none; empty: the method's default
     adv_clip: float = 0.0  # 0: no clipping
     min_group_std: float = 0.0  # ToolOrchestra's filter (0.1 there): drop groups whose reward std is below
-    loss_agg: str = "token-mean"  # token-mean | seq-mean-token-sum | seq-mean-token-mean
+    loss_agg: str = "token-mean"  # parasim.masks.LOSS_AGG_MODES: token-mean, seq-mean-token-mean, ...
     mask_truncated: bool = False
     # update
     ppo_epochs: int = 1
@@ -86,6 +87,21 @@ class GRPOArgs:
     keep_checkpoints: int = 2
     resume: bool = True
     dump_rollouts: bool = False  # append every trajectory (ids, spans, logprobs, record) to rollouts[_rankR].jsonl
+
+    def __post_init__(self) -> None:
+        big = float(2**62)
+        runtime.check_fields(self, {
+            "total_steps": (0, big), "tasks_per_step": (1, big), "group_size": (1, big), "max_tokens": (2, big),
+            "max_turn_tokens": (1, big), "ppo_epochs": (1, big), "minibatch_size": (1, big),
+            "micro_batch_size": (1, big), "temperature": (1e-6, 100.0), "top_p": (1e-6, 1.0),
+            "learning_rate": (0.0, 1.0), "weight_decay": (0.0, 1.0), "warmup_steps": (0, big),
+            "max_grad_norm": (1e-12, big), "clip_eps": (0.0, 1.0), "clip_eps_high": (0.0, big),
+            "kl_coef": (0.0, big), "entropy_coef": (0.0, big), "adv_clip": (0.0, big), "min_group_std": (0.0, big),
+            "save_every": (0, big), "keep_checkpoints": (1, big)},
+            {"engine": ("hf", "vllm"), "tools": ("sim", "real"), "adv_method": ("grpo", "dr_grpo", "rloo", "per_role"),
+             "adv_std": ("unbiased", "biased"), "adv_scale": ("", "group", "batch", "none"),
+             "loss_agg": LOSS_AGG_MODES, "old_logprobs": ("sampler", "recompute"),
+             "compute_dtype": ("bfloat16", "float16", "float32")})
 
 
 def ppo_token_loss(new_lp: torch.Tensor, old_lp: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor,

@@ -20,7 +20,6 @@ from typing import Any, Protocol, Sequence
 
 import numpy as np
 import torch
-
 from parasim.training.llm.data import ROLE_ENV, ROLE_MANAGER, TokenTrajectory, truncate
 
 

@@ -46,6 +46,20 @@ def parse_config(cls: type[T], argv: Sequence[str] | None = None) -> T:
     return cls(**values)
 
 
+def check_fields(obj: Any, ranges: dict[str, tuple[float, float]], choices: dict[str, Sequence[str]]) -> None:
+    """Validate a hyperparameter dataclass once, at construction: numbers within [lo, hi], strings among choices;
+    the error names the field, its value and what is allowed."""
+    name = type(obj).__name__
+    for field_name, (lo, hi) in ranges.items():
+        value = getattr(obj, field_name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not lo <= value <= hi:
+            raise ValueError(f"{name}.{field_name} = {value!r}: must be a number in [{lo}, {hi}]")
+    for field_name, allowed in choices.items():
+        value = getattr(obj, field_name)
+        if value not in allowed:
+            raise ValueError(f"{name}.{field_name} = {value!r}: must be one of {list(allowed)}")
+
+
 def load_config_file(path: str | Path, cls: type) -> dict[str, Any]:
     """Read a YAML/JSON mapping and check its keys against ``cls``'s fields."""
     text = Path(path).read_text()

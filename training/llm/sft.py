@@ -16,9 +16,10 @@ from typing import Sequence
 
 import numpy as np
 import torch
-
 from parasim.training.llm import runtime
 from parasim.training.llm.data import TokenTrajectory, pad_batch, read_jsonl, token_mask
+
+from parasim.masks import LOSS_AGG_MODES
 
 
 @dataclass
@@ -44,6 +45,15 @@ class SFTArgs:
     save_every: int = 50  # steps; the last step always saves; 0: never
     keep_checkpoints: int = 2
     resume: bool = True  # continue from output_dir/checkpoints/latest when present
+
+    def __post_init__(self) -> None:
+        big = float(2**62)
+        runtime.check_fields(self, {
+            "total_steps": (0, big), "batch_size": (1, big), "micro_batch_size": (1, big),
+            "learning_rate": (0.0, 1.0), "weight_decay": (0.0, 1.0), "warmup_steps": (0, big),
+            "max_grad_norm": (1e-12, big), "max_tokens": (2, big), "save_every": (0, big),
+            "keep_checkpoints": (1, big)},
+            {"loss_agg": LOSS_AGG_MODES, "compute_dtype": ("bfloat16", "float16", "float32")})
 
 
 def batch_indices(step: int, n: int, batch_size: int, seed: int) -> np.ndarray:
