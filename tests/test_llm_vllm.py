@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from parasim.training.llm import grpo, runtime
 from parasim.training.llm.data import ROLE_MANAGER
 from parasim.training.tiny_lm import build_tiny_lm

@@ -14,9 +14,10 @@ On disk (SFT data, logged trajectories) a trajectory is one JSON line, either
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -205,7 +206,7 @@ class PaddedBatch:
     input_ids: torch.Tensor
     attention_mask: torch.Tensor
 
-    def to(self, device: torch.device) -> "PaddedBatch":
+    def to(self, device: torch.device) -> PaddedBatch:
         return PaddedBatch(self.input_ids.to(device), self.attention_mask.to(device))
 
 

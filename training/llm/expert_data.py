@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from parasim.training.llm.data import write_jsonl
 
 from parasim.protocol.schema import Domain
+from parasim.training.llm.data import write_jsonl
 
 _RESPONSE = re.compile(r"<tool_response>\n(.*?)\n</tool_response>", re.DOTALL)
 _FAILED = ("EXEC_ERR", "TIMEOUT")
@@ -156,7 +156,8 @@ if __name__ == "__main__":
     parser.add_argument("--out", required=True)
     parser.add_argument("--episodes", type=int, default=500)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--env_kwargs", default="{}", help="JSON passed to gym.make, e.g. '{\"pool\": \"toolorchestra\"}'")
+    parser.add_argument("--env_kwargs", default="{}",
+                        help="JSON passed to gym.make, e.g. '{\"pool\": \"toolorchestra\"}'")
     parser.add_argument("--keep_incorrect", action="store_true")
     ns = parser.parse_args()
     print(json.dumps(generate(ns.out, ns.episodes, ns.seed, json.loads(ns.env_kwargs), ns.keep_incorrect)))

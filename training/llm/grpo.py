@@ -18,18 +18,19 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import torch
 import torch.distributed as dist
+
+from parasim.masks import LOSS_AGG_MODES
 from parasim.training.llm import runtime
 from parasim.training.llm.data import TokenTrajectory, pad_batch, pad_rows, token_mask
 from parasim.training.llm.rollout import HFEngine, RolloutConfig, VLLMEngine, collect, rollout_summary
-
-from parasim.masks import LOSS_AGG_MODES
 
 
 @dataclass

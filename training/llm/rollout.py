@@ -13,13 +13,15 @@ returned; weights pushed after each update through ``parasim.real.vllm_client``)
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 import torch
+
 from parasim.training.llm.data import ROLE_ENV, ROLE_MANAGER, TokenTrajectory, truncate
 
 
@@ -281,11 +283,11 @@ def end_episode(env: Any, max_turns: int = 10_000) -> dict[str, Any]:
     """End an episode whose token stream is full: the environment plays empty turns until its round limit, so it
     terminates as an episode that never answered (the termination model still synthesizes from the evidence).
     The empty turns are not the manager's: they are taken back out of ``rounds`` and ``format_violations``."""
-    forced = 0
-    for forced in range(1, max_turns + 1):
+    forced, info, done = 0, {}, False
+    while not done and forced < max_turns:
         _obs, _r, terminated, truncated, info = env.step("")
-        if terminated or truncated:
-            break
+        forced += 1
+        done = terminated or truncated
     record = dict(info.get("trajectory") or {})
     if record:
         record["rounds"] = max(0, int(record.get("rounds", 0)) - forced)

@@ -10,16 +10,16 @@ trajectories stay, and their tool outputs, like all environment text, carry no l
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import torch
-from parasim.training.llm import runtime
-from parasim.training.llm.data import TokenTrajectory, pad_batch, read_jsonl, token_mask
 
 from parasim.masks import LOSS_AGG_MODES
+from parasim.training.llm import runtime
+from parasim.training.llm.data import TokenTrajectory, pad_batch, read_jsonl, token_mask
 
 
 @dataclass
