@@ -42,9 +42,23 @@ Observation, a Dict of arrays (C = 4 candidates, S = 6 statuses):
   - ``action_mask`` int8[sum(nvec)]: the per-dimension masks of the action, concatenated in ``nvec``
     order (stop 2, then per slot tool T+1, model M, target 3); 1 = allowed.
 
+Reset options (``reset(options={...})``), for trainers that play one task several times (GRPO groups):
+  - ``task_index`` (int in ``[0, num_tasks)``): play the suite's task at that index (row of the suite: a
+    benchmark, whose items' difficulty is drawn, or a fixed task of a task file) instead of drawing one by the
+    suite's weights.
+  - ``task_seed`` (int >= 0): draw the task's own randomness (its row when ``task_index`` is absent, a drawn
+    difficulty, the models' preferred wrong answers) from a stream started from this seed instead of the
+    episode's stream, so equal ``task_index`` / ``task_seed`` give the identical task (same question features,
+    same hidden difficulty) while the tool calls keep drawing from the env's own stream (seeded as usual).
+  Like any reset option they apply to this reset's episode only (a later ``reset()`` without them draws by
+  weight again, as Gymnasium's vector envs' autoresets do). ``env.unwrapped.num_tasks`` (the suite's rows) and
+  ``env.unwrapped.task_weights()`` (their sampling probabilities) let trainers sample task indices as the env
+  would; ``env.unwrapped.model_names`` names the action's model indices.
+
 Info: on the terminal step ``reward_components`` (every component of the reward result, including
-``total``) and ``trajectory`` (the TrajectoryBatch fields of the episode; ``group_id`` is the episode's
-number since the env was seeded); empty otherwise.
+``total``), ``trajectory`` (the TrajectoryBatch fields of the episode; ``group_id`` is the episode's
+number since the env was seeded), ``task_index`` (the suite row played) and ``benchmark`` (its benchmark,
+an index into ``parasim.tasks.BENCHMARKS``); empty otherwise.
 """
 from __future__ import annotations
 
@@ -119,6 +133,24 @@ def resolve_reward(reward: Any) -> Any:
     return resolve_config(reward)
 
 
+def task_options(options: dict[str, Any] | None, num_tasks: int, lanes: int | None) -> tuple[Any, Any]:
+    """``options["task_index"]`` and ``options["task_seed"]`` validated (None where absent): ints for a single env
+    (``lanes`` None), int arrays of shape [lanes] for a vector env. Bad values are caller bugs and raise."""
+    out = []
+    for key, high in (("task_index", num_tasks), ("task_seed", 2**63)):
+        value = (options or {}).get(key)
+        if value is None:
+            out.append(None)
+            continue
+        arr = np.asarray(value)
+        shape = () if lanes is None else (lanes,)
+        what = "an integer" if lanes is None else f"an integer array of shape ({lanes},)"
+        if arr.shape != shape or arr.dtype.kind not in "iu" or (arr.size and not (0 <= arr.min() and arr.max() < high)):
+            raise ValueError(f"options[{key!r}]: expected {what} with values in [0, {high}), got {value!r}")
+        out.append(arr.reshape(-1).astype(np.int64))
+    return out[0], out[1]
+
+
 def terminal_info(sim: Simulator, lanes: np.ndarray, reward_config: Any) -> tuple[np.ndarray, dict, dict]:
     """Rewards, reward components and trajectory fields of the finished episodes in ``lanes``.
 
@@ -177,6 +209,8 @@ class ParaOrchEnv(gym.Env):
         self.reward_config = resolve_reward(reward)
         self.observation_space = observation_space(self.sim)
         self.action_space = spaces.MultiDiscrete(self.sim.nvec)
+        self.num_tasks = self.sim.num_tasks
+        self.model_names: tuple[str, ...] = tuple(self.sim.pool.model_names[:-1])
         self._initial_seed = seed
         self._act = np.zeros((1, len(self.sim.nvec)), np.int64)
         self._keep = np.zeros(1, np.uint8)
@@ -189,10 +223,11 @@ class ParaOrchEnv(gym.Env):
             seed = self._initial_seed
             if seed is None:
                 seed = int(self.np_random.integers(2**62))
+        rows, task_seeds = task_options(options, self.num_tasks, None)
         if seed is not None:
             self.sim.seed([seed])
             self._seeded = True
-        self.sim.reset()
+        self.sim.reset(None, rows, task_seeds)
         self._done = False
         return self.sim.observation(0), {}
 
@@ -207,4 +242,10 @@ class ParaOrchEnv(gym.Env):
             return obs, 0.0, False, False, {}
         self._done = True
         total, comps, traj = terminal_info(self.sim, np.array([0]), self.reward_config)
-        return obs, float(total[0]), True, False, terminal_step_info(comps, traj)
+        info = terminal_step_info(comps, traj)
+        info.update({k: int(v[0]) for k, v in self.sim.tasks([0]).items()})
+        return obs, float(total[0]), True, False, info
+
+    def task_weights(self) -> np.ndarray:
+        """Each task index's probability when the env draws tasks itself (float64[num_tasks], sums to 1)."""
+        return self.sim.task_weights()

@@ -13,7 +13,18 @@ action is ignored, reward 0, not terminated); SAME_STEP resets it in the step wh
 the terminal observation and info in ``info["final_obs"]`` / ``info["final_info"]``.
 ``threads=True`` steps lanes on numba's threads (from 1,024 lanes; identical results), worth it only when
 cores are idle. ``reset(options={"reset_mask": bool[N]})`` resets only the masked lanes (the others keep running and
-return their current observation). Infos follow Gymnasium's vector convention (``_key`` masks).
+return their current observation). Infos follow Gymnasium's vector convention (``_key`` masks); a terminal step's
+info holds ``reward_components``, ``trajectory``, ``task_index`` and ``benchmark`` per finished lane (see
+``ParaOrchEnv``).
+
+Task assignment (GRPO groups): ``reset(options={"task_index": int[N], "task_seed": int[N]})``, either or both,
+gives lane ``i`` the single env's options ``task_index[i]`` / ``task_seed[i]`` (see ``ParaOrchEnv``): lanes with
+equal entries play the identical task, each with its own tool randomness from its own stream (lane ``i`` still
+replays the single env reset with seed ``s + i`` and the same options). With ``reset_mask`` only the masked lanes
+take their entries. The options apply to this reset's episodes only: autoresets draw tasks by the suite's
+weights, exactly as ``SyncVectorEnv``'s autoresets call the single env's ``reset()`` without options, which keeps
+this env equal to it; a GRPO collection plays one episode per lane and resets with new options per batch.
+``num_tasks`` and ``task_weights()`` give the valid indices and the weights the env itself samples them with.
 """
 from __future__ import annotations
 
@@ -23,7 +34,7 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
-from parasim.envs.paraorch import make_simulator, observation_space, resolve_reward, terminal_info
+from parasim.envs.paraorch import make_simulator, observation_space, resolve_reward, task_options, terminal_info
 
 
 def _masked(values: dict[str, np.ndarray], lanes: np.ndarray, n: int) -> dict[str, np.ndarray]:
@@ -67,6 +78,8 @@ class ParaOrchVectorEnv(VectorEnv):
         self.single_action_space = spaces.MultiDiscrete(self.sim.nvec)
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
+        self.num_tasks = self.sim.num_tasks
+        self.model_names: tuple[str, ...] = tuple(self.sim.pool.model_names[:-1])
         self._initial_seed = seed
         self._seeded = False
         self._autoreset = np.zeros(self.num_envs, np.uint8)
@@ -81,16 +94,17 @@ class ParaOrchVectorEnv(VectorEnv):
             if mask.shape != (self.num_envs,) or mask.dtype != np.bool_:
                 raise ValueError(f"options['reset_mask']: expected a bool array of shape ({self.num_envs},), "
                                  f"got dtype {mask.dtype} shape {mask.shape}")
+        rows, task_seeds = task_options(options, self.num_tasks, self.num_envs)
         if seed is None and not self._seeded:
             seed = self._initial_seed if self._initial_seed is not None else int(self.np_random.integers(2**62))
+        lanes = np.flatnonzero(mask)
         if seed is not None:
             seeds = [seed + i for i in range(self.num_envs)] if isinstance(seed, int | np.integer) else list(seed)
             if len(seeds) != self.num_envs:
                 raise ValueError(f"seed: expected an int or {self.num_envs} seeds, got {len(seeds)}")
-            lanes = np.flatnonzero(mask)
             self.sim.seed([seeds[i] for i in lanes], lanes)
             self._seeded = True
-        self.sim.reset(mask.astype(np.uint8))
+        self.sim.reset(mask.astype(np.uint8), rows, task_seeds)
         self._autoreset[mask] = 0
         return self.sim.observation(), {}
 
@@ -110,7 +124,8 @@ class ParaOrchVectorEnv(VectorEnv):
             total, comps, traj = terminal_info(self.sim, lanes, self.reward_config)
             rewards[lanes] = total
             final = {"reward_components": _masked(comps, lanes, self.num_envs),
-                     "trajectory": _masked(traj, lanes, self.num_envs)}
+                     "trajectory": _masked(traj, lanes, self.num_envs),
+                     **_masked(self.sim.tasks(lanes), lanes, self.num_envs)}
             for key in ("reward_components", "trajectory"):
                 final[f"_{key}"] = terminated.copy()
             if self.autoreset_mode == AutoresetMode.SAME_STEP:
@@ -125,3 +140,7 @@ class ParaOrchVectorEnv(VectorEnv):
         if self.autoreset_mode == AutoresetMode.NEXT_STEP:
             self._autoreset = terminated.astype(np.uint8)
         return self.sim.observation(), rewards, terminated, np.zeros(self.num_envs, bool), infos
+
+    def task_weights(self) -> np.ndarray:
+        """Each task index's probability when the env draws tasks itself (float64[num_tasks], sums to 1)."""
+        return self.sim.task_weights()

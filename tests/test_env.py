@@ -15,12 +15,13 @@ import parasim  # noqa: F401  (registers the envs)
 from parasim.batch import FIELDS as BATCH_FIELDS
 from parasim.protocol.schema import NUM_TOOLS, Status, Tool
 from parasim.rewards import PRESETS
+from parasim.tasks import BENCHMARK_INDEX, load_suite
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
 
 def _split_mask(env: gym.Env, mask: np.ndarray) -> tuple[np.ndarray, ...]:
-    ends = np.cumsum(env.unwrapped.sim.nvec)[:-1]
+    ends = np.cumsum(env.action_space.nvec)[:-1]
     return tuple(m.astype(np.int8) for m in np.split(mask, ends))
 
 
@@ -67,7 +68,7 @@ def test_masked_actions_never_hit_invalid_tool():
 def test_bad_actions_raise_or_become_statuses():
     env = gym.make("ParaOrch-v0")
     env.reset(seed=0)
-    n = len(env.unwrapped.sim.nvec)
+    n = len(env.action_space.nvec)
     with pytest.raises(ValueError, match="integer array of shape"):
         env.step(np.zeros(n, np.float32))
     with pytest.raises(ValueError, match="integer array of shape"):
@@ -91,9 +92,10 @@ def test_tools_option():
         gym.make("ParaOrch-v0", reward="nope")
 
 
-def _scripted_episode(env: gym.Env, seed: int, tools: list[int]) -> tuple[list, float, dict]:
-    obs, _ = env.reset(seed=seed)
-    n = len(env.unwrapped.sim.nvec)
+def _scripted_episode(env: gym.Env, seed: int, tools: list[int],
+                      options: dict | None = None) -> tuple[list, float, dict]:
+    obs, _ = env.reset(seed=seed, options=options)
+    n = len(env.action_space.nvec)
     trace = [obs]
     a = np.zeros(n, np.int64)
     a[1::3] = NUM_TOOLS
@@ -122,6 +124,19 @@ def test_terminal_info_carries_every_component_and_the_trajectory(reward):
     assert traj["ended_with_final"] == 1 and traj["format_violations"] == 0
     assert traj["tool_counts"].shape == (NUM_TOOLS,) and traj["tool_counts"].sum() == 3
     assert reward in PRESETS
+    suite = load_suite("paramanager")
+    assert 0 <= info["task_index"] < env.unwrapped.num_tasks
+    assert info["benchmark"] == suite.benchmark[info["task_index"]]
+
+
+def test_task_options_pick_the_task_and_leave_the_tool_stream_alone():
+    """Same task_index and task_seed under different seeds: the same question, different tool outcomes."""
+    eps = [_scripted_episode(gym.make("ParaOrch-v0"), seed, [Tool.STANDARD_REASONER] * 4,
+                             options={"task_index": 3, "task_seed": 77}) for seed in (1, 2)]
+    np.testing.assert_array_equal(eps[0][0][0]["task"], eps[1][0][0]["task"])
+    assert eps[0][2]["task_index"] == eps[1][2]["task_index"] == 3
+    assert eps[0][2]["benchmark"] == BENCHMARK_INDEX["HMMT25"]  # row 3 of the paramanager suite
+    assert eps[0][2]["trajectory"]["tokens"] != eps[1][2]["trajectory"]["tokens"]
 
 
 def test_reward_accepts_a_config_object():

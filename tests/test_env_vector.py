@@ -9,9 +9,12 @@ from gymnasium.wrappers.vector import RecordEpisodeStatistics
 from parasim.envs.paraorch_vector import ParaOrchVectorEnv
 
 import parasim  # noqa: F401
+from parasim.protocol.schema import NUM_TOOLS
+from parasim.tasks import load_suite
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 N = 6
+EMPTY = NUM_TOOLS  # tool value of an empty slot
 
 
 def _policy_actions(space: gym.Space, steps: int, seed: int, stop_p: float = 0.3) -> list[np.ndarray]:
@@ -83,7 +86,7 @@ def test_lane_i_replays_the_single_env_seeded_with_seed_plus_i():
 def test_reset_mask_resets_only_masked_lanes():
     vec = ParaOrchVectorEnv(num_envs=N)
     vec.reset(seed=0)
-    a = np.zeros((N, len(vec.sim.nvec)), np.int64)
+    a = np.zeros((N, len(vec.single_action_space.nvec)), np.int64)
     a[:, 1::3] = 7
     a[:, 1] = 0
     obs, *_ = vec.step(a)
@@ -108,7 +111,7 @@ def test_vector_wrappers_and_spaces():
     vec = RecordEpisodeStatistics(gym.make_vec("ParaOrch-v0", num_envs=N))
     obs, _ = vec.reset(seed=0)
     assert obs in vec.observation_space
-    assert vec.action_space.shape == (N, len(vec.unwrapped.sim.nvec))
+    assert vec.action_space.shape == (N, len(vec.single_action_space.nvec))
     seen = 0
     for a in _policy_actions(vec.action_space, 20, 2, stop_p=0.5):
         obs, r, term, trunc, info = vec.step(a)
@@ -118,3 +121,58 @@ def test_vector_wrappers_and_spaces():
             np.testing.assert_allclose(info["episode"]["r"][info["_episode"]], r[info["_episode"]])
             np.testing.assert_array_equal(info["_trajectory"], term)
     assert seen > 0
+
+
+def test_task_index_gives_lane_i_the_single_envs_task_with_its_own_stream():
+    """Lane i with options[i] replays the single env seeded s + i with those options, step for step; lanes that
+    share task_index and task_seed share the task, not the tool outcomes; autoresets draw by weight again."""
+    task_index = np.array([5, 5, 5, 2, 2, 2])
+    task_seed = np.array([11, 11, 11, 3, 3, 3])
+    vec = ParaOrchVectorEnv(num_envs=N, max_rounds=3)
+    obs, _ = vec.reset(seed=40, options={"task_index": task_index, "task_seed": task_seed})
+    single = [gym.make("ParaOrch-v0", max_rounds=3) for _ in range(N)]
+    for i, env in enumerate(single):
+        o, _ = env.reset(seed=40 + i, options={"task_index": int(task_index[i]), "task_seed": int(task_seed[i])})
+        for k in o:
+            np.testing.assert_array_equal(o[k], obs[k][i])
+    np.testing.assert_array_equal(obs["task"][:3], obs["task"][[0, 0, 0]])  # same question features
+    assert not np.array_equal(obs["task"][0], obs["task"][3])
+    a = np.zeros((N, len(vec.single_action_space.nvec)), np.int64)  # one standard_reasoner call per round
+    a[:, 4::3] = EMPTY
+    pending = np.zeros(N, bool)
+    tokens, played = [], []
+    for _ in range(8):
+        obs, r, term, _, info = vec.step(a)
+        for i, env in enumerate(single):
+            o, ri = (env.reset()[0], 0.0) if pending[i] else env.step(a[i])[:2]
+            assert ri == r[i]
+            for k in o:
+                np.testing.assert_array_equal(o[k], obs[k][i])
+        if term.any():
+            played.append(info["task_index"][term])
+            tokens.append(info["trajectory"]["tokens"][term])
+            benchmark = load_suite("paramanager").benchmark[info["task_index"][term]]
+            np.testing.assert_array_equal(info["benchmark"][term], benchmark)
+        pending = term.copy()
+    assert len(played) == 2 and all(len(p) == N for p in played)
+    np.testing.assert_array_equal(played[0], task_index)  # the first episodes played the requested tasks
+    assert len(np.unique(tokens[0][:3])) > 1  # same task, independent tool randomness
+    assert len(np.unique(np.concatenate(played[1:]))) > 2  # autoresets drew tasks by weight again
+
+
+def test_task_options_are_validated():
+    vec = ParaOrchVectorEnv(num_envs=N)
+    assert vec.num_tasks == 7 and vec.task_weights().sum() == pytest.approx(1.0)
+    for bad in (np.full(N, 7), np.full(N, -1), np.zeros(N + 1, np.int64), np.zeros(N)):
+        with pytest.raises(ValueError, match=r"options\['task_index'\].*\[0, 7\)"):
+            vec.reset(options={"task_index": bad})
+    with pytest.raises(ValueError, match=r"options\['task_seed'\]"):
+        vec.reset(options={"task_seed": np.full(N, -3)})
+    env = gym.make("ParaOrch-v0", suite="math")
+    assert env.unwrapped.num_tasks == 4
+    with pytest.raises(ValueError, match=r"options\['task_index'\].*\[0, 4\)"):
+        env.reset(options={"task_index": 4})
+    mask = np.array([True, False] * (N // 2))
+    vec.reset(seed=1)
+    obs, _ = vec.reset(options={"reset_mask": mask, "task_index": np.full(N, 6)})
+    assert (obs["task"][mask, 3] == 1).all()  # LiveCodeBench (code) in the masked lanes

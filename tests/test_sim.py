@@ -8,7 +8,7 @@ from parasim.pools import load_pool
 from parasim.protocol.schema import NUM_TOOLS, Status, Tool
 from parasim.sim import TARGET_CARRY, TARGET_QUESTION, TARGET_VERIFY, Simulator, simulate_calls
 from parasim.sim.calls import CALL_FIELDS
-from parasim.sim.kernel import EMPTY_SLOT, NO_CALL
+from parasim.sim.kernel import EMPTY_SLOT, F_Z, I_ROW, NO_CALL
 from parasim.sim.rng import seed_state
 from parasim.tasks import BENCHMARK_INDEX
 
@@ -269,3 +269,29 @@ def test_last_round_records_each_call_and_sums_to_the_totals():
     sim.step(_actions(sim, [(CR, 2, TARGET_VERIFY)]), keep)
     reviews = [sim.last_round(lane)[0] for lane in range(8)]
     assert all(r["kind"] in ("flag", "confirm") for r in reviews if r["status"] == Status.OK)
+
+
+def test_task_requests_share_the_task_and_keep_each_lanes_stream():
+    sim = Simulator("paramanager", "paramanager", 6)
+    sim.seed(np.arange(6) + 100)
+    before = sim.state.rng.copy()
+    sim.reset(task_index=np.array([1, 1, 1, 4, 4, 0]), task_seeds=np.array([8, 8, 8, 8, 8, 9]))
+    st = sim.state
+    np.testing.assert_array_equal(st.st_i[:, I_ROW], [1, 1, 1, 4, 4, 0])
+    # equal requests: the identical task (drawn difficulty, preferred wrong answers) ...
+    assert len(set(st.st_f[:3, F_Z])) == 1 and (st.pref[:3] == st.pref[0]).all()
+    assert st.st_f[0, F_Z] != st.st_f[5, F_Z]
+    # ... while the lanes' own streams (their tool randomness) were not touched by the task's draws
+    np.testing.assert_array_equal(st.rng, before)
+    np.testing.assert_array_equal(sim.tasks()["benchmark"], sim.suite.benchmark[[1, 1, 1, 4, 4, 0]])
+    # requests hold for that reset only: the next one draws by weight from each lane's stream
+    sim.reset()
+    assert (st.rng != before).all() and len(set(st.st_f[:, F_Z])) == 6
+    # a task index without a task seed fixes the row; difficulty then comes from the lane's stream
+    sim.reset(task_index=np.full(6, 2))
+    assert (st.st_i[:, I_ROW] == 2).all() and len(set(st.st_f[:, F_Z])) == 6
+    np.testing.assert_allclose(sim.task_weights(), np.full(7, 1 / 7))
+    with pytest.raises(ValueError, match=r"task_index: expected 6 integers in \[0, 7\)"):
+        sim.reset(task_index=np.full(6, 7))
+    with pytest.raises(ValueError, match="task_seeds"):
+        sim.reset(task_seeds=np.zeros(5, np.int64))

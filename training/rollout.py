@@ -21,7 +21,6 @@ from parasim.training.policy import ManagerPolicy, obs_to_tensor, relevance
 import parasim  # noqa: F401  (registers ParaOrch-v0)
 from parasim.batch import TrajectoryBatch
 from parasim.protocol.schema import AGENT_TOOLS
-from parasim.sim.kernel import I_BENCH
 
 
 def derive_seed(seed: int, *tags: Any) -> int:
@@ -55,7 +54,7 @@ def env_spec(env_cfg: Any) -> EnvSpec:
     keys = tuple(sorted(k for k in obs if k != "action_mask"))
     dim = obs_to_tensor(obs, keys).shape[1]
     nvec = [int(n) for n in np.asarray(envs.single_action_space.nvec)]
-    names = list(envs.unwrapped.sim.pool.model_names[:-1])
+    names = list(envs.unwrapped.model_names)
     envs.close()
     return EnvSpec(keys, dim, nvec, len(AGENT_TOOLS), names)
 
@@ -109,18 +108,22 @@ def policy_actor(policy: ManagerPolicy, generator: torch.Generator | None, greed
 def reset_groups(envs: gym.vector.VectorEnv, seed: int, group_size: int) -> dict[str, np.ndarray]:
     """Reset so that each block of ``group_size`` lanes plays one task, with independent tool randomness.
 
-    ParaOrch draws the whole task (row, difficulty, preferred wrong answers) at reset from the lane's
-    stream, so lanes of a group are reset from one shared seed and then each lane's stream is re-seeded
-    with its own seed before the first call. (The env has no group option; this uses its simulator's
-    per-lane ``seed``.)
+    Each group's task index is sampled from ``seed``'s stream with the suite's weights (the distribution the env
+    would draw from itself) together with a task seed, and every lane of the group gets both as reset options
+    (``task_index`` / ``task_seed``): the lanes then play the identical task (same row, hidden difficulty and
+    preferred wrong answers), while each lane's tool calls draw from its own stream, seeded per lane.
     """
     n = envs.num_envs
     if n % group_size:
         raise ValueError(f"num_envs={n} is not a multiple of group_size={group_size}")
-    task_seeds = np.random.SeedSequence([seed, 0]).generate_state(n // group_size, np.uint32)
-    obs, _ = envs.reset(seed=[int(s) for s in np.repeat(task_seeds, group_size)])
+    env = envs.unwrapped
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 0]))
+    task_index = rng.choice(env.num_tasks, size=n // group_size, p=env.task_weights())
+    task_seed = rng.integers(2**62, size=n // group_size)
     lane_seeds = np.random.SeedSequence([seed, 1]).generate_state(n, np.uint32)
-    envs.unwrapped.sim.seed([int(s) for s in lane_seeds])
+    obs, _ = envs.reset(seed=[int(s) for s in lane_seeds],
+                        options={"task_index": np.repeat(task_index, group_size),
+                                 "task_seed": np.repeat(task_seed, group_size)})
     return obs
 
 
@@ -129,11 +132,10 @@ def collect(actor: Actor | ManagerPolicy, envs: gym.vector.VectorEnv, seed: int,
     """Play one episode in every lane (groups of ``group_size`` lanes share a task) and keep every decision."""
     if isinstance(actor, ManagerPolicy):
         actor = policy_actor(actor, generator, greedy)
-    sim = envs.unwrapped.sim
     t0 = time.perf_counter()
     n = envs.num_envs
     obs = reset_groups(envs, seed, group_size)
-    benchmark = sim.state.st_i[:, I_BENCH].copy()
+    benchmark = np.zeros(n, np.int64)
     keys = tuple(sorted(k for k in obs if k != "action_mask"))
     done = np.zeros(n, bool)
     traj: dict[str, np.ndarray] = {}
@@ -156,12 +158,13 @@ def collect(actor: Actor | ManagerPolicy, envs: gym.vector.VectorEnv, seed: int,
             for k, v in t.items():
                 if not k.startswith("_"):
                     traj.setdefault(k, np.zeros((n, *v.shape[1:]), v.dtype))[fin] = v[fin]
+            benchmark[fin] = info["benchmark"][fin]
             status_counts[fin] = obs["status_counts"][fin]  # NEXT_STEP autoreset: still the terminal obs
             done |= fin
     traj["group_id"] = np.arange(n, dtype=np.int64) // group_size
     actions_all = torch.cat(acts)
     relevant = relevance(actions_all, [int(v) for v in envs.single_action_space.nvec], len(AGENT_TOOLS))
     return Rollout(torch.cat(xs), torch.cat(masks), actions_all, torch.cat(logps), torch.cat(lanes),
-                   TrajectoryBatch.from_arrays(**traj), benchmark, list(sim.pool.model_names[:-1]), env_steps,
+                   TrajectoryBatch.from_arrays(**traj), benchmark, list(envs.unwrapped.model_names), env_steps,
                    time.perf_counter() - t0, relevant, status_counts)
 

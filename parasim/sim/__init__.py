@@ -32,11 +32,13 @@ from parasim.sim.kernel import (
     F_TOKENS,
     F_USD,
     I_ANSWER,
+    I_BENCH,
     I_CALLS,
     I_EPISODE,
     I_FINAL,
     I_FMT,
     I_ROUND,
+    I_ROW,
     NO_CALL,
     NUM_ENV_PARAMS,
     NUM_TARGETS,
@@ -46,6 +48,8 @@ from parasim.sim.kernel import (
     TARGET_CARRY,
     TARGET_QUESTION,
     TARGET_VERIFY,
+    TASK_KEYED,
+    TASK_ROW,
 )
 from parasim.sim.rng import seed_state
 from parasim.sim.state import ObsBuffers, SimState, action_nvec, allocate_obs, allocate_state
@@ -96,10 +100,48 @@ class Simulator:
             self.state.rng[i] = seed_state(int(s))
             self.state.st_i[i, I_EPISODE] = 0
 
-    def reset(self, mask: np.ndarray | None = None) -> None:
-        """Draw new tasks for the lanes in ``mask`` (all lanes by default)."""
+    @property
+    def num_tasks(self) -> int:
+        """Rows of the task suite: the valid task indices are ``0 .. num_tasks - 1``."""
+        return len(self.suite)
+
+    def task_weights(self) -> np.ndarray:
+        """Each task's probability when a lane draws its task by the suite's weights (float64[num_tasks])."""
+        return np.diff(self.suite.weight_cdf, prepend=0.0)
+
+    def tasks(self, lanes: Any = slice(None)) -> dict[str, np.ndarray]:
+        """The current episodes' task index (suite row) and benchmark (index into ``parasim.tasks.BENCHMARKS``)."""
+        st_i = self.state.st_i
+        return {"task_index": st_i[lanes, I_ROW].copy(), "benchmark": st_i[lanes, I_BENCH].copy()}
+
+    def reset(self, mask: np.ndarray | None = None, task_index: np.ndarray | None = None,
+              task_seeds: np.ndarray | None = None) -> None:
+        """Draw new tasks for the lanes in ``mask`` (all lanes by default).
+
+        ``task_index`` (int[N], suite rows) fixes each reset lane's task; None draws it
+        by the suite's weights. ``task_seeds`` (int[N]) starts a task stream per lane for the task's own draws
+        (the row when not fixed, a drawn difficulty, the preferred wrong answers), so lanes with equal entries
+        play the identical task while their tool calls still draw from their own streams; None takes them from
+        the lane's stream. Entries of lanes outside ``mask`` are ignored; both apply to this reset only (later
+        resets, autoresets included, draw by weight from the lane's stream).
+        """
         m = np.ones(self.num_lanes, np.uint8) if mask is None else np.asarray(mask, np.uint8)
+        task = self.state.task
+        if task_index is not None:
+            rows = np.asarray(task_index)
+            if rows.shape != (self.num_lanes,) or rows.dtype.kind not in "iu" or not (
+                    (rows >= 0) & (rows < self.num_tasks) | (m == 0)).all():
+                raise ValueError(f"task_index: expected {self.num_lanes} integers in [0, {self.num_tasks}) (lanes "
+                                 f"outside the mask ignored), got {task_index!r}")
+            task[:, TASK_ROW] = np.where(m != 0, rows, -1)
+        if task_seeds is not None:
+            if np.shape(task_seeds) != (self.num_lanes,):
+                raise ValueError(f"task_seeds: expected {self.num_lanes} integers, got shape {np.shape(task_seeds)}")
+            task[:, TASK_KEYED] = 1
+            for i in np.flatnonzero(m):
+                self.state.task_rng[i] = seed_state(int(task_seeds[i]))
         reset_lanes(m, *self.state, *self.tables, *self.obs, self.env)
+        task[:, TASK_ROW], task[:, TASK_KEYED] = -1, 0
         self.done[m.astype(bool)] = 0
 
     def step(self, actions: np.ndarray, reset_first: np.ndarray) -> np.ndarray:

@@ -73,6 +73,8 @@ NUM_I = 13
 # st_f columns
 F_Z, F_QTOK, F_TOKENS, F_COST, F_USD, F_LAT, F_OUTCOME = range(7)
 NUM_F = 7
+# task[i, c] columns: the lane's task assignment (see reset_lane)
+TASK_ROW, TASK_KEYED = range(2)
 # ev[i, k, answer] planes
 E_SCORE, E_SUPPORT, E_FLAGS, E_CONFIRMS = range(4)
 # last round's per-call records: call_i[i, k, c] and call_f[i, k, c]
@@ -198,12 +200,15 @@ def leading_answer(ev, arrival, i, nans):
 
 
 @njit(cache=True, inline="always")
-def draw_task(rng, lane, row_i, row_f, row_cdf):
-    """A task: a suite row by its weights, then its difficulty (given, or z ~ N(mu_b, sigma_b))."""
-    u = uniform(rng, lane)
-    row = 0
-    while row < len(row_cdf) - 1 and u >= row_cdf[row]:
-        row += 1
+def draw_task(rng, lane, fixed_row, row_i, row_f, row_cdf):
+    """A task: a suite row (``fixed_row`` if >= 0, else drawn by the rows' weights), then its difficulty
+    (given, or z ~ N(mu_b, sigma_b))."""
+    row = fixed_row
+    if row < 0:
+        u = uniform(rng, lane)
+        row = 0
+        while row < len(row_cdf) - 1 and u >= row_cdf[row]:
+            row += 1
     opts = row_i[row, R_OPTIONS]
     nans = NUM_ANSWERS if opts == FREE_FORM else opts
     z = row_f[row, R_Z]
@@ -213,10 +218,20 @@ def draw_task(rng, lane, row_i, row_f, row_cdf):
 
 
 @njit(cache=True, inline="always")
-def reset_lane(i, st_i, st_f, counts_t, counts_s, last_status, exec_prev, pref, ev, arrival, rng, row_i, row_f,
-               row_cdf, row_dcdf):
-    """Draw a new task for lane ``i`` and clear its episode accumulators."""
-    row, bench, dom, nans, z = draw_task(rng, i, row_i, row_f, row_cdf)
+def reset_lane(i, st_i, st_f, counts_t, counts_s, last_status, exec_prev, pref, ev, arrival, rng, task, task_rng,
+               row_i, row_f, row_cdf, row_dcdf):
+    """Draw a new task for lane ``i`` and clear its episode accumulators.
+
+    ``task[i]`` is the lane's task request (``TASK_ROW``: suite row or -1 = drawn by weight; ``TASK_KEYED``: 1 =
+    the task's own draws, its row when drawn, difficulty and preferred wrong answers, come from the task stream
+    ``task_rng[i]``, so lanes with equal requests play the identical task). The lane's stream is swapped out for
+    those draws and back in after, so its tool randomness stays its own.
+    """
+    keyed = task[i, TASK_KEYED] != 0
+    lane_stream = rng[i]
+    if keyed:
+        rng[i] = task_rng[i]
+    row, bench, dom, nans, z = draw_task(rng, i, task[i, TASK_ROW], row_i, row_f, row_cdf)
     episode = st_i[i, I_EPISODE]
     for c in range(st_i.shape[1]):
         st_i[i, c] = 0
@@ -239,6 +254,8 @@ def reset_lane(i, st_i, st_f, counts_t, counts_s, last_status, exec_prev, pref, 
             ev[i, c, a] = 0.0
     for m in range(pref.shape[1]):
         pref[i, m] = draw_wrong(rng, i, m, row, nans, -1, 0.0, row_dcdf)
+    if keyed:
+        rng[i] = lane_stream
 
 
 @njit(cache=True, inline="always")

@@ -28,6 +28,8 @@ class SimState(NamedTuple):
     scratch: np.ndarray  # int64[N, NUM_ANSWERS] ensemble samples
     call_i: np.ndarray  # int64[N, K, 2] last round, per slot: output kind, answer id (-1 none)
     call_f: np.ndarray  # float64[N, K, 5] last round, per slot: tokens in, tokens out, latency, USD, cost units
+    task: np.ndarray  # int64[N, 2] the next reset's task: suite row (-1 = drawn by weight), keyed flag
+    task_rng: np.ndarray  # uint64[N] start of the task stream of keyed lanes
 
 
 class ObsBuffers(NamedTuple):
@@ -71,7 +73,8 @@ def allocate_state(n: int, slots: int, num_models: int) -> SimState:
         pref=np.zeros((n, num_models + 1), np.int64), ev=np.zeros((n, 4, NUM_ANSWERS)),
         arrival=np.full((n, NUM_ANSWERS), -1, np.int64), rng=np.zeros(n, np.uint64),
         scratch=np.zeros((n, NUM_ANSWERS), np.int64), call_i=np.full((n, slots, 2), -1, np.int64),
-        call_f=np.zeros((n, slots, NUM_CALL_F)))
+        call_f=np.zeros((n, slots, NUM_CALL_F)), task=np.tile(np.array([-1, 0], np.int64), (n, 1)),
+        task_rng=np.zeros(n, np.uint64))
 
 
 def allocate_obs(n: int, slots: int, num_models: int) -> ObsBuffers:

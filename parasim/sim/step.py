@@ -109,14 +109,15 @@ def write_obs(i, st_i, st_f, counts_t, counts_s, last_status, ev, arrival, scrat
 @njit(cache=True)
 def reset_lanes(mask,
                 st_i, st_f, counts_t, counts_s, last_status, exec_prev, pref, ev, arrival, rng, scratch, call_i, call_f,
+                task, task_rng,
                 skill, bonus, tok_mu, tm, tt, mmt, md, rel_logit, proto, row_i, row_f, row_cdf, row_dcdf,
                 o_task, o_round, o_budget, o_cand, o_evid, o_tools, o_status, o_last, o_mask, env):
     """Reset the lanes where ``mask`` is set and write their observations."""
     nm = skill.shape[0] - 1
     for i in range(mask.shape[0]):
         if mask[i]:
-            reset_lane(i, st_i, st_f, counts_t, counts_s, last_status, exec_prev, pref, ev, arrival, rng, row_i,
-                       row_f, row_cdf, row_dcdf)
+            reset_lane(i, st_i, st_f, counts_t, counts_s, last_status, exec_prev, pref, ev, arrival, rng, task,
+                       task_rng, row_i, row_f, row_cdf, row_dcdf)
             write_obs(i, st_i, st_f, counts_t, counts_s, last_status, ev, arrival, scratch, nm, env,
                       o_task, o_round, o_budget, o_cand, o_evid, o_tools, o_status, o_last, o_mask)
 
@@ -124,6 +125,7 @@ def reset_lanes(mask,
 @njit(cache=True)
 def _step_range(lo, hi, actions, reset_first, done,
                 st_i, st_f, counts_t, counts_s, last_status, exec_prev, pref, ev, arrival, rng, scratch, call_i, call_f,
+                task, task_rng,
                 skill, bonus, tok_mu, tm, tt, mmt, md, rel_logit, proto, row_i, row_f, row_cdf, row_dcdf,
                 o_task, o_round, o_budget, o_cand, o_evid, o_tools, o_status, o_last, o_mask, env):
     """Lanes lo..hi-1: the per-lane functions are inlined here, since a numba call that passes a few dozen
@@ -131,8 +133,8 @@ def _step_range(lo, hi, actions, reset_first, done,
     nm = skill.shape[0] - 1
     for i in range(lo, hi):
         if reset_first[i]:
-            reset_lane(i, st_i, st_f, counts_t, counts_s, last_status, exec_prev, pref, ev, arrival, rng, row_i,
-                       row_f, row_cdf, row_dcdf)
+            reset_lane(i, st_i, st_f, counts_t, counts_s, last_status, exec_prev, pref, ev, arrival, rng, task,
+                       task_rng, row_i, row_f, row_cdf, row_dcdf)
         elif st_i[i, I_DONE] == 0:
             step_lane(i, actions, st_i, st_f, counts_t, counts_s, last_status, exec_prev, pref, ev, arrival, rng,
                       scratch, call_i, call_f, skill, bonus, tok_mu, tm, tt, mmt, md, rel_logit, proto, row_dcdf, env)
@@ -144,11 +146,13 @@ def _step_range(lo, hi, actions, reset_first, done,
 @njit(cache=True)
 def step_lanes(actions, reset_first, done,
                st_i, st_f, counts_t, counts_s, last_status, exec_prev, pref, ev, arrival, rng, scratch, call_i, call_f,
+               task, task_rng,
                skill, bonus, tok_mu, tm, tt, mmt, md, rel_logit, proto, row_i, row_f, row_cdf, row_dcdf,
                o_task, o_round, o_budget, o_cand, o_evid, o_tools, o_status, o_last, o_mask, env):
     """Step every lane with its action row; lanes with ``reset_first`` set reset instead (NEXT_STEP)."""
     _step_range(0, actions.shape[0], actions, reset_first, done,
                 st_i, st_f, counts_t, counts_s, last_status, exec_prev, pref, ev, arrival, rng, scratch, call_i, call_f,
+                task, task_rng,
                 skill, bonus, tok_mu, tm, tt, mmt, md, rel_logit, proto, row_i, row_f, row_cdf, row_dcdf,
                 o_task, o_round, o_budget, o_cand, o_evid, o_tools, o_status, o_last, o_mask, env)
 
@@ -156,7 +160,7 @@ def step_lanes(actions, reset_first, done,
 @njit(cache=True, parallel=True)
 def step_lanes_parallel(actions, reset_first, done,
                         st_i, st_f, counts_t, counts_s, last_status, exec_prev, pref, ev, arrival, rng, scratch,
-                        call_i, call_f,
+                        call_i, call_f, task, task_rng,
                         skill, bonus, tok_mu, tm, tt, mmt, md, rel_logit, proto, row_i, row_f, row_cdf, row_dcdf,
                         o_task, o_round, o_budget, o_cand, o_evid, o_tools, o_status, o_last, o_mask, env):
     """``step_lanes`` over threads, in chunks of lanes: lanes share nothing mutable (own rows, own random
@@ -166,6 +170,6 @@ def step_lanes_parallel(actions, reset_first, done,
     for c in prange(chunks):
         _step_range(c * n // chunks, (c + 1) * n // chunks, actions, reset_first, done,
                     st_i, st_f, counts_t, counts_s, last_status, exec_prev, pref, ev, arrival, rng, scratch,
-                    call_i, call_f,
+                    call_i, call_f, task, task_rng,
                     skill, bonus, tok_mu, tm, tt, mmt, md, rel_logit, proto, row_i, row_f, row_cdf, row_dcdf,
                     o_task, o_round, o_budget, o_cand, o_evid, o_tools, o_status, o_last, o_mask, env)
