@@ -389,8 +389,14 @@ class Sandbox:
         assert self._bwrap is not None
         c = self.config
         argv = [self._bwrap, *_namespace_args(self._as_root), *_system_binds()]
-        binds, made = ["/usr"], set()
         perms = ["--perms", "0755"] if _bwrap_supports(self._bwrap, "--perms") else []
+        size = ["--size", str(c.tmpfs_bytes)] if _bwrap_supports(self._bwrap, "--size") else []  # not in old bwrap
+        argv += ["--proc", "/proc", "--dev", "/dev", *size, "--tmpfs", WORKDIR,
+                 # POSIX semaphores (multiprocessing) need a writable /dev/shm: sized like the work dir
+                 *size, *(["--perms", "1777"] if perms else []), "--tmpfs", "/dev/shm"]
+        # After the tmpfs mounts, so that an interpreter living under the work dir's path (a venv in a
+        # checkout under /tmp, as CI makes) is bound on top of the tmpfs instead of hidden by it.
+        binds, made = ["/usr"], set()
         for root in (*self._roots, *c.extra_ro_binds):
             if _covered(root, binds):
                 continue
@@ -400,11 +406,7 @@ class Sandbox:
                     made.add(str(parent))
             argv += ["--ro-bind", root, root]
             binds.append(root)
-        size = ["--size", str(c.tmpfs_bytes)] if _bwrap_supports(self._bwrap, "--size") else []  # not in old bwrap
-        argv += ["--proc", "/proc", "--dev", "/dev", *size, "--tmpfs", WORKDIR,
-                 # POSIX semaphores (multiprocessing) need a writable /dev/shm: sized like the work dir
-                 *size, *(["--perms", "1777"] if perms else []), "--tmpfs", "/dev/shm",
-                 "--file", str(fds.code), f"{WORKDIR}/{SCRIPT_NAME}",
+        argv += ["--file", str(fds.code), f"{WORKDIR}/{SCRIPT_NAME}",
                  # bwrap's root and /dev are unbounded tmpfs: read-only, so files cannot eat the host's memory
                  "--remount-ro", "/dev", "--remount-ro", "/",
                  "--chdir", WORKDIR, "--clearenv"]
