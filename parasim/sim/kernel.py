@@ -200,15 +200,18 @@ def leading_answer(ev, arrival, i, nans):
 
 
 @njit(cache=True, inline="always")
-def draw_task(rng, lane, fixed_row, row_i, row_f, row_cdf):
-    """A task: a suite row (``fixed_row`` if >= 0, else drawn by the rows' weights), then its difficulty
-    (given, or z ~ N(mu_b, sigma_b))."""
-    row = fixed_row
-    if row < 0:
-        u = uniform(rng, lane)
-        row = 0
-        while row < len(row_cdf) - 1 and u >= row_cdf[row]:
-            row += 1
+def draw_task(rng, lane, row_i, row_f, row_cdf):
+    """A task: a suite row by its weights, then its item (``task_item``)."""
+    u = uniform(rng, lane)
+    row = 0
+    while row < len(row_cdf) - 1 and u >= row_cdf[row]:
+        row += 1
+    return task_item(rng, lane, row, row_i, row_f)
+
+
+@njit(cache=True, inline="always")
+def task_item(rng, lane, row, row_i, row_f):
+    """The task of suite row ``row``: its difficulty is given, or drawn as z ~ N(mu_b, sigma_b)."""
     opts = row_i[row, R_OPTIONS]
     nans = NUM_ANSWERS if opts == FREE_FORM else opts
     z = row_f[row, R_Z]
@@ -231,7 +234,10 @@ def reset_lane(i, st_i, st_f, counts_t, counts_s, last_status, exec_prev, pref, 
     lane_stream = rng[i]
     if keyed:
         rng[i] = task_rng[i]
-    row, bench, dom, nans, z = draw_task(rng, i, task[i, TASK_ROW], row_i, row_f, row_cdf)
+    if task[i, TASK_ROW] >= 0:
+        row, bench, dom, nans, z = task_item(rng, i, task[i, TASK_ROW], row_i, row_f)
+    else:
+        row, bench, dom, nans, z = draw_task(rng, i, row_i, row_f, row_cdf)
     episode = st_i[i, I_EPISODE]
     for c in range(st_i.shape[1]):
         st_i[i, c] = 0
