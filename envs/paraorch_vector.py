@@ -34,6 +34,7 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
+
 from parasim.envs.paraorch import make_simulator, observation_space, resolve_reward, task_options, terminal_info
 
 

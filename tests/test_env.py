@@ -6,10 +6,10 @@ import functools
 import gymnasium as gym
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from gymnasium.utils.env_checker import check_env
 from gymnasium.wrappers import FlattenObservation, RecordEpisodeStatistics
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import parasim  # noqa: F401  (registers the envs)
 from parasim.batch import FIELDS as BATCH_FIELDS

@@ -13,8 +13,6 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from parasim.envs.paraorch_real import slot_status
-from parasim.envs.real_evidence import CallWeights, EvidenceBoard, answer_kind
 from test_real_backend import (
     _control,
     _emap,
@@ -27,6 +25,8 @@ from test_real_backend import (
 
 import parasim  # noqa: F401  (registers the envs)
 from parasim import TrajectoryBatch, compute_rewards
+from parasim.envs.paraorch_real import slot_status
+from parasim.envs.real_evidence import CallWeights, EvidenceBoard, answer_kind
 from parasim.pools import load_pool
 from parasim.protocol.schema import NUM_STATUSES, Domain, Status, Tool
 from parasim.real.backend import RealToolBackend

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from gymnasium.wrappers.vector import RecordEpisodeStatistics
-from parasim.envs.paraorch_vector import ParaOrchVectorEnv
 
 import parasim  # noqa: F401
+from parasim.envs.paraorch_vector import ParaOrchVectorEnv
 from parasim.protocol.schema import NUM_TOOLS
 from parasim.tasks import load_suite
 

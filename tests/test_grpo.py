@@ -6,13 +6,13 @@ import json
 import numpy as np
 import pytest
 import torch
+
+from parasim.advantages import METHODS
+from parasim.cli import main
 from parasim.training import expert, grpo
 from parasim.training.config import make_config
 from parasim.training.pipeline import build_policy, run_pipeline
 from parasim.training.rollout import collect, make_envs
-
-from parasim.advantages import METHODS
-from parasim.cli import main
 
 TINY = {"grpo.steps": "4", "grpo.tasks_per_step": "8", "grpo.group_size": "4", "grpo.minibatches": "2",
         "grpo.checkpoint_every": "2", "expert.episodes": "128", "sft.epochs": "1", "eval.tasks": "16",
@@ -126,8 +126,10 @@ def test_evaluation_metrics_and_train_cli(tmp_path, capsys):
     args += [a for k, v in TINY.items() for a in ("--set", f"{k}={v}")]
     assert main(args) == 0
     metrics = json.loads((out / "metrics.json").read_text())
-    assert sum(metrics["tool_dist"]) == pytest.approx(1.0) and sum(metrics["model_dist"].values()) == pytest.approx(1.0)
-    assert set(metrics["acc_by_benchmark"]) <= {"AIME24", "AIME25", "AMC", "HMMT25", "GPQA", "MMLU-Pro", "LiveCodeBench"}
+    assert sum(metrics["tool_dist"]) == pytest.approx(1.0)
+    assert sum(metrics["model_dist"].values()) == pytest.approx(1.0)
+    assert set(metrics["acc_by_benchmark"]) <= {"AIME24", "AIME25", "AMC", "HMMT25", "GPQA", "MMLU-Pro",
+                                                "LiveCodeBench"}
     assert 0 <= metrics["format_failure_rate"] <= 1 and metrics["calls_per_round"] >= 0
     assert "accuracy SFT" in capsys.readouterr().out
     assert main(["rescore", str(out / "trajectories.parquet"), "--grid", "c_tar=4,16"]) == 0

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from parasim.envs.paraorch_vector import ParaOrchVectorEnv
 
+from parasim.envs.paraorch_vector import ParaOrchVectorEnv
 from parasim.pools import load_pool
 from parasim.protocol.schema import NUM_TOOLS, Tool
 from parasim.tasks import BENCHMARKS

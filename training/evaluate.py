@@ -14,13 +14,13 @@ from typing import Any
 
 import numpy as np
 import torch
-from parasim.training.fields import opt
-from parasim.training.policy import ManagerPolicy
-from parasim.training.rollout import Rollout, collect, derive_seed, make_envs
 
 from parasim.batch import TrajectoryBatch
 from parasim.protocol.schema import NUM_TOOLS, Tool
 from parasim.rewards import compute_rewards
+from parasim.training.fields import opt
+from parasim.training.policy import ManagerPolicy
+from parasim.training.rollout import Rollout, collect, derive_seed, make_envs
 
 
 @dataclass(frozen=True)

@@ -24,14 +24,14 @@ from typing import Any
 
 import numpy as np
 import torch
-from parasim.training.fields import opt
-from parasim.training.policy import ManagerPolicy
-from parasim.training.rollout import Rollout, collect, derive_seed, make_envs
-from parasim.training.store import atomic_write_bytes
 
 from parasim.advantages import METHODS, group_advantages
 from parasim.batch import TrajectoryBatch
 from parasim.rewards import compute_rewards
+from parasim.training.fields import opt
+from parasim.training.policy import ManagerPolicy
+from parasim.training.rollout import Rollout, collect, derive_seed, make_envs
+from parasim.training.store import atomic_write_bytes
 
 
 @dataclass(frozen=True)

@@ -16,11 +16,11 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
-from parasim.training.policy import ManagerPolicy, obs_to_tensor, relevance
 
 import parasim  # noqa: F401  (registers ParaOrch-v0)
 from parasim.batch import TrajectoryBatch
 from parasim.protocol.schema import AGENT_TOOLS
+from parasim.training.policy import ManagerPolicy, obs_to_tensor, relevance
 
 
 def derive_seed(seed: int, *tags: Any) -> int:
