@@ -191,8 +191,10 @@ def big_batch() -> TrajectoryBatch:
     rng = np.random.default_rng(0)
     rounds = rng.integers(1, 13, n)
     return TrajectoryBatch.from_arrays(
-        outcome=rng.integers(0, 2, n).astype(float), format_violations=rng.integers(0, 2, n) * (rng.random(n) < 0.1),
-        ended_with_final=(rng.random(n) < 0.9).astype(np.uint8), rounds=rounds, tool_calls=rounds * rng.integers(1, 5, n),
+        outcome=rng.integers(0, 2, n).astype(float),
+        format_violations=rng.integers(0, 2, n) * (rng.random(n) < 0.1),
+        ended_with_final=(rng.random(n) < 0.9).astype(np.uint8), rounds=rounds,
+        tool_calls=rounds * rng.integers(1, 5, n),
         distinct_tools=rng.integers(1, NUM_TOOLS + 1, n), tool_counts=rng.integers(0, 6, (n, NUM_TOOLS)),
         tokens=rng.lognormal(9, 0.7, n), cost_units=rng.lognormal(1.8, 0.6, n), usd=rng.lognormal(-4, 1, n),
         latency_s=rng.lognormal(3, 0.8, n), group_id=np.repeat(np.arange(n // G), G))

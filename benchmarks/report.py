@@ -47,7 +47,8 @@ def tables(groups: dict[str, dict[str, dict[str, float]]]) -> list[str]:
     for group in sorted(groups, key=_group_key):
         rows = groups[group]
         core = rows.get("core")
-        lines += [f"**{group}**", "", "| implementation | min | median | median / core median |", "| --- | ---: | ---: | ---: |"]
+        lines += [f"**{group}**", "", "| implementation | min | median | median / core median |",
+                  "| --- | ---: | ---: | ---: |"]
         for impl, st in sorted(rows.items(), key=lambda kv: kv[1]["median"]):
             ratio = f"{st['median'] / core['median']:.2f}x" if core else "-"
             lines.append(f"| {impl} | {_fmt(st['min'])} | {_fmt(st['median'])} | {ratio} |")
@@ -85,9 +86,12 @@ def render(path: Path) -> str:
     groups, data = load_groups(path)
     info = data.get("machine_info", {})
     cpu = info.get("cpu", {}).get("brand_raw", "unknown CPU")
-    head = [BEGIN, "", f"Measured {data.get('datetime', '')[:19]} UTC on {cpu}, {info.get('cpu', {}).get('count', '?')} "
-            f"logical CPUs, Python {info.get('python_version', '?')}; commit "
-            f"{data.get('commit_info', {}).get('id', '?')[:10]}.", ""]
+    cores = info.get("cpu", {}).get("count", "?")
+    when = data.get("datetime", "")[:19]
+    commit = data.get("commit_info", {}).get("id", "?")[:10]
+    python = info.get("python_version", "?")
+    stamp = f"Measured {when} UTC on {cpu}, {cores} logical CPUs, Python {python}; commit {commit}."
+    head = [BEGIN, "", stamp, ""]
     return "\n".join(head + targets(groups) + [""] + tables(groups) + [END]) + "\n"
 
 

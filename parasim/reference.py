@@ -100,7 +100,7 @@ def group_advantages(rewards: np.ndarray, group_ids: np.ndarray, method: str = "
     adv = np.zeros(r.size)
     keep = np.ones(r.size, bool)
     units = g if method != "per_role" else np.stack([g, np.asarray(role_ids)], axis=1)
-    _, unit = np.unique(units, axis=0, return_inverse=True) if units.ndim == 2 else np.unique(units, return_inverse=True)
+    _, unit = np.unique(units, axis=0 if units.ndim == 2 else None, return_inverse=True)
     unit = unit.reshape(-1)
     for u in np.unique(unit):
         rows = np.flatnonzero(unit == u)

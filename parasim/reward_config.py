@@ -109,7 +109,8 @@ class RewardConfig:
                              "(Tool enum order)")
         object.__setattr__(self, "pref_tools", tuple(float(p) for p in prefs))
         if self.cost_pct_lo >= self.cost_pct_hi:
-            raise ValueError(f"RewardConfig.cost_pct_lo = {self.cost_pct_lo}: must be < cost_pct_hi = {self.cost_pct_hi}")
+            raise ValueError(
+                f"RewardConfig.cost_pct_lo = {self.cost_pct_lo}: must be < cost_pct_hi = {self.cost_pct_hi}")
         if (self.cost_lo is None) != (self.cost_hi is None):
             raise ValueError("RewardConfig.cost_lo / cost_hi: set both (fixed bounds) or neither (batch percentiles)")
         if self.cost_lo is not None and self.cost_lo >= self.cost_hi:  # type: ignore[operator]
