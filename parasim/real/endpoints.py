@@ -184,19 +184,22 @@ def load_endpoint_map(source: str | Path | Mapping[str, Any] | EndpointMap) -> E
     if isinstance(source, Mapping):
         return parse_endpoint_map(source)
     path = Path(source)
+    return parse_endpoint_map(read_config_file(path, "endpoints"), name=str(path))
+
+
+def read_config_file(path: Path, what: str) -> Any:
+    """The parsed content of a YAML (``.yaml`` / ``.yml``) or JSON file; errors name the file and the problem."""
     if not path.is_file():
-        raise EndpointError(f"endpoints: no such file {str(path)!r}")
+        raise EndpointError(f"{what}: no such file {str(path)!r}")
     text = path.read_text(encoding="utf-8")
     if path.suffix in (".yaml", ".yml"):
         import yaml
 
         try:
-            raw = yaml.safe_load(text)
+            return yaml.safe_load(text)
         except yaml.YAMLError as err:
             raise EndpointError(f"{path}: not valid YAML ({err})") from None
-    else:
-        try:
-            raw = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise EndpointError(f"{path}: not valid JSON (line {err.lineno}: {err.msg})") from None
-    return parse_endpoint_map(raw, name=str(path))
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise EndpointError(f"{path}: not valid JSON (line {err.lineno}: {err.msg})") from None

@@ -24,7 +24,6 @@ SIGTERM to the group, then SIGKILL after ``grace_s``.
 """
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -35,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from parasim.real.endpoints import EndpointError, parse_endpoint, parse_endpoint_map
+from parasim.real.endpoints import EndpointError, parse_endpoint, parse_endpoint_map, read_config_file
 from parasim.real.vllm_client import is_ready, reloadable_server_args
 
 _MODEL_KEYS = {"id", "path", "served_name", "port", "gpus", "num_gpus", "args", "env", "reloadable", "endpoint"}
@@ -154,22 +153,7 @@ def parse_serve_config(raw: Any, name: str = "serve config") -> ServePoolConfig:
 def load_serve_config(path: str | Path) -> ServePoolConfig:
     """Read a serving config from YAML or JSON."""
     path = Path(path)
-    if not path.is_file():
-        raise EndpointError(f"config: no such file {str(path)!r}")
-    text = path.read_text(encoding="utf-8")
-    if path.suffix in (".yaml", ".yml"):
-        import yaml
-
-        try:
-            raw = yaml.safe_load(text)
-        except yaml.YAMLError as err:
-            raise EndpointError(f"{path}: not valid YAML ({err})") from None
-    else:
-        try:
-            raw = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise EndpointError(f"{path}: not valid JSON (line {err.lineno}: {err.msg})") from None
-    return parse_serve_config(raw, str(path))
+    return parse_serve_config(read_config_file(path, "config"), str(path))
 
 
 def server_command(config: ServePoolConfig, server: ModelServer) -> list[str]:
