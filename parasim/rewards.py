@@ -20,13 +20,13 @@ sum to ``total``, so that a sweep can report what each term contributed.
 """
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from parasim import _core, reference
+from parasim.batch import FIELDS as BATCH_FIELDS
 from parasim.batch import TrajectoryBatch
 from parasim.reward_config import FORMULA_FIELDS, FORMULAS, RewardConfig, parse_field
 
@@ -35,6 +35,8 @@ __all__ = ["COMPONENTS", "FORMULAS", "FORMULA_FIELDS", "PRESETS", "RewardConfig"
            "resolve_config"]
 
 COMPONENTS = reference.COMPONENTS
+_PARAM_NAMES: tuple[str, ...] = tuple(_core.reward_param_names())
+_COST_LO, _COST_HI = _PARAM_NAMES.index("cost_lo"), _PARAM_NAMES.index("cost_hi")
 PRESETS: dict[str, RewardConfig] = {}
 PRESET_SOURCES: dict[str, str] = {}
 
@@ -127,23 +129,23 @@ def _check_batch(batch: TrajectoryBatch) -> None:
 
 
 def _param_rows(batch: TrajectoryBatch, cfgs: Sequence[RewardConfig]) -> np.ndarray:
-    """Pack configs into the core's parameter rows (columns named by ``_core.reward_param_names()``)."""
-    names = _core.reward_param_names()
-    rows = np.empty((len(cfgs), len(names)))
+    """Pack configs into the core's parameter rows (columns named by ``_core.reward_param_names()``): each
+    config's cached row, plus Router-R1's cost bounds, which may depend on the batch."""
+    rows = np.empty((len(cfgs), len(_PARAM_NAMES)))
     bounds: dict[tuple[float, float], tuple[float, float]] = {}
     for c, cfg in enumerate(cfgs):
-        values = dataclasses.asdict(cfg)
-        values["formula"] = FORMULAS.index(cfg.formula)
-        values.update({f"pref_tool_{t}": p for t, p in enumerate(cfg.pref_tools)})
+        rows[c] = cfg.core_params
         if cfg.formula == "router_r1":
             key = (cfg.cost_pct_lo, cfg.cost_pct_hi) if cfg.cost_lo is None else (cfg.cost_lo, cfg.cost_hi)
             if key not in bounds:  # percentiles of the batch are computed once per distinct pair
                 bounds[key] = reference.router_r1_cost_bounds(batch, cfg)
-            values["cost_lo"], values["cost_hi"] = bounds[key]
-        else:
-            values["cost_lo"], values["cost_hi"] = 0.0, 0.0
-        rows[c] = [float(values[name]) for name in names]
+            rows[c, _COST_LO], rows[c, _COST_HI] = bounds[key]
     return rows
+
+
+def _core_fields(batch: TrajectoryBatch) -> dict[str, np.ndarray]:
+    """The batch's arrays by field name for the core (``as_dict`` without re-reading the dataclass fields)."""
+    return {name: getattr(batch, name) for name in BATCH_FIELDS}
 
 
 def compute_rewards(batch: TrajectoryBatch, config: RewardConfig | str = "paramanager") -> RewardResult:
@@ -152,7 +154,7 @@ def compute_rewards(batch: TrajectoryBatch, config: RewardConfig | str = "parama
     cfg = resolve_config(config)
     totals = np.empty((1, len(batch)))
     comps = np.empty((len(COMPONENTS), len(batch)))
-    _core.score_rewards(batch.as_dict(), _param_rows(batch, [cfg]), totals, comps)
+    _core.score_rewards(_core_fields(batch), _param_rows(batch, [cfg]), totals, comps)
     return RewardResult(total=totals[0], **dict(zip(COMPONENTS, comps)))
 
 
@@ -170,5 +172,5 @@ def compute_rewards_grid(batch: TrajectoryBatch, configs: Sequence[RewardConfig 
     elif out.shape != shape or out.dtype != np.float64 or not out.flags.c_contiguous:
         raise ValueError(f"out: expected a C-contiguous float64 array of shape {shape}, got {out.dtype} {out.shape}")
     if cfgs:
-        _core.score_rewards(batch.as_dict(), _param_rows(batch, cfgs), out)
+        _core.score_rewards(_core_fields(batch), _param_rows(batch, cfgs), out)
     return out
