@@ -23,6 +23,11 @@ BUDGET_EXCEEDED for its calls. On stop or after ``max_rounds`` rounds the engine
 verifies the final answer, and the reward is ``compute_rewards`` of the episode's TrajectoryBatch row,
 through the same function as the simulated env.
 
+Terminal info, as the simulated env's: ``reward_components``, ``trajectory``, ``answer``, ``correct``, and
+``task_index`` / ``benchmark`` (``real_task_info``): the task's position in the engine's task list (-1 for a task
+passed in ``reset(options={"task": ...})`` that is not in it) and its benchmark as an index into
+``parasim.tasks.BENCHMARKS`` (a real task names its catalogue benchmark, ``generic_<domain>`` by default).
+
 Real latencies and sampling are not reproducible, so the env's spec says ``nondeterministic=True``
 (Gymnasium's checker then skips its step-determinism check); a seeded reset still draws the same task.
 ``pool`` here is the prior behind the candidates' scores (and the manager's token rates); ``suite`` is
@@ -36,6 +41,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 from gymnasium.envs.registration import EnvSpec
+
 from parasim.envs.paraorch import (
     REAL_TOOLS_HINT,
     ParaOrchEnv,
@@ -51,7 +57,6 @@ from parasim.envs.real_evidence import (
     EvidenceBoard,
     answer_kind,
 )
-
 from parasim.pools import load_pool
 from parasim.protocol.engine import TaskView
 from parasim.protocol.schema import (
@@ -75,7 +80,7 @@ from parasim.sim import (
 )
 from parasim.sim.kernel import CAND_FEATURES, EMPTY_SLOT, NO_CALL, NUM_CANDIDATES
 from parasim.sim.state import TASK_FEATURES, static_action_mask
-from parasim.tasks import NUM_ANSWERS
+from parasim.tasks import BENCHMARK_INDEX, GENERIC, NUM_ANSWERS
 
 
 def slot_status(tool: int, model: int, target: int, slot: int, *, allowed: int, num_models: int, has_lead: bool,
@@ -106,6 +111,22 @@ def lead_dependent_mask_entries(slots: int, allowed: int, num_models: int) -> np
         idx += [jt + TARGET_CARRY, jt + TARGET_VERIFY]
         j = jt + NUM_TARGETS
     return np.array(idx, np.int64)
+
+
+def real_task_info(engine: Any, view: TaskView) -> dict[str, int]:
+    """``task_index`` and ``benchmark`` of a real-tools engine's current task, named as the simulated env's terminal
+    info names them, so trainers read both envs alike: the index of ``engine.task`` in ``engine.tasks`` (-1 when
+    the engine has no task list or the task is not in it) and the benchmark's index in ``parasim.tasks.BENCHMARKS``
+    (the task's ``benchmark`` name; the generic benchmark of the view's domain for engines whose tasks carry none).
+    """
+    task = getattr(engine, "task", None)
+    tasks = list(getattr(engine, "tasks", None) or ())
+    index = next((i for i, t in enumerate(tasks) if t is task), -1)
+    if index < 0 and task is not None and task in tasks:  # an equal task passed by value
+        index = tasks.index(task)
+    name = getattr(task, "benchmark", None)
+    benchmark = BENCHMARK_INDEX[name] if name in BENCHMARK_INDEX else GENERIC[Domain(view.domain)]
+    return {"task_index": index, "benchmark": benchmark}
 
 
 class ParaOrchRealEnv(ParaOrchEnv):
@@ -292,7 +313,7 @@ class ParaOrchRealEnv(ParaOrchEnv):
         traj["group_id"] = np.array([self._episode], np.int64)
         self._done = True
         info = {**(info or {}), **terminal_step_info(comps, traj), "answer": outcome.answer,
-                "correct": bool(outcome.correct)}
+                "correct": bool(outcome.correct), **real_task_info(self.engine, self.task)}
         return self._observation(), float(total[0]), True, False, info
 
     def _trajectory(self, engine_traj: dict[str, Any], ended_with_final: bool,

@@ -7,6 +7,8 @@ statuses, and a server killed mid-episode.
 """
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -25,12 +27,13 @@ from test_real_backend import (
 
 import parasim  # noqa: F401  (registers the envs)
 from parasim import TrajectoryBatch, compute_rewards
-from parasim.envs.paraorch_real import slot_status
+from parasim.envs.paraorch_real import real_task_info, slot_status
 from parasim.envs.real_evidence import CallWeights, EvidenceBoard, answer_kind
 from parasim.pools import load_pool
 from parasim.protocol.schema import NUM_STATUSES, Domain, Status, Tool
 from parasim.real.backend import RealToolBackend
 from parasim.real.engine import RealEpisodeEngine
+from parasim.tasks import BENCHMARK_INDEX
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 EMPTY = [7, 0, 0]
@@ -105,6 +108,7 @@ def test_episode_end_to_end_calls_candidates_budgets_reward(backend):
     obs, reward, term, _, info = env.step(_act(stop=1))
     traj = info["trajectory"]
     assert term and info["correct"] and info["answer"] == "42"
+    assert (info["task_index"], info["benchmark"]) == (0, BENCHMARK_INDEX["generic_math"])
     assert (traj["rounds"], traj["tool_calls"], traj["ended_with_final"], traj["format_violations"]) == (2, 5, 1, 0)
     assert traj["tokens"] == pytest.approx(obs["budget"][0])
     rec = {k: v for k, v in traj.items()}
@@ -112,6 +116,21 @@ def test_episode_end_to_end_calls_candidates_budgets_reward(backend):
     assert reward == pytest.approx(expected) and reward == info["reward_components"]["total"]
     with pytest.raises(RuntimeError, match="reset"):
         env.step(_act(stop=1))
+
+
+def test_real_task_info_names_the_task_list_index_and_the_benchmark_index():
+    """As the simulated env's terminal info: the task's index in the engine's list (-1 for a task from outside
+    it), its catalogue benchmark's index, and the domain's generic benchmark for tasks that carry none."""
+    tasks = [_task(id="a"), _task(id="b", benchmark="AIME24", question="x?"), _task(id="c", domain="knowledge")]
+    engine = SimpleNamespace(tasks=tasks, task=tasks[1])
+    assert real_task_info(engine, tasks[1].view()) == {"task_index": 1, "benchmark": BENCHMARK_INDEX["AIME24"]}
+    engine.task = _task(id="c", domain="knowledge")  # equal by value to tasks[2]
+    assert real_task_info(engine, engine.task.view())["task_index"] == 2
+    engine.task = _task(id="outside", domain="science")
+    assert real_task_info(engine, engine.task.view()) == {"task_index": -1,
+                                                          "benchmark": BENCHMARK_INDEX["generic_science"]}
+    view = SimpleNamespace(domain=int(Domain.CODE))  # an engine without tasks or a task object
+    assert real_task_info(SimpleNamespace(), view) == {"task_index": -1, "benchmark": BENCHMARK_INDEX["generic_code"]}
 
 
 def test_protocol_errors_get_the_simulator_statuses_without_a_call(backend, server):
