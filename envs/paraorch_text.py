@@ -7,9 +7,10 @@ accuracies, prices and speeds, the JSON tool list; ``parasim.protocol.tool_schem
 per turn the manager's text and one ``<tool_response>`` per call with its structured result
 (id, tool, model, status, output, tokens, cost, latency, and the reason of a failure). ``info["messages"]``
 holds the same conversation as chat messages for other templates. Each observation extends the previous
-one by the turn's text, ``<|im_end|>``, and the feedback, so a trainer can tokenize it incrementally. Characters outside the Basic
-Multilingual Plane and control characters are replaced by U+FFFD in the observation (the Text space's
-character set) and a turn is shown truncated after ``max_turn_chars``; parsing always sees the full text.
+one by the turn's text, ``<|im_end|>``, and the feedback, so a trainer can tokenize it incrementally.
+Characters outside the Basic Multilingual Plane and control characters are replaced by U+FFFD in the
+observation (the Text space's character set) and a turn is shown truncated after ``max_turn_chars``;
+parsing always sees the full text.
 
 Action: the manager's text for one turn (Hermes / Qwen3 ``<tool_call>`` blocks; ``parasim.protocol.parser``).
 Up to ``max_parallel`` calls run as one round; extra calls are rejected with INVALID_TOOL. Unreadable
@@ -20,6 +21,18 @@ through the reward config's protocol penalty. ``final_answer`` ends the episode;
 Reward: ``parasim.compute_rewards`` of the episode's trajectory (the engine's TrajectoryBatch fields with
 this env's format-violation count) under ``reward`` (a RewardConfig or preset), on the terminal step, with
 every component in ``info["reward_components"]``.
+
+Reset options (``reset(options={...})``) go to the engine. With simulated tools they are ParaOrch-v0's:
+``task_index`` (a suite row in ``[0, num_tasks)``) and ``task_seed`` (the task's own stream), so equal
+``task_index`` / ``task_seed`` give the identical task, with the same question and the same option letters,
+while each env's tool calls keep its own seed (GRPO groups; see ``ParaOrchEnv``). A real-tools engine
+(``RealEpisodeEngine``) takes ``task_index`` (its task list) or ``task`` and ignores ``task_seed``.
+NumPy integers are passed on as ints. ``num_tasks`` and ``task_weights()`` give the valid indices and the
+probabilities the engine draws tasks with by itself (uniform over a real engine's task list).
+
+Info: on the terminal step ``reward_components``, ``trajectory``, ``answer``, ``correct``,
+``final_answer_text``, ``messages``, and ``task_index`` / ``benchmark`` as ParaOrch-v0 names them (the task
+played and its index in ``parasim.tasks.BENCHMARKS``; for real engines see ``paraorch_real.real_task_info``).
 
 Backends: ``tools="sim"`` (default) runs ``SimEpisodeEngine`` over ParaOrch-v0's simulator, so the same
 seed and the same calls give the same episode, statuses and reward as ParaOrch-v0. A call maps to one
@@ -41,8 +54,8 @@ from typing import Any, ClassVar
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
-from parasim.envs.paraorch import resolve_reward
 
+from parasim.envs.paraorch import resolve_reward
 from parasim.protocol.engine import EpisodeEngine, TaskView
 from parasim.protocol.parser import ParsedRound, parse_tool_calls
 from parasim.protocol.schema import (
@@ -112,6 +125,15 @@ def _finish(engine: EpisodeEngine, manager_answer: str | None) -> Any:
     return engine.finish(manager_answer=manager_answer) if takes_answer else engine.finish()
 
 
+def _plain_ints(options: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``options`` with NumPy integer ``task_index`` / ``task_seed`` as Python ints (engines may check ``int``);
+    anything else is passed on unchanged for the engine to accept or reject."""
+    if not options:
+        return options
+    return {k: int(v) if k in ("task_index", "task_seed") and isinstance(v, np.integer) else v
+            for k, v in options.items()}
+
+
 class ParaOrchTextEnv(gym.Env[str, str]):
     """ParaOrchText-v0 (see the module docstring)."""
 
@@ -155,6 +177,7 @@ class ParaOrchTextEnv(gym.Env[str, str]):
         self.action_space = ChatText(ACTION_MAX_CHARS, min_length=0, charset=CHARSET)
         self.messages: list[dict[str, str]] = []
         self._seed_next = seed
+        self._task: TaskView | None = None
         self._rounds = 0
         self._violations = 0
         self._manager_chars = 0
@@ -165,7 +188,8 @@ class ParaOrchTextEnv(gym.Env[str, str]):
         super().reset(seed=seed)
         if seed is None and self._seed_next is not None:
             seed, self._seed_next = self._seed_next, None
-        task = self.engine.reset(seed=seed, options=options)
+        task = self.engine.reset(seed=seed, options=_plain_ints(options))
+        self._task = task
         if not self.model_names:
             self._build_prompt()
         self.messages = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
@@ -173,6 +197,34 @@ class ParaOrchTextEnv(gym.Env[str, str]):
         self._rounds = self._violations = self._manager_chars = self._next_id = 0
         self._done = False
         return self._observation(), {"task": task, "messages": list(self.messages)}
+
+    @property
+    def num_tasks(self) -> int | None:
+        """The engine's number of tasks (valid ``task_index`` values are ``0 .. num_tasks - 1``); None when the
+        engine has neither ``num_tasks`` nor a task list."""
+        n = getattr(self.engine, "num_tasks", None)
+        if n is None and getattr(self.engine, "tasks", None) is not None:
+            n = len(self.engine.tasks)
+        return None if n is None else int(n)
+
+    def task_weights(self) -> np.ndarray:
+        """Each task index's probability when the engine draws tasks itself (float64[num_tasks]): the simulator's
+        suite weights, uniform over a real engine's task list."""
+        weights = getattr(self.engine, "task_weights", None)
+        if weights is not None:
+            return np.asarray(weights(), np.float64)
+        if self.num_tasks is None:
+            raise ValueError("task_weights: the engine has no task list (no num_tasks / tasks attribute)")
+        return np.full(self.num_tasks, 1.0 / self.num_tasks)
+
+    def _task_info(self) -> dict[str, int]:
+        """``task_index`` and ``benchmark`` of the episode (the simulator's own, else from the real task)."""
+        own = getattr(self.engine, "task_info", None)
+        if own is not None:
+            return dict(own())
+        from parasim.envs.paraorch_real import real_task_info
+
+        return real_task_info(self.engine, self._task)
 
     def _build_prompt(self) -> None:
         """System prompt from the engine's model ids (a real-tools engine may know them only after reset)."""
@@ -260,7 +312,7 @@ class ParaOrchTextEnv(gym.Env[str, str]):
         self._done = True
         info = {"parsed": parsed, "reward_components": components, "trajectory": traj,
                 "answer": outcome.answer, "correct": outcome.correct, "final_answer_text": final_text,
-                "messages": list(self.messages)}
+                "messages": list(self.messages), **self._task_info()}
         return self._observation(), components["total"], True, False, info
 
     def _observation(self) -> str:

@@ -6,7 +6,11 @@ each call's own figures (status, answer, tokens, latency, USD, cost) come from t
 records of the last round (``Simulator.last_round``).
 
 Answers in the simulator are ids (0 is the gold answer); the manager sees them as labels under a
-per-episode random permutation, so no label means "right".
+random permutation, so no label means "right". The permutation is part of the task: with a ``task_seed``
+reset option it is drawn from the task's own stream (seeded by ``task_seed`` and the task index played),
+so the lanes of a GRPO group, which share ``task_index`` / ``task_seed`` but not their tool seeds, see the
+same question with the same option letters; without one the task's draws come from the episode's stream,
+and so does the permutation.
 """
 from __future__ import annotations
 
@@ -14,15 +18,14 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from parasim.envs.paraorch import ParaOrchEnv
 
+from parasim.envs.paraorch import ParaOrchEnv
 from parasim.protocol.engine import EpisodeOutcome, TaskView
 from parasim.protocol.schema import CallResult, Domain, Status, Tool, ToolCall
 from parasim.sim import NUM_TARGETS, TARGET_CARRY, TARGET_QUESTION, TARGET_VERIFY
 from parasim.sim.kernel import (
     EMPTY_SLOT,
     F_QTOK,
-    I_BENCH,
     I_DOMAIN,
     I_EPISODE,
     I_NANS,
@@ -32,6 +35,9 @@ from parasim.sim.tables import TT_TIMEOUT
 from parasim.tasks import BENCHMARKS, NUM_ANSWERS
 
 _SAMPLED = (Status.OK, Status.EXEC_ERR, Status.TIMEOUT)
+
+
+LABELS_TAG = 0x6C6162656C73  # "labels": keeps the permutation's stream apart from other uses of a task seed
 
 
 def _labels(nans: int, rng: np.random.Generator) -> list[str]:
@@ -52,21 +58,28 @@ class SimEpisodeEngine:
         self.env = ParaOrchEnv(pool=pool, suite=suite, max_rounds=max_rounds, max_parallel=max_parallel,
                                serial=serial, reward=reward, tools="sim", token_budget=token_budget, seed=seed)
         self.sim = self.env.sim
-        self.model_names: tuple[str, ...] = self.sim.pool.model_names[:-1]
+        self.model_names: tuple[str, ...] = self.env.model_names
+        self.num_tasks = self.env.num_tasks
         self.labels: list[str] = []
         self.calls_so_far = 0
         self._info: dict[str, Any] | None = None
 
     def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> TaskView:
-        """Draw the next task exactly as ``ParaOrch-v0.reset(seed=seed)`` does."""
+        """Draw the next task exactly as ``ParaOrch-v0.reset(seed=seed, options=options)`` does (``task_index``,
+        ``task_seed``: see ``ParaOrchEnv``)."""
         self.env.reset(seed=seed, options=options)
         st_i = self.sim.state.st_i[0]
         nans = int(st_i[I_NANS])
-        # The label permutation comes from the lane's (already seeded) stream state without advancing it.
-        self.labels = _labels(nans, np.random.default_rng(int(self.sim.state.rng[0])))
+        task = self.task_info()
+        task_seed = (options or {}).get("task_seed")
+        if task_seed is not None:
+            rng = np.random.default_rng([int(task_seed), task["task_index"], LABELS_TAG])
+        else:  # the task came from the lane's stream: read its state after the task's draws, without advancing it
+            rng = np.random.default_rng(int(self.sim.state.rng[0]))
+        self.labels = _labels(nans, rng)
         self.calls_so_far = 0
         self._info = None
-        bench = BENCHMARKS[int(st_i[I_BENCH])]
+        bench = BENCHMARKS[task["benchmark"]]
         domain = Domain(int(st_i[I_DOMAIN]))
         episode = int(st_i[I_EPISODE])
         options_view = tuple(sorted(self.labels)) if nans < NUM_ANSWERS else ()
@@ -75,6 +88,14 @@ class SimEpisodeEngine:
                     f"(about {self.sim.state.st_f[0, F_QTOK]:.0f} question tokens). Answer with {fmt}.")
         return TaskView(task_id=f"{bench.name}-{episode}", question=question, domain=int(domain),
                         options=options_view)
+
+    def task_info(self) -> dict[str, int]:
+        """The episode's ``task_index`` (suite row) and ``benchmark`` (index into ``parasim.tasks.BENCHMARKS``)."""
+        return {k: int(v[0]) for k, v in self.sim.tasks([0]).items()}
+
+    def task_weights(self) -> np.ndarray:
+        """Each task index's probability when the env draws tasks itself (``ParaOrchEnv.task_weights``)."""
+        return self.env.task_weights()
 
     def _slot(self, call: ToolCall, index: int) -> tuple[int, int, int]:
         names = self.model_names

@@ -11,11 +11,12 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from parasim.envs.paraorch_text import ParaOrchTextEnv, to_charset
 
 import parasim  # noqa: F401  (registers the envs)
+from parasim.envs.paraorch_text import ParaOrchTextEnv, to_charset
 from parasim.protocol.engine import EpisodeOutcome, TaskView
 from parasim.protocol.schema import MAX_PARALLEL, CallResult, Status, Tool, ToolCall
+from parasim.tasks import BENCHMARK_INDEX
 
 EMPTY = len(Tool) - 1  # the structured env's empty-slot tool value (NUM_TOOLS)
 
@@ -65,15 +66,16 @@ def test_check_env_passes() -> None:
     check_env(gym.make("ParaOrchText-v0", pool="paramanager_mono", max_parallel=2, render_mode="ansi").unwrapped)
 
 
-@pytest.mark.parametrize("seed", [0, 1, 7])
-def test_same_episodes_as_structured_env(seed: int) -> None:
+@pytest.mark.parametrize(("seed", "options"), [(0, None), (1, None), (7, None),
+                                               (3, {"task_index": 2, "task_seed": 9}), (4, {"task_seed": 5})])
+def test_same_episodes_as_structured_env(seed: int, options: dict[str, int] | None) -> None:
     structured = gym.make("ParaOrch-v0").unwrapped
     text_env = gym.make("ParaOrchText-v0").unwrapped
     models = text_env.model_names
     rng = np.random.default_rng(seed)
     actions = scripted_actions(rng, structured.action_space.nvec, rounds=int(rng.integers(1, 6)))
-    structured.reset(seed=seed)
-    text_env.reset(seed=seed)
+    structured.reset(seed=seed, options=options)
+    text_env.reset(seed=seed, options=options)
     for action in actions:
         obs_s, reward_s, term_s, _, info_s = structured.step(action)
         _, reward_t, term_t, _, info_t = text_env.step(to_text(action, models))
@@ -84,6 +86,41 @@ def test_same_episodes_as_structured_env(seed: int) -> None:
     assert reward_t == pytest.approx(reward_s)
     for key, value in info_s["trajectory"].items():
         np.testing.assert_allclose(info_t["trajectory"][key], value, err_msg=key)
+    assert (info_t["task_index"], info_t["benchmark"]) == (info_s["task_index"], info_s["benchmark"])
+    if options and "task_index" in options:
+        assert info_t["task_index"] == options["task_index"]
+
+
+def test_task_options_show_every_lane_the_same_question_and_option_letters() -> None:
+    """GRPO groups: equal task_index / task_seed under different tool seeds give the same question with the same
+    answer-label permutation (drawn from the task's stream, not the lane's), while the tool outcomes stay the
+    lanes' own; other task seeds permute the labels differently."""
+    lanes = [ParaOrchTextEnv() for _ in range(3)]
+    np.testing.assert_allclose(lanes[0].task_weights(), gym.make("ParaOrch-v0").unwrapped.task_weights())
+    multiple_choice = []
+    for task_index in range(lanes[0].num_tasks):
+        options = {"task_index": np.int64(task_index), "task_seed": 100 + task_index}
+        views = [env.reset(seed=10 + k, options=options)[1]["task"] for k, env in enumerate(lanes)]
+        assert all(v == views[0] for v in views)
+        assert all(env.engine.labels == lanes[0].engine.labels for env in lanes)
+        if views[0].options:
+            multiple_choice.append(task_index)
+    assert multiple_choice
+    row = multiple_choice[0]
+    outputs = set()
+    for k, env in enumerate(lanes):
+        env.reset(seed=10 + k, options={"task_index": row, "task_seed": 1})
+        text = "".join(call_text("ensemble_solver", model=m, subtask="solve") for m in env.model_names)
+        *_, info = env.step(text)
+        outputs.add(tuple((r.status, r.output) for r in info["results"]))
+        *_, info = env.step(call_text("final_answer", answer="A"))
+        assert info["task_index"] == row
+    assert len(outputs) > 1  # the tool calls draw from each lane's own stream
+    permutations = set()
+    for task_seed in range(8):
+        lanes[0].reset(seed=0, options={"task_index": row, "task_seed": task_seed})
+        permutations.add(tuple(lanes[0].engine.labels))
+    assert len(permutations) > 1
 
 
 def test_same_seed_same_transcript() -> None:
@@ -201,6 +238,8 @@ def test_real_tools_need_an_engine() -> None:
     env.step("<tool_call>{bad</tool_call>" + call_text("standard_reasoner", model="m1", subtask="add"))
     *_, info = env.step(call_text("final_answer", answer="7"))
     assert info["answer"] == "7" and info["final_answer_text"] == "7"
+    assert (info["task_index"], info["benchmark"]) == (-1, BENCHMARK_INDEX["generic_math"])  # no task list
+    assert env.num_tasks is None
     assert info["trajectory"]["format_violations"] == 1 and info["trajectory"]["tokens"] > 10.0
 
 
