@@ -12,6 +12,7 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -30,7 +31,7 @@ from parasim.training.llm.data import (  # noqa: E402
     write_jsonl,
 )
 from parasim.training.llm.expert_data import generate  # noqa: E402
-from parasim.training.llm.rollout import Generation, parse_completion_choice  # noqa: E402
+from parasim.training.llm.rollout import Generation, parse_completion_choice, reset_for_group  # noqa: E402
 from parasim.training.tiny_lm import build_tiny_lm  # noqa: E402
 
 REPAIR = '<tool_call>\n{"name": "python", "arguments": {"code": "print(%d+1)"}}\n</tool_call>'
@@ -157,6 +158,54 @@ def test_stream_appends_only_new_env_text_and_keeps_generated_ids(tokenizer) -> 
 
 
 # ------------------------------------------------------------------------------------------- the loss
+def test_reset_for_group_shares_the_task_through_reset_options() -> None:
+    """Simulated tools: rollouts with one task seed see the same question and option letters and play the same
+    task (terminal task_index), with tool draws of their own; equal seeds replay the same transcript."""
+    import gymnasium as gym
+
+    from parasim.protocol.schema import Tool
+
+    def play(task_seed: int, tool_seed: int) -> tuple[str, Any, list[str], int]:
+        env = gym.make("ParaOrchText-v0")
+        obs, info = reset_for_group(env, task_seed, tool_seed)
+        calls = "".join("<tool_call>" + json.dumps({"name": Tool.ENSEMBLE_SOLVER.wire_name,
+                                                     "arguments": {"model": m, "subtask": "s"}}) + "</tool_call>"
+                        for m in env.unwrapped.model_names)
+        feedback, *_ = env.step(calls)
+        *_, end = env.step(FINAL % 1)
+        return obs, env.unwrapped.engine.labels, feedback[len(obs):], end["task_index"]
+
+    runs = [play(21, tool) for tool in (1, 2, 3)]
+    assert all(r[:2] == runs[0][:2] and r[3] == runs[0][3] for r in runs)
+    assert len({r[2] for r in runs}) > 1  # each rollout's tools draw from its own seed
+    assert play(21, 1) == runs[0]
+    assert len({play(seed, 1)[3] for seed in range(6)}) > 1  # task seeds spread over the suite's tasks
+
+
+def test_reset_for_group_gives_real_engines_a_task_index() -> None:
+    """Engines with a task list (RealEpisodeEngine) get an in-range int task_index drawn from the task seed."""
+    from parasim.envs.paraorch_text import ParaOrchTextEnv
+    from parasim.protocol.engine import TaskView
+
+    class Engine:
+        model_names = ("m",)
+        tasks = ["a", "b", "c", "d", "e"]
+
+        def reset(self, seed: Any = None, options: Any = None) -> TaskView:
+            self.seed, self.options = seed, options
+            return TaskView("t", "q?", 0)
+
+    env = ParaOrchTextEnv(pool=None, tools="real", engine=Engine())
+    picks = set()
+    for task_seed in range(12):
+        reset_for_group(env, task_seed, 5)
+        opts = env.engine.options
+        assert type(opts["task_index"]) is int and 0 <= opts["task_index"] < 5 and env.engine.seed == 5
+        assert opts["task_seed"] == task_seed
+        picks.add(opts["task_index"])
+    assert len(picks) > 1
+
+
 def test_ppo_loss_gives_masked_tokens_exactly_zero_gradient() -> None:
     gen = torch.Generator().manual_seed(0)
     shape = (3, 11)

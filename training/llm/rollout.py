@@ -24,6 +24,10 @@ import torch
 
 from parasim.training.llm.data import ROLE_ENV, ROLE_MANAGER, TokenTrajectory, truncate
 
+# keys the task-index draw of ``reset_for_group`` on its own stream of the task seed (the env keys the task's
+# draws on the task seed itself)
+TASK_INDEX_TAG = 0x7461736B
+
 
 @dataclass
 class Generation:
@@ -299,20 +303,21 @@ def end_episode(env: Any, max_turns: int = 10_000) -> dict[str, Any]:
 def reset_for_group(env: Any, task_seed: int, tool_seed: int | None) -> tuple[Any, dict[str, Any]]:
     """Reset so that rollouts with one ``task_seed`` play the same task with their own tool randomness.
 
-    Simulated tools: ParaOrch draws the whole task at reset from the simulator lane's stream, so the env resets
-    from ``task_seed`` and the lane is re-seeded with ``tool_seed`` afterwards (as the structured trainer's
-    ``reset_groups`` does). Real tools: the engine picks the task by index from ``task_seed`` and seeds its calls
-    from ``tool_seed``.
+    Through the env's public reset options (``ParaOrchText-v0``; as the structured trainer's ``reset_groups``):
+    the task index is drawn from ``task_seed``'s stream by the env's ``task_weights()`` (the distribution the env
+    would draw from itself) and passed with ``task_seed`` as ``options``, so the rollouts of a group play the
+    identical task (simulated tools: row, hidden difficulty, preferred wrong answers, option letters; real tools:
+    the engine's task at that index), while ``seed=tool_seed`` seeds each rollout's tool calls. Without a
+    ``tool_seed`` the tool calls are seeded from ``task_seed`` too. Envs that expose no task count get
+    ``task_seed`` alone.
     """
-    engine = getattr(env.unwrapped, "engine", None)
-    tasks = getattr(engine, "tasks", None)
-    sim = getattr(engine, "sim", None)
-    if sim is None and tasks is not None:
-        return env.reset(seed=tool_seed, options={"task_index": int(task_seed) % len(tasks)})
-    obs, info = env.reset(seed=task_seed)
-    if sim is not None and tool_seed is not None:
-        sim.seed([int(tool_seed)])
-    return obs, info
+    unwrapped = env.unwrapped
+    options: dict[str, int] = {"task_seed": int(task_seed)}
+    num_tasks = getattr(unwrapped, "num_tasks", None)
+    if num_tasks:
+        rng = np.random.default_rng([int(task_seed), TASK_INDEX_TAG])
+        options["task_index"] = int(rng.choice(num_tasks, p=unwrapped.task_weights()))
+    return env.reset(seed=int(task_seed if tool_seed is None else tool_seed), options=options)
 
 
 def _clip(gen: Generation, room: int) -> Generation:
