@@ -214,6 +214,10 @@ class ParaOrchEnv(gym.Env):
         self._initial_seed = seed
         self._act = np.zeros((1, len(self.sim.nvec)), np.int64)
         self._keep = np.zeros(1, np.uint8)
+        self._lane = np.zeros(1, np.int64)
+        # the lane's views of the simulator's observation buffers (written in place by every kernel call): each
+        # observation copies them without indexing nine arrays again
+        self._obs_views = tuple((k, v[0]) for k, v in self.sim.obs._asdict().items())
         self._seeded = False
         self._done = True
 
@@ -229,7 +233,7 @@ class ParaOrchEnv(gym.Env):
             self._seeded = True
         self.sim.reset(None, rows, task_seeds)
         self._done = False
-        return self.sim.observation(0), {}
+        return self._observation(), {}
 
     def step(self, action: Any) -> tuple[dict, float, bool, bool, dict]:
         a = check_action(action, self.sim.nvec)
@@ -237,14 +241,18 @@ class ParaOrchEnv(gym.Env):
             raise RuntimeError("ParaOrch-v0: the episode is over; call reset() before step()")
         self._act[0] = a
         done = bool(self.sim.step(self._act, self._keep)[0])
-        obs = self.sim.observation(0)
+        obs = self._observation()
         if not done:
             return obs, 0.0, False, False, {}
         self._done = True
-        total, comps, traj = terminal_info(self.sim, np.array([0]), self.reward_config)
+        total, comps, traj = terminal_info(self.sim, self._lane, self.reward_config)
         info = terminal_step_info(comps, traj)
-        info.update({k: int(v[0]) for k, v in self.sim.tasks([0]).items()})
+        info.update({k: int(v) for k, v in self.sim.tasks(0).items()})
         return obs, float(total[0]), True, False, info
+
+    def _observation(self) -> dict[str, np.ndarray]:
+        """The observation (copies: the buffers change with the next step), as ``sim.observation(0)``."""
+        return {k: v.copy() for k, v in self._obs_views}
 
     def task_weights(self) -> np.ndarray:
         """Each task index's probability when the env draws tasks itself (float64[num_tasks], sums to 1)."""
