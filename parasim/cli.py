@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 COMMANDS = ("sweep", "train", "rescore", "calibrate", "simulate_log", "serve_pool")
 
@@ -19,13 +19,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="parasim", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
-        try:
-            module = importlib.import_module(f"parasim.commands.{name}")
-        except ModuleNotFoundError as err:
-            if err.name != f"parasim.commands.{name}":
-                raise
-            continue
-        module.register(sub)
+        importlib.import_module(f"parasim.commands.{name}").register(sub)
     return parser
 
 

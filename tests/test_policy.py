@@ -6,6 +6,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from parasim.training.policy import ManagerPolicy, PolicyConfig, obs_to_tensor
 from parasim.training.sft import SFTConfig, train_sft
 

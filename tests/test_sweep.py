@@ -10,6 +10,7 @@ import time
 
 import numpy as np
 import pytest
+
 from parasim.training import config, report, sweep
 from parasim.training.store import ResultsStore
 

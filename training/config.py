@@ -19,14 +19,14 @@ from pathlib import Path
 from typing import Any
 
 import tomllib
+
+from parasim.rewards import PRESETS, RewardConfig
 from parasim.training.evaluate import EvalConfig
 from parasim.training.expert import ExpertConfig
 from parasim.training.fields import opt, parse_value, validate_section
 from parasim.training.grpo import GRPOConfig
 from parasim.training.policy import PolicyConfig
 from parasim.training.sft import SFTConfig
-
-from parasim.rewards import PRESETS, RewardConfig
 
 
 @dataclass(frozen=True)

@@ -19,11 +19,11 @@ from typing import Any
 
 import numpy as np
 import torch
-from parasim.training.fields import opt
-from parasim.training.rollout import collect, derive_seed, make_envs
 
 from parasim.protocol.schema import MAX_PARALLEL, NUM_TOOLS, Domain, Status, Tool
 from parasim.sim import TARGET_CARRY, TARGET_QUESTION, TARGET_VERIFY
+from parasim.training.fields import opt
+from parasim.training.rollout import collect, derive_seed, make_envs
 
 EMPTY = NUM_TOOLS
 FAILED = (int(Status.EXEC_ERR), int(Status.TIMEOUT))

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import torch
+
 from parasim.training import expert, grpo, sft
 from parasim.training.config import TrainConfig
 from parasim.training.evaluate import evaluate

@@ -17,10 +17,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from parasim.training.fields import opt
 from torch import nn
 
 from parasim.protocol.schema import NUM_STATUSES
+from parasim.training.fields import opt
 
 MIN_LOGIT = -1e9
 

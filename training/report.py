@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from parasim.training.store import atomic_write_bytes, atomic_write_json
 
 from parasim.protocol.schema import Tool
+from parasim.training.store import atomic_write_bytes, atomic_write_json
 
 SCALARS = ("accuracy", "reward", "sft_accuracy", "sft_reward", "train_reward_start", "train_reward_end", "tokens",
            "cost_units", "usd", "latency_s",

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+
 from parasim.training.fields import opt
 from parasim.training.policy import ManagerPolicy
 

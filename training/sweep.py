@@ -107,6 +107,7 @@ def run_point(point: GridPoint) -> dict[str, Any]:
     stops the others nor is stored as finished.
     """
     import torch
+
     from parasim.training.pipeline import run_pipeline
 
     torch.set_num_threads(1)
