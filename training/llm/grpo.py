@@ -182,7 +182,7 @@ def _reward_config(spec: str) -> Any:
 def make_engine(args: GRPOArgs, policy: runtime.TokenLogprobs, model_dir: Path, tokenizer: Any,
                 info: runtime.DistInfo) -> Any:
     stop_ids = [i for i in {tokenizer.eos_token_id, tokenizer.pad_token_id} if i is not None]
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    pad_id = runtime.pad_token_id(tokenizer)
     if args.engine == "vllm":
         return VLLMEngine(args.vllm_url, args.vllm_model or args.model_path, stop_ids,
                           Path(args.output_dir) / "pushed_weights")
@@ -198,8 +198,6 @@ def make_engine(args: GRPOArgs, policy: runtime.TokenLogprobs, model_dir: Path, 
 
 
 def main(args: GRPOArgs) -> Path:
-    from transformers import AutoTokenizer
-
     import parasim  # noqa: F401  (registers the environments)
     from parasim import broadcast_to_tokens, loss_normalizers
 
@@ -208,12 +206,10 @@ def main(args: GRPOArgs) -> Path:
         raise ValueError(f"tasks_per_step={args.tasks_per_step} and minibatch_size={args.minibatch_size} must be "
                          f"multiples of the world size {info.world_size}")
     out = Path(args.output_dir)
-    ckpt_root = out / "checkpoints"
-    ckpt = runtime.latest_checkpoint(ckpt_root) if args.resume else None
+    start_at = runtime.run_start(args.output_dir, args.model_path, args.resume)
     runtime.seed_everything(args.seed + info.rank)
-    model_dir = ckpt / "model" if ckpt else Path(args.model_path)
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    ckpt_root, ckpt, model_dir = start_at.ckpt_root, start_at.ckpt, start_at.model_dir
+    tokenizer, pad_id = start_at.tokenizer, start_at.pad_id
     policy = runtime.load_policy(model_dir, info, compute_dtype=args.compute_dtype,
                                  gradient_checkpointing=args.gradient_checkpointing)
     ref = None

@@ -281,6 +281,34 @@ def latest_checkpoint(root: str | Path) -> Path | None:
     return path if (path / "state.json").exists() else None
 
 
+@dataclass
+class RunStart:
+    """Where a run starts: the checkpoint it resumes (None for a fresh run), the weights and tokenizer to load."""
+
+    ckpt_root: Path
+    ckpt: Path | None
+    model_dir: Path
+    tokenizer: Any
+    pad_id: int
+
+
+def run_start(output_dir: str | Path, model_path: str | Path, resume: bool) -> RunStart:
+    """Resume from the latest checkpoint under ``output_dir`` when asked and one exists, else start from
+    ``model_path``; SFT and GRPO share this so that both resume the same way."""
+    from transformers import AutoTokenizer
+
+    ckpt_root = Path(output_dir) / "checkpoints"
+    ckpt = latest_checkpoint(ckpt_root) if resume else None
+    model_dir = ckpt / "model" if ckpt else Path(model_path)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    return RunStart(ckpt_root, ckpt, model_dir, tokenizer, pad_token_id(tokenizer))
+
+
+def pad_token_id(tokenizer: Any) -> int:
+    """The padding id: the tokenizer's own, else its end-of-sequence id (Qwen3-style tokenizers may lack one)."""
+    return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+
+
 def load_training_state(ckpt: Path, policy: TokenLogprobs, optimizer: torch.optim.Optimizer,
                         info: DistInfo) -> dict[str, Any]:
     """Restore optimizer and RNG states (the model was loaded from ``ckpt/model``); returns state.json."""

@@ -85,16 +85,12 @@ def masked_nll(policy: runtime.TokenLogprobs, trajs: Sequence[TokenTrajectory], 
 
 
 def main(args: SFTArgs) -> Path:
-    from transformers import AutoTokenizer
-
     info = runtime.init_distributed()
     out = Path(args.output_dir)
-    ckpt_root = out / "checkpoints"
-    ckpt = runtime.latest_checkpoint(ckpt_root) if args.resume else None
+    start_at = runtime.run_start(args.output_dir, args.model_path, args.resume)
     runtime.seed_everything(args.seed + info.rank)
-    model_dir = ckpt / "model" if ckpt else Path(args.model_path)
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    ckpt_root, ckpt, model_dir = start_at.ckpt_root, start_at.ckpt, start_at.model_dir
+    tokenizer, pad_id = start_at.tokenizer, start_at.pad_id
     data = read_jsonl(args.data, tokenizer, args.max_tokens)
     if not data:
         raise ValueError(f"--data {args.data}: no trajectories")
