@@ -13,7 +13,6 @@ A suite is a flat table of rows, each a benchmark (difficulty drawn per episode)
 """
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from parasim.jsonl import iter_json_objects
 from parasim.protocol.schema import Domain
 
 FREE_FORM = 0  # answer format: free-form answer (math, code); k > 1 means k options
@@ -129,17 +129,7 @@ def load_tasks(path: str | Path) -> TaskSuite:
     benchmark when absent), optional ``weight`` (> 0). Errors name the line and the field.
     """
     rows: dict[str, list] = {k: [] for k in ("bench", "domain", "options", "z", "w", "ids")}
-    text = Path(path).read_text(encoding="utf-8")
-    for lineno, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        where = f"{path}:{lineno}"
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{where}: not valid JSON ({e.msg})") from None
-        if not isinstance(rec, dict):
-            raise ValueError(f"{where}: expected a JSON object, got {type(rec).__name__}")
+    for where, rec in iter_json_objects(path):
         dom_name = rec.get("domain")
         if not isinstance(dom_name, str) or dom_name.upper() not in Domain.__members__:
             raise ValueError(f"{where}.domain: expected one of {[d.name.lower() for d in Domain]}, got {dom_name!r}")
@@ -173,7 +163,7 @@ def load_tasks(path: str | Path) -> TaskSuite:
         rows["options"].append(opts)
         rows["z"].append(float(z))
         rows["w"].append(float(w))
-        rows["ids"].append(str(rec.get("id", f"line{lineno}")))
+        rows["ids"].append(str(rec.get("id", f"line{where.rsplit(':', 1)[1]}")))
     if not rows["bench"]:
         raise ValueError(f"{path}: no tasks")
     return _suite_from_rows(str(path), rows["bench"], rows["domain"], rows["options"], rows["z"], rows["w"],

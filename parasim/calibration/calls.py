@@ -10,7 +10,6 @@ dropped records would be wrong without saying so.
 """
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from parasim.jsonl import iter_json_objects
 from parasim.protocol.schema import Domain, Status, Tool
 
 REQUIRED = ("task_id", "benchmark", "domain", "tool", "model", "status", "tokens_in", "tokens_out", "latency_s")
@@ -112,22 +112,7 @@ def _choice(rec: dict[str, Any], key: str, where: str, names: dict[str, Any]) ->
 
 def read_calls(path: str | Path) -> CallTable:
     """Read and validate a JSONL call log."""
-    with open(path, encoding="utf-8") as handle:
-        return calls_from_records(_json_lines(handle, str(path)))
-
-
-def _json_lines(lines: Iterable[str], name: str) -> Iterable[tuple[str, dict[str, Any]]]:
-    for lineno, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        where = f"{name}:{lineno}"
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{where}: not valid JSON ({err.msg})") from None
-        if not isinstance(rec, dict):
-            raise ValueError(f"{where}: expected a JSON object, got {type(rec).__name__}")  # noqa: TRY004 - bad data
-        yield where, rec
+    return calls_from_records(iter_json_objects(path))
 
 
 def calls_from_records(records: Iterable[tuple[str, dict[str, Any]] | dict[str, Any]]) -> CallTable:

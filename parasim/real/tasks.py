@@ -8,13 +8,13 @@ log records for ``parasim calibrate``), optional ``options`` (list of option tex
 """
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from parasim.jsonl import iter_json_objects
 from parasim.protocol.engine import TaskView
 from parasim.protocol.schema import Domain
 from parasim.tasks import BENCHMARK_INDEX, BENCHMARKS
@@ -76,14 +76,8 @@ def parse_task(rec: Any, where: str = "task") -> RealTask:
 def load_real_tasks(path: str | Path) -> list[RealTask]:
     """Read a JSONL task file (see the module docstring)."""
     tasks = []
-    for lineno, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{path}:{lineno}: not valid JSON ({err.msg})") from None
-        tasks.append(parse_task(rec, f"{path}:{lineno}"))
+    for where, rec in iter_json_objects(path):
+        tasks.append(parse_task(rec, where))
     if not tasks:
         raise ValueError(f"{path}: no tasks")
     return tasks

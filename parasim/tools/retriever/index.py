@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from parasim.jsonl import iter_json_objects
+
 INDEX_FILE = "index.faiss"
 CORPUS_FILE = "corpus.jsonl"
 META_FILE = "meta.json"
@@ -38,25 +40,18 @@ def default_prefixes(model_path: str) -> tuple[str, str]:
 
 def read_corpus(path: str | Path) -> Iterator[dict[str, Any]]:
     """Yield corpus documents with a ``contents`` field; a bad line raises naming its number and field."""
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
-            if not isinstance(row, dict) or "id" not in row:
-                raise ValueError(f"{path}:{lineno}: each line must be an object with an 'id' field")
-            if "contents" not in row:
-                if not isinstance(row.get("text"), str):
-                    raise ValueError(f"{path}:{lineno}: needs 'contents' or 'title' + 'text' (string) fields")
-                title = row.get("title", "")
-                row["contents"] = f'"{title}"\n{row["text"]}' if title else row["text"]
-            if not isinstance(row["contents"], str):
-                raise TypeError(f"{path}:{lineno}: 'contents' must be a string")
-            row["id"] = str(row["id"])
-            yield row
+    for where, row in iter_json_objects(path):
+        if "id" not in row:
+            raise ValueError(f"{where}: each line must be an object with an 'id' field")
+        if "contents" not in row:
+            if not isinstance(row.get("text"), str):
+                raise ValueError(f"{where}: needs 'contents' or 'title' + 'text' (string) fields")
+            title = row.get("title", "")
+            row["contents"] = f'"{title}"\n{row["text"]}' if title else row["text"]
+        if not isinstance(row["contents"], str):
+            raise TypeError(f"{where}: 'contents' must be a string")
+        row["id"] = str(row["id"])
+        yield row
 
 
 @dataclass(frozen=True)
