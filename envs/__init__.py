@@ -1,1 +1,1 @@
-"""Gymnasium environments of parasim, installed as ``parasim.envs``."""
+"""Gymnasium environments of parasim, imported as ``parasim.envs`` (``parasim/envs`` links to this folder)."""

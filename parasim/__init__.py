@@ -10,6 +10,11 @@ from typing import Any
 
 __version__ = "0.1.0"
 
+# A source checkout's ``parasim`` (e.g. the working directory when python runs from the checkout root)
+# shadows the installed one, which alone holds the compiled ``_core``: extending the package path lets
+# ``parasim._core`` (and nothing else) come from the installed wheel's copy.
+__path__ = __import__("pkgutil").extend_path(__path__, __name__)
+
 _LAZY: dict[str, str] = {
     "TrajectoryBatch": "parasim.batch",
     "RewardConfig": "parasim.rewards",

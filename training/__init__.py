@@ -1,1 +1,2 @@
-"""Training of parasim managers (installed as ``parasim.training``): policies, SFT, GRPO, sweeps."""
+"""Trainers, rollouts and sweeps of parasim, imported as ``parasim.training`` (``parasim/training`` links to this
+folder)."""
