@@ -68,10 +68,13 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from parasim.env_options import check_option_keys, check_seed
 from parasim.protocol.schema import NUM_STATUSES, NUM_TOOLS
 from parasim.sim import Simulator
 from parasim.sim.kernel import CAND_FEATURES, NUM_CANDIDATES
 from parasim.sim.state import TASK_FEATURES
+
+RESET_OPTIONS = ("task_index", "task_seed")  # the single env's reset options (the vector env adds reset_mask)
 
 REAL_TOOLS_HINT = (
     "build the engine over an OpenAI-compatible endpoint per pool model, e.g. engine = "
@@ -211,7 +214,7 @@ class ParaOrchEnv(gym.Env):
         self.action_space = spaces.MultiDiscrete(self.sim.nvec)
         self.num_tasks = self.sim.num_tasks
         self.model_names: tuple[str, ...] = tuple(self.sim.pool.model_names[:-1])
-        self._initial_seed = seed
+        self._initial_seed = check_seed(seed)
         self._act = np.zeros((1, len(self.sim.nvec)), np.int64)
         self._keep = np.zeros(1, np.uint8)
         self._lane = np.zeros(1, np.int64)
@@ -222,6 +225,8 @@ class ParaOrchEnv(gym.Env):
         self._done = True
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[dict, dict]:
+        seed = check_seed(seed)
+        options = check_option_keys(options, RESET_OPTIONS, "ParaOrch-v0")
         super().reset(seed=seed)
         if seed is None and not self._seeded:
             seed = self._initial_seed

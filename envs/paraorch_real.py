@@ -42,6 +42,7 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.envs.registration import EnvSpec
 
+from parasim.env_options import check_episode_options, check_option_keys, check_seed
 from parasim.envs.paraorch import (
     REAL_TOOLS_HINT,
     ParaOrchEnv,
@@ -81,6 +82,11 @@ from parasim.sim import (
 from parasim.sim.kernel import CAND_FEATURES, EMPTY_SLOT, NO_CALL, NUM_CANDIDATES
 from parasim.sim.state import TASK_FEATURES, static_action_mask
 from parasim.tasks import BENCHMARK_INDEX, GENERIC, NUM_ANSWERS
+
+
+# reset options: a task (or its dict) to play, or an index into the engine's list; ``task_seed`` is taken for parity
+# with the simulated env (GRPO groups pass it), and a real task has no hidden draws for it to key
+REAL_RESET_OPTIONS = ("task", "task_index", "task_seed")
 
 
 def slot_status(tool: int, model: int, target: int, slot: int, *, allowed: int, num_models: int, has_lead: bool,
@@ -145,30 +151,38 @@ class ParaOrchRealEnv(ParaOrchEnv):
         if engine is None:
             raise NotImplementedError(f"ParaOrch-v0 with tools='real' needs engine=, the real-tools backend of "
                                       f"its episodes: {REAL_TOOLS_HINT}. Use tools='sim' for the simulator.")
-        if not 1 <= int(max_rounds) <= 1000:
-            raise ValueError(f"max_rounds: expected an integer in [1, 1000], got {max_rounds!r}")
-        if not 1 <= int(max_parallel) <= 16:
-            raise ValueError(f"max_parallel: expected an integer in [1, 16], got {max_parallel!r}")
-        if token_budget is not None and not token_budget > 0:
-            raise ValueError(f"token_budget: expected a positive number or None, got {token_budget!r}")
+        max_rounds, max_parallel, serial, token_budget = check_episode_options(max_rounds, max_parallel, serial,
+                                                                               token_budget)
         self.engine = engine
         self.model_names: tuple[str, ...] = tuple(engine.model_names)
         if not self.model_names:
             raise ValueError("engine: its model_names is empty; the action's model dimension needs at least one")
         self.pool = load_pool(pool)
-        self.max_rounds, self.slots, self.serial = int(max_rounds), int(max_parallel), bool(serial)
-        self.token_budget = np.inf if token_budget is None else float(token_budget)
+        self.max_rounds, self.slots, self.serial = max_rounds, max_parallel, serial
+        self.token_budget = np.inf if token_budget is None else token_budget
         self.reward_config = resolve_reward(reward)
         self.nvec = action_nvec(self.slots, len(self.model_names))
         self.observation_space = dict_observation_space(self.slots, float(self.max_rounds), self.nvec)
         self.action_space = spaces.MultiDiscrete(self.nvec)
         self._static_mask = static_action_mask(self.slots, self.slots, len(self.model_names))
         self._lead_entries = lead_dependent_mask_entries(self.slots, self.slots, len(self.model_names))
-        self._initial_seed = seed
+        self._initial_seed = check_seed(seed)
         self._episode = 0
         self._done = True
 
     # ------------------------------------------------------------------------------------ gymnasium API
+    @property
+    def num_tasks(self) -> int:
+        """Tasks in the engine's list: the valid ``task_index`` values are ``0 .. num_tasks - 1``."""
+        return len(getattr(self.engine, "tasks", None) or ())
+
+    def task_weights(self) -> np.ndarray:
+        """Each task index's probability when the engine draws a task itself: uniform over its list (float64)."""
+        n = self.num_tasks
+        if n == 0:
+            raise ValueError("task_weights: the engine has no task list (pass tasks, or reset with options['task'])")
+        return np.full(n, 1.0 / n)
+
     @property
     def spec(self) -> EnvSpec | None:
         return self._spec
@@ -179,6 +193,8 @@ class ParaOrchRealEnv(ParaOrchEnv):
         self._spec = value if value is None else replace(value, nondeterministic=True)
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[dict, dict]:
+        seed = check_seed(seed)
+        options = check_option_keys(options, REAL_RESET_OPTIONS, "ParaOrch-v0 (tools='real')")
         super(ParaOrchEnv, self).reset(seed=seed)
         if seed is None and self._initial_seed is not None:
             seed, self._initial_seed = self._initial_seed, None

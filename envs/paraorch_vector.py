@@ -35,7 +35,15 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from parasim.envs.paraorch import make_simulator, observation_space, resolve_reward, task_options, terminal_info
+from parasim.env_options import check_lane_seeds, check_option_keys, check_seed
+from parasim.envs.paraorch import (
+    RESET_OPTIONS,
+    make_simulator,
+    observation_space,
+    resolve_reward,
+    task_options,
+    terminal_info,
+)
 
 
 def _masked(values: dict[str, np.ndarray], lanes: np.ndarray, n: int) -> dict[str, np.ndarray]:
@@ -81,28 +89,28 @@ class ParaOrchVectorEnv(VectorEnv):
         self.action_space = batch_space(self.single_action_space, self.num_envs)
         self.num_tasks = self.sim.num_tasks
         self.model_names: tuple[str, ...] = tuple(self.sim.pool.model_names[:-1])
-        self._initial_seed = seed
+        self._initial_seed = check_seed(seed)
         self._seeded = False
         self._autoreset = np.zeros(self.num_envs, np.uint8)
         self._no_reset = np.zeros(self.num_envs, np.uint8)
 
     def reset(self, *, seed: int | list[int] | None = None,
               options: dict[str, Any] | None = None) -> tuple[dict[str, np.ndarray], dict]:
-        super().reset(seed=seed if isinstance(seed, int | None) else None)
+        seeds = check_lane_seeds(seed, self.num_envs)
+        options = check_option_keys(options, ("reset_mask", *RESET_OPTIONS), "ParaOrch-v0 (vector)")
+        super().reset(seed=seeds[0] if isinstance(seed, int | np.integer) else None)
         mask = np.ones(self.num_envs, bool)
-        if options and "reset_mask" in options:
+        if "reset_mask" in options:
             mask = np.asarray(options["reset_mask"])
             if mask.shape != (self.num_envs,) or mask.dtype != np.bool_:
                 raise ValueError(f"options['reset_mask']: expected a bool array of shape ({self.num_envs},), "
                                  f"got dtype {mask.dtype} shape {mask.shape}")
         rows, task_seeds = task_options(options, self.num_tasks, self.num_envs)
-        if seed is None and not self._seeded:
-            seed = self._initial_seed if self._initial_seed is not None else int(self.np_random.integers(2**62))
+        if seeds is None and not self._seeded:
+            first = self._initial_seed if self._initial_seed is not None else int(self.np_random.integers(2**62))
+            seeds = [first + i for i in range(self.num_envs)]
         lanes = np.flatnonzero(mask)
-        if seed is not None:
-            seeds = [seed + i for i in range(self.num_envs)] if isinstance(seed, int | np.integer) else list(seed)
-            if len(seeds) != self.num_envs:
-                raise ValueError(f"seed: expected an int or {self.num_envs} seeds, got {len(seeds)}")
+        if seeds is not None:
             self.sim.seed([seeds[i] for i in lanes], lanes)
             self._seeded = True
         self.sim.reset(mask.astype(np.uint8), rows, task_seeds)

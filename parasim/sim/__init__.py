@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from parasim.env_options import check_episode_options, check_int
 from parasim.pools import PoolSpec, load_pool
 from parasim.protocol.schema import Status
 from parasim.sim.calls import simulate_calls
@@ -70,12 +71,9 @@ class Simulator:
     def __init__(self, pool: str | PoolSpec = "paramanager", suite: str | TaskSuite = "paramanager",
                  num_lanes: int = 1, *, max_rounds: int = 12, max_parallel: int = 4, serial: bool = False,
                  token_budget: float | None = None, threads: bool = False) -> None:
-        if not 1 <= int(max_rounds) <= 1000:
-            raise ValueError(f"max_rounds: expected an integer in [1, 1000], got {max_rounds!r}")
-        if not 1 <= int(max_parallel) <= 16:
-            raise ValueError(f"max_parallel: expected an integer in [1, 16], got {max_parallel!r}")
-        if token_budget is not None and not token_budget > 0:
-            raise ValueError(f"token_budget: expected a positive number or None, got {token_budget!r}")
+        max_rounds, max_parallel, serial, token_budget = check_episode_options(max_rounds, max_parallel, serial,
+                                                                               token_budget)
+        num_lanes = check_int("num_lanes", num_lanes, 1, 2**31 - 1)
         self.pool = load_pool(pool)
         self.suite = load_suite(suite)
         self.num_lanes = int(num_lanes)
