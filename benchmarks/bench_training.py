@@ -33,7 +33,7 @@ LANES = CFG.grpo.tasks_per_step * CFG.grpo.group_size
 
 def collect_rate(steps: int = 5) -> float:
     """Env-steps/s of ``collect`` with the (untrained) policy acting at the default lane count."""
-    policy, envs = build_policy(CFG), make_envs(CFG.env, LANES)
+    policy, envs = build_policy(CFG), make_envs(CFG.env, LANES, CFG.reward)
     gen = torch.Generator().manual_seed(0)
     total, elapsed = 0, 0.0
     for s in range(steps):
@@ -44,7 +44,7 @@ def collect_rate(steps: int = 5) -> float:
 
 def env_only_rate(steps: int = 40) -> float:
     """Env-steps/s of the same vector env with pre-sampled legal-ish actions (no policy)."""
-    envs = make_envs(CFG.env, LANES)
+    envs = make_envs(CFG.env, LANES, CFG.reward)
     nvec = envs.single_action_space.nvec
     rng = np.random.default_rng(0)
     acts = rng.integers(0, nvec, size=(steps, LANES, len(nvec)))
@@ -59,7 +59,7 @@ def env_only_rate(steps: int = 40) -> float:
 
 def grpo_step_rate(steps: int = 3) -> tuple[float, float]:
     """GRPO steps/s (collect, score, advantage, update) and SFT steps/s over the same decisions."""
-    policy, envs = build_policy(CFG), make_envs(CFG.env, LANES)
+    policy, envs = build_policy(CFG), make_envs(CFG.env, LANES, CFG.reward)
     optim = torch.optim.Adam(policy.parameters(), lr=CFG.grpo.lr)
     g, t_grpo, t_sft = CFG.grpo, 0.0, 0.0
     for s in range(steps):

@@ -137,6 +137,14 @@ class RewardConfig:
                              f"(it reads: {list(FORMULA_FIELDS[new.formula])})")
         return new
 
+    @property
+    def batch_dependent(self) -> bool:
+        """Whether a trajectory's reward depends on the others it is scored with: ToolOrchestra min-max normalizes
+        within the group, Router-R1 without fixed ``cost_lo`` / ``cost_hi`` takes the batch's percentiles. An env
+        scores each finished episode alone, so for these formulas only a trainer that scores whole groups has the
+        training reward; for every other formula the env's score is it."""
+        return self.formula == "toolorchestra" or (self.formula == "router_r1" and self.cost_lo is None)
+
     @cached_property
     def core_params(self) -> np.ndarray:
         """This config as the C++ core's parameter row (float64, read-only; columns named by

@@ -37,7 +37,7 @@ def _same(a, b):
 
 def test_groups_share_a_task_but_not_their_randomness():
     cfg = make_config("default", TINY)
-    envs = make_envs(cfg.env, 64)
+    envs = make_envs(cfg.env, 64, cfg.reward)
     ro = collect(build_policy(cfg), envs, seed=7, group_size=8, generator=torch.Generator().manual_seed(0))
     groups = ro.benchmark.reshape(8, 8)
     assert (groups == groups[:, :1]).all()  # one benchmark (one task) per group
@@ -107,7 +107,7 @@ def test_expert_demonstrations_are_correct_balanced_and_keep_repairs():
     assert 0 < s["kept"] <= s["episodes"] * s["expert_accuracy"]  # only correct trajectories survive
     assert max(s["tool_share"]) <= 0.3 and s["recovered"] > 0  # balanced; failed-then-repaired kept
     assert len(demos.x) == len(demos.actions) == s["decisions"] > s["kept"]
-    offsets = np.concatenate([[0], np.cumsum(make_envs(cfg.env, 1).single_action_space.nvec)[:-1]])
+    offsets = np.concatenate([[0], np.cumsum(make_envs(cfg.env, 1, cfg.reward).single_action_space.nvec)[:-1]])
     assert demos.mask[torch.arange(len(demos.x))[:, None], torch.as_tensor(offsets) + demos.actions].all()
 
 
@@ -134,3 +134,38 @@ def test_evaluation_metrics_and_train_cli(tmp_path, capsys):
     assert "accuracy SFT" in capsys.readouterr().out
     assert main(["rescore", str(out / "trajectories.parquet"), "--grid", "c_tar=4,16"]) == 0
     assert main(["train", "--config", "default", "--set", "grpo.lr=7", "--out", str(out)]) == 2
+
+
+def test_env_reward_is_the_sweep_points_reward():
+    """A sweep over ``c_tar``: each point's envs score under the point's RewardConfig, so ``info["reward_components"]``
+    is the reward GRPO trains on (scored once, by the env), and points with different ``c_tar`` score differently."""
+    from parasim.rewards import compute_rewards
+    from parasim.training.sweep import expand
+
+    scored = {}
+    for point in expand([("c_tar", ["4", "16"])], seeds=[0], fixed=TINY):
+        cfg = point.config()
+        envs = make_envs(cfg.env, 32, cfg.reward)
+        assert envs.unwrapped.reward_config == cfg.reward and cfg.reward.c_tar == float(dict(point.overrides)["c_tar"])
+        ro = collect(build_policy(cfg), envs, seed=3, group_size=4, generator=torch.Generator().manual_seed(0))
+        expected = compute_rewards(ro.batch, cfg.reward)
+        for name, values in expected.as_dict().items():
+            np.testing.assert_array_equal(ro.reward_components[name], values)
+        np.testing.assert_array_equal(ro.rewards(cfg.reward), expected.total)
+        scored[cfg.reward.c_tar] = (ro.batch, ro.reward_components["cost"])
+    batch, cost4 = scored[4.0]
+    assert (batch.cost_units > 4).any()  # the tiny policy's episodes cross the lower target ...
+    np.testing.assert_array_equal(scored[16.0][0].cost_units, batch.cost_units)  # same episodes
+    assert (cost4[batch.cost_units > 4] < scored[16.0][1][batch.cost_units > 4]).any()  # ... and pay for it there
+
+
+def test_batch_dependent_formulas_are_scored_over_the_rollouts_groups():
+    """ToolOrchestra min-max normalizes within a group: the env, which sees one episode, cannot give the training
+    reward, so the trainer scores the rollout's groups in one core call."""
+    from parasim.rewards import PRESETS, compute_rewards
+
+    cfg = make_config("default", {**TINY, "reward_preset": "toolorchestra"})
+    assert cfg.reward.batch_dependent and not PRESETS["paramanager"].batch_dependent
+    envs = make_envs(cfg.env, 16, cfg.reward)
+    ro = collect(build_policy(cfg), envs, seed=3, group_size=4, generator=torch.Generator().manual_seed(0))
+    np.testing.assert_array_equal(ro.rewards(cfg.reward), compute_rewards(ro.batch, cfg.reward).total)

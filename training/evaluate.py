@@ -17,7 +17,6 @@ import torch
 
 from parasim.batch import TrajectoryBatch
 from parasim.protocol.schema import NUM_TOOLS, Tool
-from parasim.rewards import compute_rewards
 from parasim.training.fields import opt
 from parasim.training.policy import ManagerPolicy
 from parasim.training.rollout import Rollout, collect, derive_seed, make_envs
@@ -42,7 +41,7 @@ def summarize(batch: TrajectoryBatch, ro: Rollout, model_names: list[str], rewar
     model_counts = np.bincount(agent, minlength=len(model_names)).astype(float)
     return {
         "accuracy": float(batch.outcome.mean()),
-        "reward": float(compute_rewards(batch, reward).total.mean()),
+        "reward": float(ro.rewards(reward).mean()),
         "tokens": float(batch.tokens.mean()),
         "cost_units": float(batch.cost_units.mean()),
         "usd": float(batch.usd.mean()),
@@ -63,7 +62,7 @@ def evaluate(policy: ManagerPolicy, cfg: Any, seed: int) -> dict[str, Any]:
     suites = [cfg.env.suite] + [s.strip() for s in e.suites.split(",") if s.strip() and s.strip() != cfg.env.suite]
     out: dict[str, Any] = {}
     for i, suite in enumerate(suites):
-        envs = make_envs(replace(cfg.env, suite=suite), e.tasks * e.k)
+        envs = make_envs(replace(cfg.env, suite=suite), e.tasks * e.k, cfg.reward)
         gen = torch.Generator().manual_seed(derive_seed(seed, "eval", i))
         ro = collect(policy, envs, seed=derive_seed(e.seed, "eval", suite), group_size=e.k, generator=gen,
                      greedy=e.greedy)

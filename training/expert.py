@@ -155,7 +155,7 @@ def balance(tool_counts: np.ndarray, keep: np.ndarray, max_share: float) -> np.n
 def demonstrations(cfg: Any) -> Demonstrations:
     """Play ``cfg.expert.episodes`` expert episodes and return the decisions of the kept ones."""
     e: ExpertConfig = cfg.expert
-    envs = make_envs(cfg.env, e.episodes)
+    envs = make_envs(cfg.env, e.episodes, cfg.reward)
     nvec = [int(v) for v in envs.single_action_space.nvec]
     expert = ScriptedExpert(e.episodes, nvec, e, np.random.default_rng(derive_seed(cfg.seed, "expert-policy")))
     ro = collect(expert, envs, seed=derive_seed(cfg.seed, "expert"), group_size=1)

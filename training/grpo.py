@@ -27,7 +27,6 @@ import torch
 
 from parasim.advantages import METHODS, group_advantages
 from parasim.batch import TrajectoryBatch
-from parasim.rewards import compute_rewards
 from parasim.training.fields import opt
 from parasim.training.policy import ManagerPolicy
 from parasim.training.rollout import Rollout, collect, derive_seed, make_envs
@@ -130,15 +129,15 @@ def train(cfg: Any, policy: ManagerPolicy, ckpt: Path | None = None,
         policy.load_state_dict(state["policy"])
         optim.load_state_dict(state["optim"])
         start, history = state["step"], state["history"]
-    envs = make_envs(cfg.env, g.tasks_per_step * g.group_size)
+    envs = make_envs(cfg.env, g.tasks_per_step * g.group_size, cfg.reward)
     for step in range(start, g.steps):
         t0 = time.perf_counter()
         seed = derive_seed(cfg.seed, "grpo", step)
         gen = torch.Generator().manual_seed(seed)
         # 1. collect: group_size lanes per task
         ro = collect(policy, envs, seed=seed, group_size=g.group_size, generator=gen)
-        # 2. score with the core's reward
-        rewards = compute_rewards(ro.batch, cfg.reward).total
+        # 2. the core's reward under cfg.reward (scored by the envs as episodes ended)
+        rewards = ro.rewards(cfg.reward)
         # 3. group-relative advantages
         adv, keep = advantages(rewards, ro.batch, g)
         # 4. PPO-clipped update

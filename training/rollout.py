@@ -20,6 +20,7 @@ import torch
 import parasim  # noqa: F401  (registers ParaOrch-v0)
 from parasim.batch import TrajectoryBatch
 from parasim.protocol.schema import AGENT_TOOLS
+from parasim.rewards import PRESETS, RewardConfig, compute_rewards
 from parasim.training.policy import ManagerPolicy, obs_to_tensor, relevance
 
 
@@ -29,11 +30,13 @@ def derive_seed(seed: int, *tags: Any) -> int:
     return int(np.random.SeedSequence([int(seed), *keys]).generate_state(1)[0] & 0x7FFFFFFF)
 
 
-def make_envs(env_cfg: Any, num_envs: int) -> gym.vector.VectorEnv:
-    """The batched env for an ``EnvConfig`` (every field is an env keyword; ``token_budget`` 0 = none)."""
+def make_envs(env_cfg: Any, num_envs: int, reward: RewardConfig) -> gym.vector.VectorEnv:
+    """The batched env for an ``EnvConfig`` (every field is an env keyword; ``token_budget`` 0 = none) that scores
+    its episodes under the run's ``reward``, so ``info["reward_components"]`` is what the trainer optimizes."""
     kwargs = asdict(env_cfg)
     kwargs["token_budget"] = kwargs["token_budget"] or None
-    return gym.make_vec("ParaOrch-v0", num_envs=num_envs, vectorization_mode="vector_entry_point", **kwargs)
+    return gym.make_vec("ParaOrch-v0", num_envs=num_envs, vectorization_mode="vector_entry_point", reward=reward,
+                        **kwargs)
 
 
 @dataclass(frozen=True)
@@ -49,7 +52,7 @@ class EnvSpec:
 
 def env_spec(env_cfg: Any) -> EnvSpec:
     """Read the observation and action layout from a one-lane env."""
-    envs = make_envs(env_cfg, 1)
+    envs = make_envs(env_cfg, 1, PRESETS["paramanager"])  # the layout does not depend on the reward
     obs, _ = envs.reset(seed=0)
     keys = tuple(sorted(k for k in obs if k != "action_mask"))
     dim = obs_to_tensor(obs, keys).shape[1]
@@ -75,6 +78,7 @@ class Rollout:
     collect_s: float
     relevant: torch.Tensor  # bool[M, D]
     status_counts: np.ndarray  # float[N, S], calls per status at the end of each episode
+    reward_components: dict[str, np.ndarray]  # float64[N] each: the env's score of each episode, "total" included
 
     def decisions_of(self, lanes: torch.Tensor) -> torch.Tensor:
         """Indices of the decisions made in the given lanes."""
@@ -85,6 +89,14 @@ class Rollout:
         cols = range(2, self.actions.shape[1], 3)
         picks = [self.actions[:, c][self.relevant[:, c]] for c in cols]
         return torch.cat(picks).numpy() if picks else np.zeros(0, np.int64)
+
+    def rewards(self, config: RewardConfig) -> np.ndarray:
+        """The training reward of every episode (float64[N]) under ``config``, the envs' reward: the score each
+        env gave its episode as it finished, unless the formula scores a trajectory against the others
+        (``config.batch_dependent``), when only the rollout's groups can score it (one core call)."""
+        if config.batch_dependent:
+            return compute_rewards(self.batch, config).total
+        return self.reward_components["total"]
 
     def accuracy_by_benchmark(self) -> dict[str, float]:
         """Mean outcome per benchmark of the episodes' tasks."""
@@ -140,6 +152,7 @@ def collect(actor: Actor | ManagerPolicy, envs: gym.vector.VectorEnv, seed: int,
     done = np.zeros(n, bool)
     traj: dict[str, np.ndarray] = {}
     status_counts = np.zeros((n, obs["status_counts"].shape[1]))
+    components: dict[str, np.ndarray] = {}
     xs, masks, acts, logps, lanes = [], [], [], [], []
     actions = np.zeros((n, len(envs.single_action_space.nvec)), np.int64)
     env_steps = 0
@@ -158,6 +171,9 @@ def collect(actor: Actor | ManagerPolicy, envs: gym.vector.VectorEnv, seed: int,
             for k, v in t.items():
                 if not k.startswith("_"):
                     traj.setdefault(k, np.zeros((n, *v.shape[1:]), v.dtype))[fin] = v[fin]
+            for k, v in info["reward_components"].items():
+                if not k.startswith("_"):
+                    components.setdefault(k, np.zeros(n))[fin] = v[fin]
             benchmark[fin] = info["benchmark"][fin]
             status_counts[fin] = obs["status_counts"][fin]  # NEXT_STEP autoreset: still the terminal obs
             done |= fin
@@ -166,5 +182,5 @@ def collect(actor: Actor | ManagerPolicy, envs: gym.vector.VectorEnv, seed: int,
     relevant = relevance(actions_all, [int(v) for v in envs.single_action_space.nvec], len(AGENT_TOOLS))
     return Rollout(torch.cat(xs), torch.cat(masks), actions_all, torch.cat(logps), torch.cat(lanes),
                    TrajectoryBatch.from_arrays(**traj), benchmark, list(envs.unwrapped.model_names), env_steps,
-                   time.perf_counter() - t0, relevant, status_counts)
+                   time.perf_counter() - t0, relevant, status_counts, components)
 

@@ -175,8 +175,10 @@ def _reward_config(spec: str) -> Any:
     if path.suffix == ".json" and path.exists():
         from parasim import RewardConfig
 
-        return RewardConfig(**json.loads(path.read_text()))
-    return spec
+        return RewardConfig.from_dict(json.loads(path.read_text()))
+    from parasim.rewards import preset
+
+    return preset(spec)
 
 
 def make_engine(args: GRPOArgs, policy: runtime.TokenLogprobs, model_dir: Path, tokenizer: Any,
@@ -315,6 +317,10 @@ def make_envs(args: GRPOArgs, n: int, info: runtime.DistInfo) -> list[Any]:
     import gymnasium as gym
 
     kwargs = json.loads(args.env_kwargs) if args.env_kwargs else {}
+    if "reward" in kwargs:
+        raise ValueError("env_kwargs: set the reward with --reward (the envs and the trainer share it), not in "
+                         "env_kwargs")
+    kwargs["reward"] = _reward_config(args.reward)  # the env's reward_components are then the trained reward's
     if args.tools == "sim":
         return [gym.make(args.env_id, **kwargs) for _ in range(n)]
     if args.tools != "real":
