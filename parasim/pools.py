@@ -1,8 +1,9 @@
 """Pools: the models and tools a manager orchestrates, as validated NumPy tables.
 
-A pool file (JSON) holds every parameter of the simulator's item-response model (shared/DESIGN.md 3),
-grouped, each group with a ``"source"`` key naming the published figure it came from
-(shared/calibration_sources.md) or ``"assumed"``. Schema, by path:
+A pool file (JSON) holds every parameter of the simulator's item-response model, grouped, each group with a
+``"source"`` key naming the published figure it came from (a key of ``KNOWN_SOURCES``, or several joined by
+``+``), ``"assumed"``, or ``"fit"`` / ``"fit:<call log>"`` for a group ``parasim calibrate`` estimated.
+Schema, by path:
 
 - ``name``, ``description``: strings.
 - ``manager``: a MODEL (the orchestrating model: it writes python code, reads search results and answers
@@ -24,6 +25,13 @@ grouped, each group with a ``"source"`` key naming the published figure it came 
   on the exec-error rate of a code call that carries the trajectory after an exec error), max_output_tokens
   (generation cap; a call's output tokens are clipped to it).
 
+The schema is strict, because a lax one loads a wrong pool silently: an unknown key (a misspelled optional
+``accuracies``) or an unknown source is refused with the allowed ones; pool files are read by
+``parasim.jsonl.read_json_file`` (UTF-8, no duplicate keys, bounded size, depth and integers, finite numbers);
+and model ids, which are pasted into the manager's prompt, must pass ``parasim.prompt_text.check_prompt_text``
+(no newlines or other control characters, no chat-template sequences such as ``<|im_end|>``), as must the
+pool's name and description. Every error is a ``PoolError`` naming the file, the field path and the value.
+
 Accuracy targets are turned into per-(model, benchmark) skills at load: theta solves
 E_z[sigmoid(theta + bonus[standard_reasoner, d] - z)] = target with z ~ N(mu_b, sigma_b) integrated by
 Gauss-Hermite, so that one direct standard_reasoner call reproduces the published accuracy whatever the
@@ -31,14 +39,17 @@ difficulty scale; domain skills and tool bonuses then drive everything else.
 """
 from __future__ import annotations
 
-import json
+import difflib
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from parasim.jsonl import JSONInputError, read_json_file
+from parasim.prompt_text import PromptTextError, check_prompt_text
 from parasim.protocol.schema import NUM_DOMAINS, NUM_TOOLS, Domain, Tool
 from parasim.tasks import (
     BENCHMARK_INDEX,
@@ -52,45 +63,120 @@ POOL_DIR = Path(__file__).with_name("pool_files")
 DOMAINS = tuple(d.name.lower() for d in Domain)
 TOOLS = tuple(Tool(t).wire_name for t in range(NUM_TOOLS))
 KNOWN_SOURCES = frozenset({"Q4I", "Q30I", "QTR", "OSS", "TO", "TOc", "PM", "LLB", "SR1", "RS2", "AA", "assumed"})
+FIT_SOURCE = "fit"  # a group ``parasim calibrate`` estimated: "fit", or "fit:<call log name>"
 MAX_MODELS = 16
+MAX_NAME_CHARS = 128  # a model id or pool name
+MAX_DESCRIPTION_CHARS = 4096  # a refit appends a sentence to its base pool's description
+MAX_SOURCE_CHARS = 256
+
+# The schema's keys, object by object (``_group`` adds each group's ``source``).
+TOP_KEYS = ("name", "description", "manager", "models", "tools", "protocol")
+MODEL_GROUPS: dict[str, tuple[str, ...]] = {
+    "skill": DOMAINS, "errors": ("kappa",), "anchoring": ("rho",), "long_context": ("lambda",),
+    "review": ("sensitivity", "specificity"), "tokens_out": ("log_median", "log_sd", "difficulty_slope"),
+    "latency": ("ttft_s", "tokens_per_s", "log_sd"), "price": ("input_per_mtok", "output_per_mtok"),
+    "code_exec_error": ("rate",)}
+MODEL_KEYS = ("name", *MODEL_GROUPS, "accuracy")
+TOOL_GROUPS: dict[str, tuple[str, ...]] = {
+    "bonus": DOMAINS, "cost": ("units", "usd_per_call", "usd_per_s"),
+    "runtime": ("overhead_s", "timeout_s", "tokens_scale", "feedback_frac"),
+    "output": ("log_median_tokens", "log_sd", "latency_log_median_s", "latency_log_sd"), "exec_error": ("rate",)}
+PROTOCOL_KEYS = ("ensemble_k", "manager_tokens_per_round", "manager_tokens_per_call", "prompt_tokens",
+                 "status_tokens", "repair", "max_output_tokens")
 _GH_X, _GH_W = np.polynomial.hermite.hermgauss(48)
 
 
 class PoolError(ValueError):
-    """An invalid pool file; the message names the field path and the allowed range."""
+    """An invalid pool file; the message names the file (when read from one), the field path, the value and
+    what is allowed."""
 
 
-def _type_name(v: Any) -> str:
-    return repr(v) if isinstance(v, str) else type(v).__name__ if not isinstance(v, (int, float)) else repr(v)
+def _show(v: Any) -> str:
+    """A value for an error message: strings and numbers as written (cut to 80 characters), else the type."""
+    if not isinstance(v, (str, int, float)):
+        return type(v).__name__
+    if isinstance(v, int) and v.bit_length() > 1000:  # repr of a huge int is slow, and refused past 4300 digits
+        return f"an integer of about {int(v.bit_length() * math.log10(2)) + 1} digits"
+    text = repr(v)
+    return text if len(text) <= 80 else f"{text[:60]}... ({len(text)} characters)"
+
+
+def _at(path: str, key: Any) -> str:
+    return f"{path}.{key}" if path else str(key)
+
+
+def _did_you_mean(word: Any, allowed: Iterable[str]) -> str:
+    """A ``; did you mean 'x'?`` hint for a misspelled key or name (case-insensitive), or ''."""
+    by_lower = {a.lower(): a for a in allowed}
+    close = difflib.get_close_matches(str(word).lower(), list(by_lower), n=1)
+    return f"; did you mean {by_lower[close[0]]!r}?" if close else ""
+
+
+def _only(obj: dict, allowed: Sequence[str], path: str) -> None:
+    """Refuse a key of ``obj`` that the schema does not define: a misspelled optional key would be ignored."""
+    for key in obj:
+        if key not in allowed:
+            raise PoolError(f"{_at(path, key)}: unknown key {_show(key)}; allowed: {list(allowed)}"
+                            f"{_did_you_mean(key, allowed)}")
+
+
+def _text(value: Any, path: str, max_len: int) -> str:
+    """Text that may reach a prompt (``parasim.prompt_text``), as a ``PoolError``."""
+    try:
+        return check_prompt_text(path, value, max_len=max_len)
+    except PromptTextError as err:
+        raise PoolError(str(err)) from None
+
+
+def _source(src: Any, path: str) -> str:
+    """A group's source: a key of ``KNOWN_SOURCES``, published keys joined by '+', ``fit`` or
+    ``fit:<call log name>``."""
+    if not isinstance(src, str) or not src.strip():
+        raise PoolError(f"{path}: expected a source key (e.g. 'Q30I' or 'assumed'), got {_show(src)}")
+    if src == FIT_SOURCE or (src.startswith(f"{FIT_SOURCE}:") and len(src) > len(FIT_SOURCE) + 1):
+        return _text(src, path, MAX_SOURCE_CHARS)
+    parts = src.split("+")
+    allowed = (f"one of {sorted(KNOWN_SOURCES)}, published keys joined by '+' (e.g. 'Q30I+QTR'), "
+               f"'{FIT_SOURCE}' or '{FIT_SOURCE}:<call log name>'")
+    for part in parts:
+        if part not in KNOWN_SOURCES:
+            within = f" in {_show(src)}" if len(parts) > 1 else ""
+            raise PoolError(f"{path}: unknown source {_show(part)}{within}; allowed: {allowed}"
+                            f"{_did_you_mean(part, KNOWN_SOURCES)}")
+    if len(parts) > 1 and ("assumed" in parts or len(set(parts)) < len(parts)):
+        raise PoolError(f"{path}: {_show(src)} repeats a key or joins 'assumed' to published keys; allowed: {allowed}")
+    return src
 
 
 def _num(obj: dict, key: str, path: str, lo: float, hi: float) -> float:
     if not isinstance(obj, dict) or key not in obj:
         raise PoolError(f"{path}.{key}: missing (expected a number in [{lo:g}, {hi:g}])")
     v = obj[key]
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not lo <= v <= hi:
-        raise PoolError(f"{path}.{key}: expected a number in [{lo:g}, {hi:g}], got {_type_name(v)}")
+    # the range is compared before any float conversion, so a huge integer is out of range, not an OverflowError
+    if (isinstance(v, bool) or not isinstance(v, (int, float)) or (isinstance(v, float) and not math.isfinite(v))
+            or not lo <= v <= hi):
+        raise PoolError(f"{path}.{key}: expected a number in [{lo:g}, {hi:g}], got {_show(v)}")
     return float(v)
 
 
-def _group(obj: Any, key: str, path: str, sources: dict[str, str]) -> dict:
-    """A parameter group: an object with a non-empty string ``source``."""
+def _group(obj: Any, key: str, path: str, sources: dict[str, str], fields: Sequence[str]) -> dict:
+    """A parameter group: an object of ``fields`` and a ``source`` (see ``_source``)."""
+    where = _at(path, key)
     if not isinstance(obj, dict) or key not in obj:
-        raise PoolError(f"{path}.{key}: missing (expected an object with a 'source' key)")
+        raise PoolError(f"{where}: missing (expected an object with a 'source' key)")
     g = obj[key]
     if not isinstance(g, dict):
-        raise PoolError(f"{path}.{key}: expected an object, got {_type_name(g)}")
-    src = g.get("source")
-    if not isinstance(src, str) or not src.strip():
-        raise PoolError(f"{path}.{key}.source: expected a source key (e.g. 'Q30I' or 'assumed'), got {src!r}")
-    sources[f"{path}.{key}"] = src
+        raise PoolError(f"{where}: expected an object, got {_show(g)}")
+    _only(g, (*fields, "source"), where)
+    sources[where] = _source(g.get("source"), f"{where}.source")
     return g
 
 
 def _per_domain(g: dict, key: str, path: str, lo: float, hi: float) -> np.ndarray:
     sub = g.get(key)
     if not isinstance(sub, dict):
-        raise PoolError(f"{path}.{key}: expected an object with keys {list(DOMAINS)}, got {_type_name(sub)}")
+        raise PoolError(f"{path}.{key}: expected an object with keys {list(DOMAINS)}, got {_show(sub)}")
+    _only(sub, DOMAINS, f"{path}.{key}")
     return np.array([_num(sub, d, f"{path}.{key}", lo, hi) for d in DOMAINS])
 
 
@@ -162,43 +248,59 @@ class PoolSpec:
 
 def _model(raw: Any, path: str, sources: dict[str, str]) -> dict[str, Any]:
     if not isinstance(raw, dict):
-        raise PoolError(f"{path}: expected an object, got {_type_name(raw)}")
-    name = raw.get("name")
-    if not isinstance(name, str) or not name.strip():
-        raise PoolError(f"{path}.name: expected a non-empty string, got {name!r}")
+        raise PoolError(f"{path}: expected an object, got {_show(raw)}")
+    _only(raw, MODEL_KEYS, path)
+    if "name" not in raw:
+        raise PoolError(f"{path}.name: missing (expected a non-empty model id of at most {MAX_NAME_CHARS} characters)")
+    name = _text(raw["name"], f"{path}.name", MAX_NAME_CHARS)
+    if name != name.strip():
+        raise PoolError(f"{path}.name: {_show(name)} has leading or trailing whitespace; a model id must not")
+
+    def group(key: str) -> dict:
+        return _group(raw, key, path, sources, MODEL_GROUPS[key])
+
     out: dict[str, Any] = {"name": name}
-    out["skill"] = _skill_domain(_group(raw, "skill", path, sources), f"{path}.skill")
+    out["skill"] = _skill_domain(group("skill"), f"{path}.skill")
     acc = raw.get("accuracy", {})
     if not isinstance(acc, dict):
-        raise PoolError(f"{path}.accuracy: expected an object {{benchmark: {{value, source}}}}, got {_type_name(acc)}")
+        raise PoolError(f"{path}.accuracy: expected an object {{benchmark: {{value, source}}}}, got {_show(acc)}")
     targets = np.full(NUM_BENCHMARKS, np.nan)
     for bname in acc:
         if bname not in BENCHMARK_INDEX:
-            raise PoolError(f"{path}.accuracy.{bname}: unknown benchmark; known: {sorted(BENCHMARK_INDEX)}")
-        g = _group(acc, bname, f"{path}.accuracy", sources)
+            raise PoolError(f"{path}.accuracy.{bname}: unknown benchmark; known: {sorted(BENCHMARK_INDEX)}"
+                            f"{_did_you_mean(bname, BENCHMARK_INDEX)}")
+        g = _group(acc, bname, f"{path}.accuracy", sources, ("value",))
         b = BENCHMARKS[BENCHMARK_INDEX[bname]]
         floor = 100.0 / b.options if b.options != FREE_FORM else 0.0
         targets[BENCHMARK_INDEX[bname]] = _num(g, "value", f"{path}.accuracy.{bname}", floor + 0.1, 99.9) / 100.0
     out["targets"] = targets
-    out["kappa"] = _num(_group(raw, "errors", path, sources), "kappa", f"{path}.errors", 0, 1)
-    out["rho"] = _num(_group(raw, "anchoring", path, sources), "rho", f"{path}.anchoring", 0, 1)
-    out["lam"] = _num(_group(raw, "long_context", path, sources), "lambda", f"{path}.long_context", 0, 5)
-    g = _group(raw, "review", path, sources)
+    out["kappa"] = _num(group("errors"), "kappa", f"{path}.errors", 0, 1)
+    out["rho"] = _num(group("anchoring"), "rho", f"{path}.anchoring", 0, 1)
+    out["lam"] = _num(group("long_context"), "lambda", f"{path}.long_context", 0, 5)
+    g = group("review")
     out["sens"] = _per_domain(g, "sensitivity", f"{path}.review", 0, 1)
     out["spec"] = _per_domain(g, "specificity", f"{path}.review", 0, 1)
-    g = _group(raw, "tokens_out", path, sources)
+    g = group("tokens_out")
     out["tok_mu"] = _per_domain(g, "log_median", f"{path}.tokens_out", 0, 12)
     out["tok_sd"] = _num(g, "log_sd", f"{path}.tokens_out", 0, 3)
     out["tok_alpha"] = _num(g, "difficulty_slope", f"{path}.tokens_out", -2, 2)
-    g = _group(raw, "latency", path, sources)
+    g = group("latency")
     out["ttft"] = _num(g, "ttft_s", f"{path}.latency", 0, 600)
     out["speed"] = _num(g, "tokens_per_s", f"{path}.latency", 0.1, 1e5)
     out["lat_sd"] = _num(g, "log_sd", f"{path}.latency", 0, 3)
-    g = _group(raw, "price", path, sources)
+    g = group("price")
     out["price_in"] = _num(g, "input_per_mtok", f"{path}.price", 0, 1000) / 1e6
     out["price_out"] = _num(g, "output_per_mtok", f"{path}.price", 0, 1000) / 1e6
-    out["p_exec"] = _num(_group(raw, "code_exec_error", path, sources), "rate", f"{path}.code_exec_error", 0, 1)
+    out["p_exec"] = _num(group("code_exec_error"), "rate", f"{path}.code_exec_error", 0, 1)
     return out
+
+
+def _tool_keys(tname: str) -> tuple[str, ...]:
+    """The groups a tool's entry holds: agent tools three, basic tools an ``output`` too, python an ``exec_error``."""
+    keys = ("bonus", "cost", "runtime")
+    if not Tool.from_wire(tname).is_agent:
+        keys += ("output",)
+    return keys + ("exec_error",) if tname == "python" else keys
 
 
 def _tool(raw: dict, tname: str, sources: dict[str, str]) -> dict[str, Any]:
@@ -207,36 +309,46 @@ def _tool(raw: dict, tname: str, sources: dict[str, str]) -> dict[str, Any]:
         raise PoolError(f"{path}: missing (every tool of {list(TOOLS)} needs an entry)")
     t = raw[tname]
     if not isinstance(t, dict):
-        raise PoolError(f"{path}: expected an object, got {_type_name(t)}")
-    out: dict[str, Any] = {"bonus": _skill_domain(_group(t, "bonus", path, sources), f"{path}.bonus")}
-    g = _group(t, "cost", path, sources)
+        raise PoolError(f"{path}: expected an object, got {_show(t)}")
+    _only(t, _tool_keys(tname), path)
+
+    def group(key: str) -> dict:
+        return _group(t, key, path, sources, TOOL_GROUPS[key])
+
+    out: dict[str, Any] = {"bonus": _skill_domain(group("bonus"), f"{path}.bonus")}
+    g = group("cost")
     out["units"] = _num(g, "units", f"{path}.cost", 0, 1000)
     out["usd_call"] = _num(g, "usd_per_call", f"{path}.cost", 0, 100)
     out["usd_s"] = _num(g, "usd_per_s", f"{path}.cost", 0, 10)
-    g = _group(t, "runtime", path, sources)
+    g = group("runtime")
     out["overhead"] = _num(g, "overhead_s", f"{path}.runtime", 0, 3600)
     out["timeout"] = _num(g, "timeout_s", f"{path}.runtime", 0.1, 1e5)
     out["scale"] = _num(g, "tokens_scale", f"{path}.runtime", 0.01, 100)
     out["feedback"] = _num(g, "feedback_frac", f"{path}.runtime", 0, 1)
-    if not Tool.from_wire(tname).is_agent:
-        g = _group(t, "output", path, sources)
+    if "output" in _tool_keys(tname):
+        g = group("output")
         out["tok_mu"] = _num(g, "log_median_tokens", f"{path}.output", 0, 12)
         out["tok_sd"] = _num(g, "log_sd", f"{path}.output", 0, 3)
         out["lat_mu"] = _num(g, "latency_log_median_s", f"{path}.output", -10, 10)
         out["lat_sd"] = _num(g, "latency_log_sd", f"{path}.output", 0, 3)
-    out["p_exec"] = (_num(_group(t, "exec_error", path, sources), "rate", f"{path}.exec_error", 0, 1)
-                     if tname == "python" else 0.0)
+    out["p_exec"] = (_num(group("exec_error"), "rate", f"{path}.exec_error", 0, 1)
+                     if "exec_error" in _tool_keys(tname) else 0.0)
     return out
 
 
 def parse_pool(raw: Any, name: str = "pool") -> PoolSpec:
     """Validate a parsed pool file and build its tables; raises ``PoolError`` naming the bad field."""
     if not isinstance(raw, dict):
-        raise PoolError(f"{name}: expected a JSON object at the top level, got {_type_name(raw)}")
+        raise PoolError(f"(top level): expected a JSON object, got {_show(raw)}")
+    _only(raw, TOP_KEYS, "")
+    if "name" in raw:
+        _text(raw["name"], "name", MAX_NAME_CHARS)
+    if "description" in raw:
+        _text(raw["description"], "description", MAX_DESCRIPTION_CHARS)
     sources: dict[str, str] = {}
     models_raw = raw.get("models")
     if not isinstance(models_raw, list) or not 1 <= len(models_raw) <= MAX_MODELS:
-        raise PoolError(f"models: expected a list of 1..{MAX_MODELS} models, got {_type_name(models_raw)}")
+        raise PoolError(f"models: expected a list of 1..{MAX_MODELS} models, got {_show(models_raw)}")
     if "manager" not in raw:
         raise PoolError("manager: missing (expected a model object)")
     ms = [_model(m, f"models[{i}]", sources) for i, m in enumerate(models_raw)] + [
@@ -246,12 +358,12 @@ def parse_pool(raw: Any, name: str = "pool") -> PoolSpec:
         raise PoolError(f"models: duplicate model names {names}")
     tools_raw = raw.get("tools")
     if not isinstance(tools_raw, dict):
-        raise PoolError(f"tools: expected an object keyed by tool name {list(TOOLS)}, got {_type_name(tools_raw)}")
+        raise PoolError(f"tools: expected an object keyed by tool name {list(TOOLS)}, got {_show(tools_raw)}")
     extra = sorted(set(tools_raw) - set(TOOLS))
     if extra:
-        raise PoolError(f"tools.{extra[0]}: unknown tool; known: {list(TOOLS)}")
+        raise PoolError(f"tools.{extra[0]}: unknown tool; known: {list(TOOLS)}{_did_you_mean(extra[0], TOOLS)}")
     ts = [_tool(tools_raw, t, sources) for t in TOOLS]
-    proto = _group(raw, "protocol", "", sources)
+    proto = _group(raw, "protocol", "", sources, PROTOCOL_KEYS)
     k = _num(proto, "ensemble_k", "protocol", 1, 16)
     if k != int(k):
         raise PoolError(f"protocol.ensemble_k: expected an integer in [1, 16], got {k!r}")
@@ -323,24 +435,38 @@ def shipped_pools() -> list[str]:
     return sorted(p.stem for p in POOL_DIR.glob("*.json"))
 
 
+def pool_file(name_or_path: str | Path) -> Path:
+    """The path of a shipped pool (by name) or of a pool JSON file; ``PoolError`` when it is neither."""
+    path = Path(name_or_path)
+    if path.is_file():
+        return path
+    shipped = POOL_DIR / f"{name_or_path}.json"
+    if not shipped.is_file():
+        raise PoolError(f"pool: expected one of {shipped_pools()} or a path to a pool JSON file, "
+                        f"got {str(name_or_path)!r}")
+    return shipped
+
+
+def read_pool_file(path: str | Path) -> tuple[dict[str, Any], PoolSpec]:
+    """A pool JSON file's parsed content, read strictly (``parasim.jsonl.read_json_file``), and its tables;
+    every error is a ``PoolError`` prefixed with the file."""
+    try:
+        raw = read_json_file(path)
+    except JSONInputError as err:
+        raise PoolError(str(err)) from None
+    try:
+        return raw, parse_pool(raw, name=Path(path).stem)
+    except PoolError as err:
+        raise PoolError(f"{path}: {err}") from None
+
+
 def load_pool(name_or_path: str | Path | dict | PoolSpec) -> PoolSpec:
     """A shipped pool by name, a path to a pool JSON file, a parsed pool dict, or a PoolSpec (returned as is)."""
     if isinstance(name_or_path, PoolSpec):
         return name_or_path
     if isinstance(name_or_path, dict):
         return parse_pool(name_or_path)
-    path = Path(name_or_path)
-    if not path.is_file():
-        shipped = POOL_DIR / f"{name_or_path}.json"
-        if not shipped.is_file():
-            raise PoolError(f"pool: expected one of {shipped_pools()} or a path to a pool JSON file, "
-                            f"got {str(name_or_path)!r}")
-        path = shipped
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise PoolError(f"{path}: not valid JSON (line {e.lineno}: {e.msg})") from None
-    return parse_pool(raw, name=path.stem)
+    return read_pool_file(pool_file(name_or_path))[1]
 
 
 def reliability(pool: PoolSpec, ensemble: bool = True) -> np.ndarray:

@@ -10,14 +10,13 @@ reported.
 from __future__ import annotations
 
 import copy
-import json
 import math
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from parasim.pools import POOL_DIR, PoolError, expected_accuracy, parse_pool
+from parasim.pools import expected_accuracy, parse_pool, pool_file, read_pool_file
 from parasim.protocol.schema import Tool
 from parasim.tasks import BENCHMARKS, FREE_FORM
 
@@ -25,17 +24,10 @@ DOMAINS = ("math", "science", "knowledge", "code")
 
 
 def read_raw(base: str | Path) -> tuple[dict[str, Any], str]:
-    """The parsed JSON of a shipped pool (by name) or a pool file, validated, and its name."""
-    path = Path(base)
-    if not path.is_file():
-        path = POOL_DIR / f"{base}.json"
-        if not path.is_file():
-            raise PoolError(f"base pool: expected a shipped pool name or a pool JSON path, got {str(base)!r}")
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise PoolError(f"{path}: not valid JSON (line {err.lineno}: {err.msg})") from None
-    parse_pool(raw, name=path.stem)
+    """The parsed JSON of a shipped pool (by name) or a pool file, read and validated as ``load_pool`` does
+    (``parasim.pools.read_pool_file``), and its name."""
+    path = pool_file(base)
+    raw, _ = read_pool_file(path)
     return raw, path.stem
 
 
@@ -51,12 +43,14 @@ def model_entries(raw: dict[str, Any], names: tuple[str, ...]) -> list[dict[str,
 
 
 def _set(group: dict[str, Any], key: str, value: float, lo: float, hi: float, path: str, clipped: list[str],
-         source: str) -> None:
+         source: str, owner: dict[str, Any] | None = None) -> None:
+    """Write a fitted value and mark its parameter group's ``source``: ``owner`` when ``group`` is a per-domain
+    table inside the group (``review.sensitivity``, ``tokens_out.log_median``), which holds no source itself."""
     clipped_value = min(max(float(value), lo), hi)
     if clipped_value != value:
         clipped.append(f"{path}.{key}: fitted {value:.4g} clipped to the pool range [{lo:g}, {hi:g}]")
     group[key] = round(clipped_value, 6)
-    group["source"] = source
+    (group if owner is None else owner)["source"] = source
 
 
 def write_pool(raw: dict[str, Any], fitted: dict[str, Any], source: str) -> tuple[dict[str, Any], list[str]]:
@@ -94,8 +88,7 @@ def write_pool(raw: dict[str, Any], fitted: dict[str, Any], source: str) -> tupl
         for d, dname in enumerate(DOMAINS):
             if free["tok_log_median"][m, d]:
                 _set(tok["log_median"], dname, v["tok_log_median"][m, d], 0, 12, f"{path}.tokens_out.log_median",
-                     clipped, source)
-                tok["source"] = source
+                     clipped, source, owner=tok)
         if free["tok_log_sd"][m]:
             _set(tok, "log_sd", v["tok_log_sd"][m], 0, 3, f"{path}.tokens_out", clipped, source)
             _set(tok, "difficulty_slope", v["tok_alpha"][m], -2, 2, f"{path}.tokens_out", clipped, source)
@@ -114,8 +107,8 @@ def write_pool(raw: dict[str, Any], fitted: dict[str, Any], source: str) -> tupl
             for dname in DOMAINS:
                 rate = v["rates"].get(f"{kind}[{names[m]},{dname}]")
                 if rate is not None:
-                    _set(entry["review"][kind], dname, rate, 0, 1, f"{path}.review.{kind}", clipped, source)
-                    entry["review"]["source"] = source
+                    _set(entry["review"][kind], dname, rate, 0, 1, f"{path}.review.{kind}", clipped, source,
+                         owner=entry["review"])
     out["models"], out["manager"] = entries[:-1], entries[-1]
     for t in Tool:
         if t is Tool.FINAL_ANSWER:
