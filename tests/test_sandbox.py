@@ -8,9 +8,13 @@ Sandboxed processes are found by a per-test tag in their environment (``/proc/<p
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import shutil
 import socket
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -133,6 +137,80 @@ def test_escape_infinite_loop_is_killed(tag: str) -> None:
 def test_cpu_time_limit_is_a_timeout(tag: str) -> None:
     res = make(tag, timeout_s=30, cpu_time_s=1).run("while True:\n    pass\n")
     assert res.status == Status.TIMEOUT and "CPU" in res.detail
+    assert_nothing_left(tag)
+
+
+@pytest.mark.sandbox
+@needs_bwrap
+def test_cpu_limit_is_a_timeout_when_the_code_ignores_sigxcpu(tag: str) -> None:
+    """Ignoring SIGXCPU leaves the hard limit's SIGKILL: still the CPU limit, not a crash."""
+    code = "import signal\nsignal.signal(signal.SIGXCPU, signal.SIG_IGN)\nwhile True:\n    pass\n"
+    res = make(tag, timeout_s=30, cpu_time_s=1).run(code)
+    assert res.status == Status.TIMEOUT, res.detail
+    assert "CPU" in res.detail and res.extra["reason"] == "CPU time limit"
+    assert_nothing_left(tag)
+
+
+@pytest.mark.sandbox
+@needs_bwrap
+def test_wall_clock_timeout_names_its_limit(tag: str) -> None:
+    res = make(tag, timeout_s=1.0).run("import time\ntime.sleep(60)\n")
+    assert res.status == Status.TIMEOUT
+    assert "wall-clock" in res.detail and res.extra["reason"] == "wall-clock limit"
+    assert_nothing_left(tag)
+
+
+@pytest.mark.sandbox
+@needs_bwrap
+@pytest.mark.parametrize("code,signame", [
+    ("import os\nos.abort()\n", "SIGABRT"),
+    ("import ctypes\nctypes.string_at(0)\n", "SIGSEGV"),
+    ("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n", "SIGKILL"),  # a kill within the CPU budget
+])
+def test_crashes_stay_exec_err(tag: str, code: str, signame: str) -> None:
+    res = make(tag, cpu_time_s=5).run(code)
+    assert res.status == Status.EXEC_ERR
+    assert res.extra["reason"] == f"killed by signal {signame}"
+    assert_nothing_left(tag)
+
+
+HOST_VIEW = r"""
+import json, os, sys, traceback
+def read(path):
+    try:
+        with open(path, "rb") as f:
+            return f.read().decode("utf-8", "replace")
+    except OSError as e:
+        return f"unreadable {type(e).__name__}"
+try:
+    json.loads("{")
+except ValueError:
+    tb = traceback.format_exc()
+import numpy
+print(json.dumps({"pid1": read("/proc/1/cmdline"), "env1": read("/proc/1/environ"), "self": read("/proc/self/cmdline"),
+                  "sys": [sys.executable, sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path],
+                  "environ": dict(os.environ), "tb": tb, "modules": [json.__file__, numpy.__file__],
+                  "mount_points": [line.split()[4] for line in open("/proc/self/mountinfo")]}))
+"""
+
+
+@pytest.mark.sandbox
+@needs_bwrap
+def test_code_sees_no_host_paths(tag: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sandbox names no host path where the code looks: pid 1's command line and environment, its own,
+    sys.path, tracebacks, module files, mount points. (mountinfo's 4th field, the source directory inside
+    its filesystem, is the one place that cannot be hidden without copying the interpreter.)"""
+    monkeypatch.setenv("PARASIM_HOST_SECRET", "sk-host-secret")
+    res = make(tag).run(HOST_VIEW)
+    assert res.status == Status.OK, res.detail
+    seen = json.loads(res.output)
+    host = {str(REPO), sys.prefix, os.path.realpath(sys.prefix), sys.base_prefix, os.path.realpath(sys.base_prefix)}
+    host = {p for p in host if not p.startswith("/usr/")}  # a system interpreter is at its own path, like /usr
+    leaks = {p: key for key, value in seen.items() for p in host if p in json.dumps(value)}
+    assert leaks == {}, f"host paths visible in the sandbox: {leaks}"
+    assert "--ro-bind" not in seen["pid1"]  # bwrap's options stay out of pid 1's command line
+    assert "sk-host-secret" not in res.output
+    assert seen["modules"][1].startswith(seen["sys"][1])  # site-packages still come from the environment
     assert_nothing_left(tag)
 
 
@@ -345,11 +423,18 @@ def test_round_runs_concurrently_and_isolated(tag: str) -> None:
     assert [r.status for r in results] == [Status.OK] * 4
     spans = [tuple(map(float, r.output.split()[:2])) for r in results]
     assert max(s for s, _ in spans) < min(e for _, e in spans)  # all four were running at once
-    # no one saw another's file; an interpreter (venv) under /tmp on the host is bound read-only there too
+    # no one saw another's file (the interpreter is shown under /opt or /usr: no root of it lies under /tmp)
     expected = {"main.py"} | {Path(r).relative_to(WORKDIR).parts[0] for r in _interpreter_roots(sys.executable)
                               if Path(r).is_relative_to(WORKDIR)}
     assert all(r.output.rstrip().endswith(str(sorted(expected))) for r in results)
     assert_nothing_left(tag)
+
+
+@needs_bwrap
+@pytest.mark.skipif(not _interpreter_roots(sys.executable), reason="the interpreter is not relocated (under /usr)")
+def test_extra_bind_over_the_interpreter_is_refused() -> None:
+    with pytest.raises(ValueError, match="extra_ro_binds: '/opt' overlaps /opt/"):
+        Sandbox(SandboxConfig(extra_ro_binds=("/opt",)))
 
 
 def test_missing_bwrap_refuses_and_names_the_opt_in() -> None:
@@ -421,13 +506,37 @@ if reason is not None:
     sys.exit(0)
 sb = Sandbox(SandboxConfig(python=sys.executable, max_processes=10, timeout_s=5))
 fork = sb.run("import os, time\nn = 0\ntry:\n    for _ in range(100):\n        if os.fork() == 0:\n"
-              "            time.sleep(5)\n            os._exit(0)\n        n += 1\nexcept OSError:\n    pass\nprint(n)\n")
+              "            time.sleep(5)\n            os._exit(0)\n        n += 1\n"
+              "except OSError:\n    pass\nprint(n)\n")
 writes = sb.run("import os\nfor p in ('/x', '/dev/x', '/usr/x', %r):\n    try:\n        open(p, 'w')\n"
                 "        print('wrote', p)\n    except OSError:\n        print('denied', p)\n" % (sys.argv[1],))
 uid = sb.run("import os; print(os.getuid())")
 print(json.dumps({"fork": [fork.status.name, fork.output], "writes": [writes.status.name, writes.output],
                   "uid": uid.output}))
 """
+
+
+def run_as_nobody(check: str, *args: str) -> dict[str, object]:
+    """Run ``check`` as nobody with the system interpreter and a world-readable copy of the two modules it
+    needs; its last stdout line, as JSON. The host environment it starts with holds a secret to look for."""
+    work = Path(tempfile.mkdtemp(prefix="parasim-nonroot-", dir="/tmp"))
+    try:
+        for rel in ("parasim/protocol/schema.py", "parasim/tools/sandbox.py"):
+            (work / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(REPO / rel, work / rel)
+        for pkg in ("parasim", "parasim/protocol", "parasim/tools"):
+            (work / pkg / "__init__.py").touch()
+        (work / "check.py").write_text(check)
+        for path in [work, *work.rglob("*")]:
+            path.chmod(0o755)
+        res = subprocess.run(["/usr/bin/python3", "check.py", *args], cwd=work, user=65534,
+                             group=65534, extra_groups=[], capture_output=True, text=True, timeout=120,
+                             env={"PATH": "/usr/bin:/bin", "HOME": "/tmp", "PARASIM_HOST_SECRET": "sk-host-secret"},
+                             check=False)
+    finally:
+        shutil.rmtree(work)
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout.strip().splitlines()[-1])
 
 
 @pytest.mark.sandbox
@@ -437,31 +546,37 @@ print(json.dumps({"fork": [fork.status.name, fork.output], "writes": [writes.sta
 def test_unprivileged_user_path_when_ci_runs_as_root() -> None:
     """As root the tests above take the privilege-drop path; this runs the user-namespace path too,
     as nobody, with the system interpreter and a world-readable copy of the two modules it needs."""
-    import json
-    import shutil
-    import subprocess
-    import tempfile
-
-    work = Path(tempfile.mkdtemp(prefix="parasim-nonroot-", dir="/tmp"))
-    try:
-        for rel in ("parasim/protocol/schema.py", "parasim/tools/sandbox.py"):
-            (work / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy(REPO / rel, work / rel)
-        for pkg in ("parasim", "parasim/protocol", "parasim/tools"):
-            (work / pkg / "__init__.py").touch()
-        (work / "check.py").write_text(NON_ROOT_CHECK)
-        for path in [work, *work.rglob("*")]:
-            path.chmod(0o755)
-        res = subprocess.run(["/usr/bin/python3", "check.py", str(REPO / "escaped.txt")], cwd=work, user=65534,
-                             group=65534, extra_groups=[], capture_output=True, text=True, timeout=120,
-                             env={"PATH": "/usr/bin:/bin", "HOME": "/tmp"}, check=False)
-    finally:
-        shutil.rmtree(work)
-    assert res.returncode == 0, res.stderr
-    out = json.loads(res.stdout.strip().splitlines()[-1])
+    out = run_as_nobody(NON_ROOT_CHECK, str(REPO / "escaped.txt"))
     if "skip" in out:
         pytest.skip(f"user namespaces unavailable to unprivileged users: {out['skip']}")
     assert out["fork"][0] == "OK" and int(out["fork"][1]) < 10
     assert out["writes"][0] == "OK" and out["writes"][1].count("denied") == 4
     assert out["uid"] == "65534\n"
     assert not (REPO / "escaped.txt").exists()
+
+
+NON_ROOT_PID1 = r"""
+import json, sys
+from parasim.tools.sandbox import Sandbox, SandboxConfig, probe_bwrap
+reason = probe_bwrap()
+if reason is not None:
+    print(json.dumps({"skip": reason}))
+    sys.exit(0)
+res = Sandbox(SandboxConfig(python=sys.executable)).run(
+    "for p in ('/proc/1/environ', '/proc/1/cmdline'):\n    try:\n        print(p, open(p, 'rb').read())\n"
+    "    except OSError as e:\n        print(p, 'unreadable', type(e).__name__)\n")
+print(json.dumps({"status": res.status.name, "output": res.output}))
+"""
+
+
+@pytest.mark.sandbox
+@needs_bwrap
+@pytest.mark.skipif(os.geteuid() != 0, reason="non-root already runs every test above through the user-namespace path")
+@pytest.mark.skipif(not os.access("/usr/bin/python3", os.X_OK), reason="needs a system /usr/bin/python3")
+def test_pid1_shows_no_host_environment_on_the_user_namespace_path() -> None:
+    """There bwrap's reaper (pid 1) runs as the code's own uid, so the code can read its environment."""
+    out = run_as_nobody(NON_ROOT_PID1)
+    if "skip" in out:
+        pytest.skip(f"user namespaces unavailable to unprivileged users: {out['skip']}")
+    assert "sk-host-secret" not in out["output"] and "--ro-bind" not in out["output"]
+    assert out["status"] == "OK" and "/proc/1/cmdline b'bwrap" in out["output"]

@@ -20,6 +20,23 @@ per call, so concurrent calls never share a process budget) before any model cod
 are activated only after that drop, so no ``.pth`` hook ever runs with privileges. bwrap sets
 ``no_new_privs`` and mounts everything ``nosuid``, so nothing can climb back.
 
+What the code can learn about the host. Tracebacks, ``sys.path`` and ``/proc`` are what the model
+reads back, so none of them names a host path: the interpreter's prefix is bound at ``/opt/python``
+and a virtual environment's ``lib`` at ``/opt/venv`` (with a ``pyvenv.cfg`` and ``bin`` links made
+for the sandbox); bwrap reads the options that name host paths from a descriptor (``--args``), so
+the namespace's pid 1, bwrap's reaper, shows only the sandbox's environment and the interpreter's
+command line; and bwrap starts with an empty environment, since its reaper's ``/proc/1/environ`` is
+readable by the code on the user-namespace path. What cannot be hidden without copying the
+interpreter: ``/proc/self/mountinfo`` prints, for every bind mount, the source directory's path
+inside its host filesystem (its 4th field) and the device numbers; the 5th field, where the code
+sees it, is neutral. Files of the environment that record host paths themselves (an editable
+install's ``.pth``, ``direct_url.json``, ``RECORD``) are readable as they are.
+
+Why a supervisor. A CPU-limit kill must read as TIMEOUT, yet code that ignores SIGXCPU dies of the
+hard limit's SIGKILL, which looks like any other kill. The bootstrap therefore forks once: the child
+runs the code, the parent waits for it (``wait4``) and reports a SIGKILL after at least the soft
+limit's CPU seconds as SIGXCPU, through its exit code (128 + signal, as bwrap reports signals).
+
 Where bwrap is missing or cannot create namespaces, :class:`Sandbox` refuses with a clear error
 unless the user opts into ``SandboxConfig(mode="unsafe-subprocess")`` by name: same rlimits and
 timeouts, no isolation at all.
@@ -29,6 +46,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import json
 import os
 import random
 import shutil
@@ -42,6 +60,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from parasim.protocol.schema import CallResult, Status
 
@@ -52,24 +71,38 @@ SCRIPT_NAME = "main.py"
 SANDBOX_UID = 65534  # the sandbox uid seen inside a user namespace (non-root path)
 _EXIT_DRAIN_GRACE_S = 0.5  # after the main process exits, how long stray pipe holders may keep output open
 
-# Runs inside the sandbox as ``python -I -S -B -c BOOTSTRAP UID WORKDIR SCRIPT NAME:SOFT:HARD...``:
-# drop privileges (root path only), set the rlimits, activate site-packages, then execute the script
-# as ``__main__`` with a traceback that starts at the model's code. Kept as source so the sandbox
-# needs no parasim import, and free of imports beyond the interpreter's own (json and traceback
-# would add tens of milliseconds to every call).
+VENV_DIR = "/opt/venv"  # where the sandbox shows a virtual environment
+PYTHON_DIR = "/opt/python"  # where it shows an interpreter prefix that lies outside /usr
+
+# Runs inside the sandbox as ``python -I -S -B -c BOOTSTRAP UID WORKDIR SCRIPT KILL:XCPU NAME:SOFT:HARD...``:
+# drop privileges (root path only), fork the supervisor (see the module docstring), then in the child
+# set the rlimits, activate site-packages, and execute the script as ``__main__`` with a traceback that
+# starts at the model's code. KILL and XCPU are the host's signal numbers (importing ``signal`` would
+# load ``enum``). Kept as source so the sandbox needs no parasim import, and free of imports beyond the
+# interpreter's own (json and traceback would add tens of milliseconds to every call).
 BOOTSTRAP = r'''
 def _parasim_boot():
     import os, resource, sys
-    uid, workdir, path, *limits = sys.argv[1:]
+    uid, workdir, path, signals, *limits = sys.argv[1:]
     if uid != "-" and os.getuid() == 0:
         uid = int(uid)
         os.chown(workdir, uid, uid)
         os.setgroups([])
         os.setresgid(uid, uid, uid)
         os.setresuid(uid, uid, uid)
-    for item in limits:
-        name, soft, hard = item.split(":")
-        resource.setrlimit(getattr(resource, name), (int(soft), int(hard)))
+    limits = [(name, int(soft), int(hard)) for name, soft, hard in (item.split(":") for item in limits)]
+    child = os.fork()
+    if child:
+        os.closerange(0, 3)  # the streams are the child's: they close when it exits, as with no supervisor
+        kill, xcpu = map(int, signals.split(":"))
+        cpu = min([soft for name, soft, _ in limits if name == "RLIMIT_CPU"] or [float("inf")])
+        _, status, usage = os.wait4(child, 0)
+        sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else 0
+        if sig == kill and usage.ru_utime + usage.ru_stime >= cpu:
+            sig = xcpu
+        os._exit(128 + sig if sig else os.WEXITSTATUS(status))
+    for name, soft, hard in limits:
+        resource.setrlimit(getattr(resource, name), (soft, hard))
     import site
     site.main()
     os.chdir(workdir)
@@ -183,16 +216,85 @@ class _Capture:
         return self.head.decode("utf-8", errors="replace") + marker + self.tail.decode("utf-8", errors="replace")
 
 
+_PROBE = ("import json, os, sys, sysconfig\n"
+          "print(json.dumps({'prefix': sys.prefix, 'base_prefix': sys.base_prefix,"
+          " 'executables': [sys.executable, getattr(sys, '_base_executable', sys.executable)],"
+          " 'version': '%d.%d.%d' % sys.version_info[:3], 'xy': '%d.%d' % sys.version_info[:2],"
+          " 'shared': bool(sysconfig.get_config_var('Py_ENABLE_SHARED')),"
+          " 'libdir': sysconfig.get_config_var('LIBDIR') or ''}))")
+
+
 @functools.cache
+def _probe_interpreter(python: str) -> dict[str, Any]:
+    """Prefixes, executables and build facts of ``python``, asked of the interpreter itself."""
+    out = subprocess.run([python, "-I", "-c", _PROBE], capture_output=True, text=True, timeout=30, check=True)
+    return json.loads(out.stdout)
+
+
+@dataclass(frozen=True)
+class _Interpreter:
+    """The interpreter as the sandbox shows it: host directories bound read-only at neutral paths.
+
+    A prefix under ``/usr`` stays where it is (``/usr`` is bound as it is); any other prefix is bound at
+    ``PYTHON_DIR``. A virtual environment becomes ``VENV_DIR``: its ``lib`` bound there, its ``bin`` links
+    to the relocated interpreter, and a ``pyvenv.cfg`` whose ``home`` is the relocated prefix's.
+    """
+
+    executable: str
+    binds: tuple[tuple[str, str], ...] = ()  # (host directory, sandbox directory)
+    links: tuple[tuple[str, str], ...] = ()  # (target, sandbox path)
+    venv_cfg: bytes | None = None  # the pyvenv.cfg at VENV_DIR
+    env: tuple[tuple[str, str], ...] = ()  # what the relocated interpreter needs to load (libpython)
+
+    @property
+    def roots(self) -> tuple[str, ...]:
+        """Sandbox directories the interpreter occupies outside ``/usr``."""
+        placed = [dest for _, dest in (*self.binds, *self.links)]
+        return tuple(root for root in (PYTHON_DIR, VENV_DIR) if any(_covered(dest, [root]) for dest in placed))
+
+
+def _venv_flag(prefix: str) -> str:
+    """``include-system-site-packages`` of the environment at ``prefix`` (false when unset, as in venv)."""
+    with open(os.path.join(prefix, "pyvenv.cfg")) as f:
+        pairs = (line.partition("=") for line in f)
+        cfg = {key.strip().lower(): value.strip().lower() for key, sep, value in pairs if sep}
+    return "true" if cfg.get("include-system-site-packages") == "true" else "false"
+
+
+@functools.cache
+def _interpreter(python: str) -> _Interpreter:
+    """Where the sandbox shows ``python`` (see :class:`_Interpreter`); ValueError if it cannot be moved."""
+    info = _probe_interpreter(python)
+    base = os.path.realpath(info["base_prefix"])
+    keep = _covered(base, ["/usr"])
+    shown_base = base if keep else PYTHON_DIR
+    real = next((r for r in map(os.path.realpath, info["executables"]) if _covered(r, [base])), None)
+    if real is None:
+        raise ValueError(f"SandboxConfig.python={python!r}: its interpreter ({info['executables']}) lies outside its "
+                         f"base prefix {base}; the sandbox mounts an interpreter only together with its prefix")
+    exe = os.path.join(shown_base, os.path.relpath(real, base))
+    binds = [] if keep else [(base, PYTHON_DIR)]
+    libdir = os.path.realpath(info["libdir"]) if info["libdir"] else ""
+    env = ([("LD_LIBRARY_PATH", os.path.join(PYTHON_DIR, os.path.relpath(libdir, base)))]
+           if not keep and info["shared"] and _covered(libdir, [base]) else [])
+    prefix = info["prefix"]
+    if os.path.realpath(prefix) == base:
+        return _Interpreter(exe, tuple(binds), env=tuple(env))
+    links = [(exe, f"{VENV_DIR}/bin/{name}") for name in ("python", "python3", f"python{info['xy']}")]
+    for name in ("lib", "lib64"):
+        path = os.path.join(prefix, name)
+        if os.path.islink(path) and not os.path.isabs(os.readlink(path)):
+            links.append((os.readlink(path), f"{VENV_DIR}/{name}"))
+        elif os.path.isdir(path):
+            binds.append((os.path.realpath(path), f"{VENV_DIR}/{name}"))
+    cfg = (f"home = {os.path.dirname(exe)}\ninclude-system-site-packages = {_venv_flag(prefix)}\n"
+           f"version = {info['version']}\n")
+    return _Interpreter(f"{VENV_DIR}/bin/python", tuple(binds), tuple(links), cfg.encode(), tuple(env))
+
+
 def _interpreter_roots(python: str) -> tuple[str, ...]:
-    """Directories the interpreter needs: its prefix, base prefix (venvs) and real location."""
-    out = subprocess.run(
-        [python, "-I", "-c", "import sys; print(sys.prefix); print(sys.base_prefix)"],
-        capture_output=True, text=True, timeout=30, check=True,
-    ).stdout.splitlines()
-    roots = {os.path.realpath(p) for p in out} | set(out)
-    roots.add(os.path.dirname(os.path.realpath(python)))
-    return tuple(sorted(roots))
+    """Sandbox directories the interpreter ``python`` occupies (none of them a host path)."""
+    return _interpreter(python).roots
 
 
 def _system_binds() -> list[str]:
@@ -341,17 +443,23 @@ class Sandbox:
                 )
             self._bwrap = shutil.which(self.config.bwrap)
         try:
-            self._roots = _interpreter_roots(self.config.python)
-        except (OSError, subprocess.SubprocessError) as exc:
+            _probe_interpreter(self.config.python)
+            self._interp = _interpreter(self.config.python) if self._bwrap is not None else None
+        except (OSError, subprocess.SubprocessError, json.JSONDecodeError) as exc:
             raise ValueError(f"SandboxConfig.python={self.config.python!r}: cannot run it ({exc})") from None
         self._uids = uid_pool(self.config.uid_range) if self._as_root else self.config.uid_range
-        if self._bwrap is not None:
+        if self._interp is not None:
+            for path in self.config.extra_ro_binds:
+                clash = [r for r in self._interp.roots if _covered(path, [r]) or _covered(r, [path])]
+                if clash:
+                    raise ValueError(f"SandboxConfig.extra_ro_binds: {path!r} overlaps {clash[0]}, where the "
+                                     "sandbox mounts the interpreter; bind it elsewhere")
             self._self_test()
 
     def _self_test(self) -> None:
         """Run one trivial script now, so a host that cannot run the sandbox fails here, clearly, once."""
-        with _sandbox_fds(b"print('ok')\n") as fds:
-            res = subprocess.run(self._bwrap_argv(fds, "selftest"), pass_fds=fds.all, capture_output=True,
+        with self._launch(b"print('ok')\n", "selftest") as (argv, fds, env):
+            res = subprocess.run(argv, executable=self._bwrap, pass_fds=fds, env=env, capture_output=True,
                                  timeout=60, check=False, stdin=subprocess.DEVNULL)
         if res.returncode != 0 or res.stdout != b"ok\n":
             raise SandboxUnavailableError(
@@ -359,9 +467,9 @@ class Sandbox:
                 f"{res.stderr.decode(errors='replace').strip()[-2000:]}"
             )
 
-    def _env(self, run_id: str) -> dict[str, str]:
+    def _env(self, run_id: str, bin_dir: str) -> dict[str, str]:
         env = {
-            "PATH": f"{os.path.dirname(self.config.python)}:/usr/local/bin:/usr/bin:/bin",
+            "PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin",
             "HOME": WORKDIR, "TMPDIR": WORKDIR, "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
             "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "MPLBACKEND": "Agg",
             MARKER_ENV: run_id,
@@ -370,7 +478,8 @@ class Sandbox:
         return env
 
     def _spec(self, workdir: str, uid: int | None) -> list[str]:
-        """The bootstrap's arguments: uid ("-" for none), work dir, script, then NAME:SOFT:HARD rlimits."""
+        """The bootstrap's arguments: uid ("-" for none), work dir, script, the signal numbers KILL:XCPU, then
+        NAME:SOFT:HARD rlimits."""
         c = self.config
         rlimits = [
             ("RLIMIT_CPU", c.cpu_time_s, c.cpu_time_s + 1),  # SIGXCPU at the soft limit, SIGKILL a second later
@@ -383,28 +492,63 @@ class Sandbox:
         if c.mode == "unsafe-subprocess":  # shared uid: a process cap would count the user's other processes
             rlimits = [r for r in rlimits if r[0] != "RLIMIT_NPROC"]
         return ["-" if uid is None else str(uid), workdir, f"{workdir}/{SCRIPT_NAME}",
+                f"{signal.SIGKILL.value}:{signal.SIGXCPU.value}",
                 *(f"{name}:{soft}:{hard}" for name, soft, hard in rlimits)]
 
-    def _bwrap_argv(self, fds: _Fds, run_id: str) -> list[str]:
-        assert self._bwrap is not None
-        c = self.config
-        argv = [self._bwrap, *_namespace_args(self._as_root), *_system_binds()]
+    @contextlib.contextmanager
+    def _launch(self, code: bytes, run_id: str) -> Iterator[tuple[list[str], tuple[int, ...], dict[str, str]]]:
+        """bwrap's command line, the descriptors it reads, and its (empty) environment.
+
+        bwrap's reaper, the namespace's pid 1, keeps bwrap's command line and environment, and the code can
+        read the first (and, on the user-namespace path, the second). So the options that name host paths
+        travel through a descriptor (``--args``); what stays visible is the sandbox's environment, which the
+        code sees anyway, and the command; and bwrap inherits nothing of the host's environment.
+        """
+        assert self._interp is not None
+        with _sandbox_fds(code, self._interp.venv_cfg) as fds:
+            options, setenv, command = self._bwrap_argv(fds, run_id)
+            args_fd = _memfd("parasim-args", b"".join(os.fsencode(arg) + b"\0" for arg in options))
+            try:
+                yield ["bwrap", "--args", str(args_fd), *setenv, *command], (*fds.all, args_fd), {}
+            finally:
+                os.close(args_fd)
+
+    def _bwrap_argv(self, fds: _Fds, run_id: str) -> tuple[list[str], list[str], list[str]]:
+        """bwrap's options (for ``--args``), its ``--setenv`` options (after the ``--clearenv`` among the
+        first), and the command it runs in the sandbox."""
+        assert self._bwrap is not None and self._interp is not None
+        c, interp = self.config, self._interp
+        argv = [*_namespace_args(self._as_root), *_system_binds()]
         perms = ["--perms", "0755"] if _bwrap_supports(self._bwrap, "--perms") else []
         size = ["--size", str(c.tmpfs_bytes)] if _bwrap_supports(self._bwrap, "--size") else []  # not in old bwrap
+        made: set[str] = set()
+
+        def parents(path: str) -> list[str]:
+            """--dir for each missing parent: bwrap 0.8 would create them 0700, unreadable for the sandbox's
+            unprivileged uid."""
+            out = []
+            for parent in reversed(Path(path).parents[:-1]):
+                if str(parent) not in made:
+                    out += [*perms, "--dir", str(parent)]
+                    made.add(str(parent))
+            return out
+
+        for src, dest in interp.binds:
+            argv += [*parents(dest), "--ro-bind", src, dest]
+        for target, link in interp.links:
+            argv += [*parents(link), "--symlink", target, link]
+        if fds.venv_cfg is not None:
+            argv += [*parents(f"{VENV_DIR}/pyvenv.cfg"), "--file", str(fds.venv_cfg), f"{VENV_DIR}/pyvenv.cfg"]
         argv += ["--proc", "/proc", "--dev", "/dev", *size, "--tmpfs", WORKDIR,
                  # POSIX semaphores (multiprocessing) need a writable /dev/shm: sized like the work dir
                  *size, *(["--perms", "1777"] if perms else []), "--tmpfs", "/dev/shm"]
-        # After the tmpfs mounts, so that an interpreter living under the work dir's path (a venv in a
-        # checkout under /tmp, as CI makes) is bound on top of the tmpfs instead of hidden by it.
-        binds, made = ["/usr"], set()
-        for root in (*self._roots, *c.extra_ro_binds):
+        # After the tmpfs mounts, so that an extra bind under the work dir's path is bound on top of the
+        # tmpfs instead of hidden by it.
+        binds = ["/usr"]
+        for root in c.extra_ro_binds:
             if _covered(root, binds):
                 continue
-            for parent in reversed(Path(root).parents[:-1]):  # bwrap 0.8 would create them 0700: unreadable
-                if str(parent) not in made:                      # for the sandbox's unprivileged uid
-                    argv += [*perms, "--dir", str(parent)]
-                    made.add(str(parent))
-            argv += ["--ro-bind", root, root]
+            argv += [*parents(root), "--ro-bind", root, root]
             binds.append(root)
         argv += ["--file", str(fds.code), f"{WORKDIR}/{SCRIPT_NAME}",
                  # bwrap's root and /dev are unbounded tmpfs: read-only, so files cannot eat the host's memory
@@ -412,11 +556,11 @@ class Sandbox:
                  "--chdir", WORKDIR, "--clearenv"]
         if fds.seccomp is not None:
             argv += ["--seccomp", str(fds.seccomp)]
-        for key, value in self._env(run_id).items():
-            argv += ["--setenv", key, value]
+        setenv = []
+        for key, value in (*self._env(run_id, os.path.dirname(interp.executable)).items(), *interp.env):
+            setenv += ["--setenv", key, value]
         uid = random.SystemRandom().randrange(*self._uids) if self._as_root else None
-        argv += [c.python, "-I", "-S", "-B", "-c", BOOTSTRAP, *self._spec(WORKDIR, uid)]
-        return argv
+        return argv, setenv, [interp.executable, "-I", "-S", "-B", "-c", BOOTSTRAP, *self._spec(WORKDIR, uid)]
 
     async def arun(self, code: str, stdin: str | bytes = b"") -> CallResult:
         """Run ``code`` as a script fed ``stdin``; OK (exit 0), EXEC_ERR (nonzero exit, stderr in ``detail``)
@@ -427,23 +571,24 @@ class Sandbox:
         run_id = uuid.uuid4().hex
         data = code.encode("utf-8", errors="surrogateescape")
         if self.config.mode == "bwrap":
-            with _sandbox_fds(data) as fds:
-                return await self._execute(self._bwrap_argv(fds, run_id), feed, pass_fds=fds.all, env=None)
+            with self._launch(data, run_id) as (argv, fds, env):
+                return await self._execute(argv, feed, pass_fds=fds, env=env, executable=self._bwrap)
         with tempfile.TemporaryDirectory(prefix="parasim-unsafe-") as work:
             Path(work, SCRIPT_NAME).write_bytes(data)
             argv = [self.config.python, "-I", "-S", "-B", "-c", BOOTSTRAP, *self._spec(work, None)]
-            env = {**self._env(run_id), "HOME": work, "TMPDIR": work}
+            env = {**self._env(run_id, os.path.dirname(self.config.python)), "HOME": work, "TMPDIR": work}
             return await self._execute(argv, feed, pass_fds=(), env=env, cwd=work)
 
-    async def _execute(self, argv: list[str], feed: bytes, pass_fds: tuple[int, ...], env: dict[str, str] | None,
-                       cwd: str | None = None) -> CallResult:
+    async def _execute(self, argv: list[str], feed: bytes, pass_fds: tuple[int, ...], env: dict[str, str],
+                       cwd: str | None = None, executable: str | None = None) -> CallResult:
         c = self.config
         out, err = _Capture(c.max_output_bytes), _Capture(c.max_output_bytes)
         start = time.monotonic()
         try:
             proc = await asyncio.create_subprocess_exec(
-                *argv, stdin=subprocess.PIPE if feed else subprocess.DEVNULL, stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE, pass_fds=pass_fds, env=env, cwd=cwd, start_new_session=True,
+                *argv, executable=executable, stdin=subprocess.PIPE if feed else subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=pass_fds, env=env, cwd=cwd,
+                start_new_session=True,
             )
         except OSError as exc:  # the host is out of processes or memory: this call fails, the episode goes on
             return CallResult(Status.EXEC_ERR, detail=f"sandbox could not start: {exc}",
@@ -503,21 +648,23 @@ class Sandbox:
 
 @dataclass(frozen=True)
 class _Fds:
-    """In-memory files bwrap reads at startup: the script (``--file``) and the seccomp filter."""
+    """In-memory files bwrap reads at startup: the script (``--file``), the seccomp filter, a venv's pyvenv.cfg."""
 
     code: int
     seccomp: int | None
+    venv_cfg: int | None
 
     @property
     def all(self) -> tuple[int, ...]:
-        return tuple(fd for fd in (self.code, self.seccomp) if fd is not None)
+        return tuple(fd for fd in (self.code, self.seccomp, self.venv_cfg) if fd is not None)
 
 
 @contextlib.contextmanager
-def _sandbox_fds(code: bytes) -> Iterator[_Fds]:
+def _sandbox_fds(code: bytes, venv_cfg: bytes | None) -> Iterator[_Fds]:
     """One set per call: bwrap reads from a descriptor's offset, so sharing one would race."""
     program = seccomp_program()
-    fds = _Fds(_memfd("parasim-code", code), _memfd("parasim-seccomp", program) if program is not None else None)
+    fds = _Fds(_memfd("parasim-code", code), _memfd("parasim-seccomp", program) if program is not None else None,
+               _memfd("parasim-venv", venv_cfg) if venv_cfg is not None else None)
     try:
         yield fds
     finally:
@@ -559,8 +706,10 @@ def _to_result(returncode: int | None, timed_out: bool, out: _Capture, err: _Cap
                                 "stdout_bytes": out.total, "stderr_bytes": err.total}
     if timed_out:
         status, detail = Status.TIMEOUT, f"wall-clock limit of {c.timeout_s:g} s exceeded; sandbox killed"
-    elif signo == signal.SIGXCPU:
+        extra["reason"] = "wall-clock limit"
+    elif signo == signal.SIGXCPU:  # the bootstrap reports a hard-limit SIGKILL as SIGXCPU too
         status, detail = Status.TIMEOUT, f"CPU time limit of {c.cpu_time_s} s exceeded"
+        extra["reason"] = "CPU time limit"
     elif rc == 0:
         status, detail = Status.OK, stderr
     else:
