@@ -9,10 +9,13 @@ feedback, not an exception that ends a GRPO step.
 Status mapping (shared/DESIGN.md 3): no answer in time (deadline, refused or dropped connection) is
 TIMEOUT; an answer that is an error (HTTP 4xx/5xx, a body that is not a completion) is EXEC_ERR.
 Timeouts, dropped connections, 408/429 and 5xx are retried; other 4xx are not (a retry cannot fix them).
+That rule and the backoff schedule are :func:`retryable_status` and :func:`backoff_delay`, shared with the
+trainer's vLLM rollout client.
 """
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -38,6 +41,20 @@ class Completion:
     latency_s: float = 0.0  # issue to result, retries and waiting for a concurrency slot included
     attempts: int = 0
     detail: str = ""
+
+
+def retryable_status(status_code: int) -> bool:
+    """Whether an HTTP error status may clear on another attempt: 408 / 429 (come back later) and 5xx."""
+    return status_code >= 500 or status_code in _RETRY_HTTP
+
+
+def backoff_delay(backoff_s: float, attempt: int, jitter: float = 0.0, rng: random.Random | None = None) -> float:
+    """Seconds to wait before retry ``attempt`` (1 for the first): ``backoff_s`` doubled each retry, stretched by a
+    uniform fraction of at most ``jitter`` so that clients that failed together do not retry together."""
+    delay = backoff_s * 2 ** (attempt - 1)
+    if not jitter:
+        return delay
+    return delay * (1 + jitter * (rng.random() if rng is not None else random.random()))
 
 
 class _Failure(Exception):
@@ -95,7 +112,7 @@ class ChatClient:
         failure = _Failure(Status.EXEC_ERR, "no attempt made", False)
         for attempt in range(ep.retries + 1):
             if attempt:
-                await asyncio.sleep(ep.backoff_s * 2 ** (attempt - 1))
+                await asyncio.sleep(backoff_delay(ep.backoff_s, attempt))
             try:
                 async with self._semaphore(ep):
                     data = await asyncio.wait_for(self._post(ep, body), timeout=ep.timeout_s)
@@ -116,8 +133,8 @@ class ChatClient:
         except httpx.TransportError as err:  # refused, reset, dropped mid-response, DNS
             raise _Failure(Status.TIMEOUT, f"{type(err).__name__}: {err}"[:_DETAIL_CHARS], True) from None
         if response.status_code != 200:
-            retry = response.status_code >= 500 or response.status_code in _RETRY_HTTP
-            raise _Failure(Status.EXEC_ERR, f"HTTP {response.status_code}: {response.text[:_DETAIL_CHARS]}", retry)
+            raise _Failure(Status.EXEC_ERR, f"HTTP {response.status_code}: {response.text[:_DETAIL_CHARS]}",
+                           retryable_status(response.status_code))
         try:
             return response.json()
         except ValueError:

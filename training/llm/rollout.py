@@ -13,7 +13,9 @@ returned; weights pushed after each update through ``parasim.real.vllm_client``)
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import random
+import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -112,6 +114,15 @@ class HFEngine:
             self.lm.load_state_dict(state_dict, strict=False)
 
 
+class VLLMRequestError(RuntimeError):
+    """A completion request that failed for good: its last attempt, or at once an error no retry can fix."""
+
+    def __init__(self, url: str, status: int | None, attempts: int, elapsed_s: float, detail: str) -> None:
+        super().__init__(f"POST {url} failed after {attempts} attempt(s) in {elapsed_s:.1f} s "
+                         f"(status {status if status is not None else 'none: no HTTP answer'}): {detail}")
+        self.url, self.status, self.attempts = url, status, attempts
+
+
 class VLLMEngine:
     """Rollouts from a vLLM OpenAI-compatible server via ``/v1/completions`` with token-id prompts.
 
@@ -120,15 +131,35 @@ class VLLMEngine:
     ``--logprobs-mode processed_logprobs`` when sampling at a temperature other than 1, so that the logprobs are
     those of the distribution the tokens came from. After each update the trainer's weights are written to
     ``weights_dir`` and the server reloads them (``parasim.real.vllm_client``).
+
+    A server that is busy or restarting (connection errors, timeouts, 408 / 429 / 5xx: the real-tools client's
+    rule, ``parasim.real.client.retryable_status``) must not fail a GRPO step: each request gets up to
+    ``retries`` more attempts, ``backoff_s`` doubled each time with up to ``jitter`` of random stretch (``rng``;
+    seed it for reproducible waits), all within ``deadline_s`` from the first attempt. Then, or at once for any
+    other error, :class:`VLLMRequestError` names the URL, the last status and the attempts. ``timeout_s`` is
+    httpx's per-operation timeout, capped by what is left of the deadline. ``sleep`` and ``clock`` are the waits
+    and the deadline's time (tests pass a fake pair).
     """
 
     def __init__(self, base_url: str, model: str, stop_ids: Sequence[int], weights_dir: str | Path,
-                 concurrency: int = 64, timeout_s: float = 600.0) -> None:
+                 concurrency: int = 64, timeout_s: float = 600.0, retries: int = 4, backoff_s: float = 1.0,
+                 jitter: float = 0.5, deadline_s: float = 1800.0, rng: random.Random | None = None,
+                 sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic) -> None:
         import httpx
 
+        if type(retries) is not int or not 0 <= retries <= 20:
+            raise ValueError(f"VLLMEngine retries={retries!r}: must be an int in [0, 20]")
+        numbers: tuple[tuple[str, float, str, Callable[[float], bool]], ...] = (
+            ("timeout_s", timeout_s, "> 0", lambda v: v > 0), ("backoff_s", backoff_s, ">= 0", lambda v: v >= 0),
+            ("jitter", jitter, "in [0, 1]", lambda v: 0 <= v <= 1), ("deadline_s", deadline_s, "> 0", lambda v: v > 0))
+        for name, value, allowed, ok in numbers:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not ok(value):
+                raise ValueError(f"VLLMEngine {name}={value!r}: must be a number {allowed}")
         self.base_url, self.model, self.stop_ids = base_url.rstrip("/").removesuffix("/v1"), model, list(stop_ids)
         self.weights_dir = Path(weights_dir)
         self.concurrency = concurrency
+        self.timeout_s, self.retries, self.backoff_s, self.jitter = timeout_s, retries, backoff_s, jitter
+        self.deadline_s, self.rng, self.sleep, self.clock = deadline_s, rng or random.Random(), sleep, clock
         self.client = httpx.Client(base_url=self.base_url, timeout=timeout_s)
 
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams, seed: int) -> list[Generation]:
@@ -142,10 +173,38 @@ class VLLMEngine:
             "logprobs": 1, "return_token_ids": True, "return_tokens_as_token_ids": True,
             "skip_special_tokens": False, "stop_token_ids": self.stop_ids,
         }
-        resp = self.client.post("/v1/completions", json=body)
-        resp.raise_for_status()
-        choice = resp.json()["choices"][0]
+        choice = self._post("/v1/completions", body)["choices"][0]
         return parse_completion_choice(choice, self.stop_ids)
+
+    def _post(self, path: str, body: dict[str, Any]) -> Any:
+        """POST ``body`` with the retries of the class docstring; the decoded JSON of the first 200 answer."""
+        import httpx
+
+        from parasim.real.client import backoff_delay, retryable_status
+
+        url, start = f"{self.base_url}{path}", self.clock()
+        attempt = 0
+        while True:
+            attempt += 1
+            left = self.deadline_s - (self.clock() - start)
+            status: int | None = None
+            try:
+                # a sleep may overshoot what the deadline check allowed: never pass httpx a timeout <= 0
+                resp = self.client.post(path, json=body, timeout=min(self.timeout_s, max(left, 1e-3)))
+            except httpx.TransportError as err:  # refused, reset, timed out
+                detail, transient = f"{type(err).__name__}: {err}"[:300], True
+            else:
+                if resp.status_code == 200:
+                    return resp.json()
+                status, transient = resp.status_code, retryable_status(resp.status_code)
+                detail = f"HTTP {status}: {resp.text[:300]}"
+            delay = backoff_delay(self.backoff_s, attempt, self.jitter, self.rng)
+            elapsed = self.clock() - start
+            if not transient or attempt > self.retries or elapsed + delay >= self.deadline_s:
+                why = ("not retryable" if not transient else "retries exhausted" if attempt > self.retries
+                       else f"the next retry would pass the {self.deadline_s:g} s deadline")
+                raise VLLMRequestError(url, status, attempt, elapsed, f"{detail} ({why})")
+            self.sleep(delay)
 
     def sync_weights(self, state_dict: dict[str, torch.Tensor], step: int) -> None:
         from parasim.real import vllm_client
