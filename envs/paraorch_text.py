@@ -6,17 +6,40 @@ Qwen3 / Hermes-format model as is: the system prompt (rules, the pool's models w
 accuracies, prices and speeds, the JSON tool list; ``parasim.protocol.tool_schema``), the question, then
 per turn the manager's text and one ``<tool_response>`` per call with its structured result
 (id, tool, model, status, output, tokens, cost, latency, and the reason of a failure). ``info["messages"]``
-holds the same conversation as chat messages for other templates. Each observation extends the previous
-one by the turn's text, ``<|im_end|>``, and the feedback, so a trainer can tokenize it incrementally.
+holds the same conversation as chat messages for other templates (exactly the messages the observation
+renders). Each observation extends the previous one by the turn's text, ``<|im_end|>``, and the feedback, so a
+trainer can tokenize it incrementally, until one of the episode limits below cuts the conversation.
 Characters outside the Basic Multilingual Plane and control characters are replaced by U+FFFD in the
-observation (the Text space's character set) and a turn is shown truncated after ``max_turn_chars``;
-parsing always sees the full text.
+observation (the Text space's character set); parsing always sees the full text.
 
-Action: the manager's text for one turn (Hermes / Qwen3 ``<tool_call>`` blocks; ``parasim.protocol.parser``).
-Up to ``max_parallel`` calls run as one round; extra calls are rejected with INVALID_TOOL. Unreadable
-blocks get FORMAT_ERR (or INVALID_TOOL for unknown tools or models) with the parser's reason; a turn with
-no runnable call still uses up a round. Each round with such a status is one format violation, paid
-through the reward config's protocol penalty. ``final_answer`` ends the episode; so does the round limit.
+Limits, so that no manager text and no tool output grows the observation or ``info["messages"]`` without bound
+(constructor options; each is range-checked, and the error names the option, the value and the range):
+  - ``max_turn_chars`` (16,384; 1 to 65,536): a manager turn is shown cut after this many characters, with a
+    ``[... N more characters truncated]`` marker.
+  - ``max_result_chars`` (4,096; 64 to 65,536): each free-text field of one call's feedback (output, reason,
+    model) and the repair note are cut after this many characters, with the same marker.
+  - ``max_feedback_chars`` (262,144; 8 * max_result_chars + 4,096 to 1,000,000): the tool responses kept in
+    the conversation. One turn's feedback never exceeds it (its responses are shown results first, then
+    rejected calls, then unreadable blocks, while they fit; a line counts the rest). Over the episode, once
+    the turns' feedback together exceeds it, the oldest rounds' responses are replaced by an elision marker.
+  - ``max_obs_chars`` (2,000,000; max_turn_chars + max_feedback_chars + 32,768 to 2,000,000): the longest
+    observation (the observation space's ``max_length``). Past it the oldest whole turns are dropped: the
+    system prompt and the question (first user message) are always kept, then a marker message counting
+    the dropped turns, then the most recent turns, so the observation never starts inside a message. The
+    question itself is cut (with the marker) only if it would not fit beside the latest turn.
+Per turn at most ``MAX_ERRORS_SHOWN`` unreadable blocks and as many calls beyond ``max_parallel`` get their
+own ``<tool_response>``; a line counts the others.
+
+Action: the manager's text for one turn (Hermes / Qwen3 ``<tool_call>`` blocks; ``parasim.protocol.parser``),
+a ``str``: anything else raises TypeError (a caller bug, not model output; ``action_space.contains`` is False
+for it too). Any ``str`` is model output and is accepted, also one longer than the action space's
+``max_length`` (``ACTION_MAX_CHARS``, the length a sampler draws up to) or outside its character set: it is
+parsed in full and shown cut after ``max_turn_chars``.
+Up to ``max_parallel`` calls run as one round; the calls beyond are not run and get INVALID_TOOL (the first
+``MAX_ERRORS_SHOWN`` one response each, the rest one summary line). Unreadable blocks get FORMAT_ERR (or
+INVALID_TOOL for unknown tools or models) with the parser's reason; a turn with no runnable call still uses
+up a round. Each round with such a status is one format violation, paid through the reward config's protocol
+penalty. ``final_answer`` ends the episode; so does the round limit.
 
 Reward: ``parasim.compute_rewards`` of the episode's trajectory (the engine's TrajectoryBatch fields with
 this env's format-violation count) under ``reward`` (a RewardConfig or preset), on the terminal step, with
@@ -49,6 +72,7 @@ from __future__ import annotations
 import inspect
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import gymnasium as gym
@@ -71,9 +95,57 @@ from parasim.protocol.tool_schema import render_system_prompt
 
 CHARSET = "\t\n\r" + "".join(map(chr, range(0x20, 0xD800))) + "".join(map(chr, range(0xE000, 0xFFFE)))
 _ALLOWED = frozenset(CHARSET)
-OBS_MAX_CHARS = 2_000_000
-ACTION_MAX_CHARS = 65_536
-MAX_ERRORS_SHOWN = 16
+OBS_MAX_CHARS = 2_000_000  # the largest max_obs_chars (and its default)
+ACTION_MAX_CHARS = 65_536  # the action space's max_length, also the largest max_turn_chars and max_result_chars
+MAX_ERRORS_SHOWN = 16  # per turn: unreadable blocks, and calls beyond max_parallel, shown one response each
+MAX_FEEDBACK_CHARS = 1_000_000  # the largest max_feedback_chars
+HEAD_RESERVE = 32_768  # what max_obs_chars keeps beyond the latest turn: system prompt, question and markers
+MIN_QUESTION_CHARS = 1_024  # the least room for the question that reset() accepts
+_OVERHEAD = 1_024  # ChatML wrapping, the cut marker message and the truncation markers around the latest turn
+_NOTE_RESERVE = 256  # room kept in one turn's feedback for the "more tool responses not shown" line
+_GENERATION_PROMPT = "<|im_start|>assistant\n"
+
+
+def clip(text: str, limit: int) -> str:
+    """``text`` cut after ``limit`` characters with a marker saying how many were cut (unchanged if it fits)."""
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f"[... {len(text) - limit} more characters truncated]"
+
+
+def _message_chars(role: str, content: str) -> int:
+    """The length of one message rendered by ``render_chatml``."""
+    return len(role) + len(content) + len("<|im_start|>\n<|im_end|>\n")
+
+
+def _check_limit(name: str, value: Any, low: int, high: int, why: str = "") -> int:
+    """``value`` if it is an int in ``[low, high]``; else an error naming the option, the value and the range."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name}: expected an int in [{low}, {high}]{why}, got {value!r} ({type(value).__name__})")
+    if not low <= value <= high:
+        raise ValueError(f"{name}: expected an int in [{low}, {high}]{why}, got {value}")
+    return value
+
+
+@dataclass
+class _Turn:
+    """One manager turn as shown: its text, and the tool responses answering it (None after ``final_answer``)."""
+
+    text: str
+    feedback: str | None
+    round: int
+    elided: bool = False
+
+    @property
+    def chars(self) -> int:
+        """Its rendered length (the assistant message and the feedback message)."""
+        own = _message_chars("assistant", self.text)
+        return own if self.feedback is None else own + _message_chars("user", self.feedback)
+
+    def messages(self) -> list[dict[str, str]]:
+        """Its chat messages, as ``info["messages"]`` holds them."""
+        out = [{"role": "assistant", "content": self.text}]
+        return out if self.feedback is None else out + [{"role": "user", "content": self.feedback}]
 
 
 class ChatText(spaces.Text):
@@ -142,11 +214,22 @@ class ParaOrchTextEnv(gym.Env[str, str]):
     def __init__(self, pool: Any = "paramanager", suite: Any = "paramanager", max_rounds: int = MAX_ROUNDS,
                  max_parallel: int = MAX_PARALLEL, serial: bool = False, reward: Any = "paramanager",
                  tools: str = "sim", engine: EpisodeEngine | None = None, token_budget: float | None = None,
-                 seed: int | None = None, max_turn_chars: int = 16_384, render_mode: str | None = None) -> None:
+                 seed: int | None = None, max_turn_chars: int = 16_384, max_result_chars: int = 4_096,
+                 max_feedback_chars: int = 262_144, max_obs_chars: int = OBS_MAX_CHARS,
+                 render_mode: str | None = None) -> None:
         if render_mode not in (None, "ansi"):
             raise ValueError(f"render_mode: expected None or 'ansi', got {render_mode!r}")
-        if not isinstance(max_turn_chars, int) or max_turn_chars < 1:
-            raise ValueError(f"max_turn_chars: expected a positive integer, got {max_turn_chars!r}")
+        self.max_turn_chars = _check_limit("max_turn_chars", max_turn_chars, 1, ACTION_MAX_CHARS)
+        self.max_result_chars = _check_limit("max_result_chars", max_result_chars, 64, ACTION_MAX_CHARS)
+        self.max_feedback_chars = _check_limit(
+            "max_feedback_chars", max_feedback_chars, 8 * self.max_result_chars + 4_096, MAX_FEEDBACK_CHARS,
+            f" (the low end is 8 * max_result_chars + 4096, so one call's response fits; max_result_chars="
+            f"{self.max_result_chars})")
+        self.max_obs_chars = _check_limit(
+            "max_obs_chars", max_obs_chars, self.max_turn_chars + self.max_feedback_chars + HEAD_RESERVE,
+            OBS_MAX_CHARS, f" (the low end is max_turn_chars + max_feedback_chars + {HEAD_RESERVE}, so the latest "
+            f"turn fits beside the system prompt and the question; max_turn_chars={self.max_turn_chars}, "
+            f"max_feedback_chars={self.max_feedback_chars})")
         if tools == "sim":
             if engine is not None:
                 raise ValueError("engine: only with tools='real'; tools='sim' builds the simulator engine itself")
@@ -168,14 +251,17 @@ class ParaOrchTextEnv(gym.Env[str, str]):
         self.max_rounds, self.max_parallel = int(max_rounds), int(max_parallel)
         self.reward_config = resolve_reward(reward)
         self.render_mode = render_mode
-        self.max_turn_chars = max_turn_chars
         self._descriptions = describe_models(pool) if pool is not None else {}
         self.model_names: tuple[str, ...] = ()
         self.system_prompt = ""
         self._build_prompt()
-        self.observation_space = ChatText(OBS_MAX_CHARS, min_length=0, charset=CHARSET)
+        self.observation_space = ChatText(self.max_obs_chars, min_length=0, charset=CHARSET)
         self.action_space = ChatText(ACTION_MAX_CHARS, min_length=0, charset=CHARSET)
         self.messages: list[dict[str, str]] = []
+        self._head: list[dict[str, str]] = []
+        self._turns: list[_Turn] = []
+        self._dropped = 0
+        self._feedback_chars = 0
         self._seed_next = seed
         self._task: TaskView | None = None
         self._rounds = 0
@@ -192,8 +278,19 @@ class ParaOrchTextEnv(gym.Env[str, str]):
         self._task = task
         if not self.model_names:
             self._build_prompt()
-        self.messages = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
-        self.messages.append({"role": "user", "content": to_charset(self._question(task))})
+        self._head = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
+        room = self.max_obs_chars - self.max_turn_chars - self.max_feedback_chars - _OVERHEAD - sum(
+            _message_chars(m["role"], m["content"]) for m in self._head)
+        if room < MIN_QUESTION_CHARS:
+            raise ValueError(
+                f"max_obs_chars: {self.max_obs_chars} leaves {room} characters for the question beside the system "
+                f"prompt ({len(self.system_prompt)} characters) and the latest turn (max_turn_chars="
+                f"{self.max_turn_chars}, max_feedback_chars={self.max_feedback_chars}); expected max_obs_chars in "
+                f"[{self.max_obs_chars - room + MIN_QUESTION_CHARS}, {OBS_MAX_CHARS}] (or lower max_turn_chars "
+                "and max_feedback_chars)")
+        self._head.append({"role": "user", "content": to_charset(clip(self._question(task), room))})
+        self._turns, self._dropped, self._feedback_chars = [], 0, 0
+        self.messages = list(self._head)
         self._rounds = self._violations = self._manager_chars = self._next_id = 0
         self._done = False
         return self._observation(), {"task": task, "messages": list(self.messages)}
@@ -240,16 +337,18 @@ class ParaOrchTextEnv(gym.Env[str, str]):
         return task.question
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        if not isinstance(action, str):
+            raise TypeError(f"action: expected a str (the manager's text; the action space is a Text space), "
+                            f"got {type(action).__name__}")
         if self._done:
             raise RuntimeError("ParaOrchText-v0: the episode is over; call reset() before step()")
-        text = action if isinstance(action, str) else ""
         parsed = parse_tool_calls(action, self.model_names or None)
-        self._manager_chars += len(text)
-        shown = text if len(text) <= self.max_turn_chars else text[: self.max_turn_chars] + "\n[... truncated]"
-        self.messages.append({"role": "assistant", "content": to_charset(shown)})
+        self._manager_chars += len(action)
+        shown = to_charset(clip(action, self.max_turn_chars))
         if parsed.is_final:
             if parsed.errors:
                 self._violations += 1
+            self._add_turn(_Turn(shown, None, self._rounds))
             return self._terminate(parsed, parsed.final_answer)
         run, extra = parsed.calls[: self.max_parallel], parsed.calls[self.max_parallel:]
         results = self.engine.run_round(run)
@@ -259,41 +358,97 @@ class ParaOrchTextEnv(gym.Env[str, str]):
         bad = (not run or bool(parsed.errors) or bool(extra)
                or any(r.status in PROTOCOL_FAILURES for r in results))
         self._violations += int(bad)
-        self.messages.append({"role": "user", "content": to_charset(
-            self._feedback(parsed, run, results, extra, first_id))})
+        self._add_turn(_Turn(shown, self._feedback(parsed, run, results, extra, first_id), self._rounds))
         if self._rounds >= self.max_rounds:
             return self._terminate(parsed, None)
         return self._observation(), 0.0, False, False, {"parsed": parsed, "results": results}
 
+    def _text(self, text: str) -> str:
+        """A free-text feedback field: cut after ``max_result_chars``, in the observation's character set (so that
+        JSON escapes at most doubles its length)."""
+        return to_charset(clip(text, self.max_result_chars))
+
     def _feedback(self, parsed: ParsedRound, run: list[ToolCall], results: list[CallResult], extra: list[ToolCall],
                   first_id: int) -> str:
-        """One ``<tool_response>`` per block, in the order the manager wrote them."""
-        entries: list[tuple[int, dict[str, Any]]] = []
+        """The turn's ``<tool_response>`` blocks in the order the manager wrote them, then notes; at most
+        ``max_feedback_chars`` characters (results of run calls have priority over rejected or unreadable ones)."""
+        ran: list[tuple[int, dict[str, Any]]] = []
         for j, (call, res) in enumerate(zip(run, results)):
-            entry = {"id": first_id + j, "tool": call.tool.wire_name}
+            entry: dict[str, Any] = {"id": first_id + j, "tool": call.tool.wire_name}
             if call.tool.is_agent:
-                entry["model"] = call.model
-            entry.update(status=res.status.name, output=res.output, tokens_in=res.tokens_in,
+                entry["model"] = self._text(call.model)
+            entry.update(status=res.status.name, output=self._text(res.output), tokens_in=res.tokens_in,
                          tokens_out=res.tokens_out, cost_units=round(res.cost_units, 4), usd=round(res.usd, 6),
                          latency_s=round(res.latency_s, 3))
             if res.detail:
-                entry["reason"] = res.detail
-            entries.append((parsed.blocks[j], entry))
-        for j, call in enumerate(extra):
-            entries.append((parsed.blocks[self.max_parallel + j], {
-                "tool": call.tool.wire_name, "status": Status.INVALID_TOOL.name,
-                "reason": f"more than max_parallel={self.max_parallel} calls in one turn; this call was not run"}))
-        for err in parsed.errors[:MAX_ERRORS_SHOWN]:
-            entries.append((err.block, {"block": err.block, "status": err.status.name, "reason": err.reason}))
-        entries.sort(key=lambda e: e[0])
-        body = "\n".join(f"<tool_response>\n{json.dumps(e, ensure_ascii=False)}\n</tool_response>" for _, e in entries)
-        hidden = len(parsed.errors) - MAX_ERRORS_SHOWN
-        if hidden > 0:
-            body += f"\n({hidden} more unreadable blocks not shown)"
-        rounds_left = self.max_rounds - self._rounds
+                entry["reason"] = self._text(res.detail)
+            ran.append((parsed.blocks[j], entry))
+        rejected = [(parsed.blocks[self.max_parallel + j], {
+            "tool": call.tool.wire_name, "status": Status.INVALID_TOOL.name,
+            "reason": f"more than max_parallel={self.max_parallel} calls in one turn; this call was not run"})
+            for j, call in enumerate(extra[:MAX_ERRORS_SHOWN])]
+        unreadable = [(err.block, {"block": err.block, "status": err.status.name, "reason": self._text(err.reason)})
+                      for err in parsed.errors[:MAX_ERRORS_SHOWN]]
+        notes: list[str] = []
+        if len(parsed.errors) > MAX_ERRORS_SHOWN:
+            notes.append(f"({len(parsed.errors) - MAX_ERRORS_SHOWN} more unreadable blocks not shown)")
+        if len(extra) > MAX_ERRORS_SHOWN:
+            notes.append(f"{len(extra) - MAX_ERRORS_SHOWN} further calls ignored ({Status.INVALID_TOOL.name}, not "
+                         f"run): at most max_parallel={self.max_parallel} calls per round.")
         if parsed.repairs:
-            body += "\nNote: repaired your tool-call format (" + "; ".join(parsed.repairs) + ")."
-        return body + f"\nRounds left: {rounds_left}."
+            notes.append(self._text("Note: repaired your tool-call format (" + "; ".join(parsed.repairs) + ")."))
+        notes.append(f"Rounds left: {self.max_rounds - self._rounds}.")
+        room = self.max_feedback_chars - sum(len(n) + 1 for n in notes) - _NOTE_RESERVE
+        shown: list[tuple[int, str]] = []
+        for block, entry in ran + rejected + unreadable:
+            response = f"<tool_response>\n{json.dumps(entry, ensure_ascii=False)}\n</tool_response>"
+            room -= len(response) + 1
+            if room < 0:
+                break
+            shown.append((block, response))
+        hidden = len(ran) + len(rejected) + len(unreadable) - len(shown)
+        if hidden:
+            notes.insert(0, f"({hidden} more tool responses not shown: one turn's feedback is limited to "
+                            f"max_feedback_chars={self.max_feedback_chars} characters)")
+        shown.sort(key=lambda e: e[0])
+        return "\n".join([response for _, response in shown] + notes)
+
+    def _add_turn(self, turn: _Turn) -> None:
+        """Append a turn, then keep the conversation within its limits: past ``max_feedback_chars`` the oldest
+        rounds' tool responses are elided, past ``max_obs_chars`` the oldest whole turns are dropped."""
+        self._turns.append(turn)
+        if turn.feedback is not None:
+            self._feedback_chars += len(turn.feedback)
+        for old in self._turns[:-1]:
+            if self._feedback_chars <= self.max_feedback_chars:
+                break
+            if old.feedback is not None and not old.elided:
+                self._feedback_chars -= len(old.feedback)
+                old.feedback = (f"[tool responses of round {old.round} elided ({len(old.feedback)} characters): the "
+                                f"conversation keeps at most max_feedback_chars={self.max_feedback_chars} characters "
+                                "of tool responses, the latest ones]")
+                old.elided = True
+        fixed = sum(_message_chars(m["role"], m["content"]) for m in self._head) + len(_GENERATION_PROMPT)
+        turns = sum(t.chars for t in self._turns)
+        while len(self._turns) > 1 and fixed + self._cut_marker_chars() + turns > self.max_obs_chars:
+            old = self._turns.pop(0)
+            turns -= old.chars
+            if old.feedback is not None and not old.elided:
+                self._feedback_chars -= len(old.feedback)
+            self._dropped += 1
+        self.messages = list(self._head) + self._cut_marker() + [m for t in self._turns for m in t.messages()]
+
+    def _cut_marker(self) -> list[dict[str, str]]:
+        """The message standing for the dropped turns, between the question and the kept turns (none if none)."""
+        if not self._dropped:
+            return []
+        return [{"role": "user", "content": f"[{self._dropped} earlier turns not shown: the observation is limited "
+                 f"to max_obs_chars={self.max_obs_chars} characters and keeps the system prompt, the question and "
+                 "the latest turns]"}]
+
+    def _cut_marker_chars(self) -> int:
+        """The rendered length of ``_cut_marker()``."""
+        return sum(_message_chars(m["role"], m["content"]) for m in self._cut_marker())
 
     def _terminate(self, parsed: ParsedRound, final_text: str | None) -> tuple[str, float, bool, bool, dict]:
         from parasim import TrajectoryBatch, compute_rewards
@@ -316,8 +471,7 @@ class ParaOrchTextEnv(gym.Env[str, str]):
         return self._observation(), components["total"], True, False, info
 
     def _observation(self) -> str:
-        obs = render_chatml(self.messages)
-        return obs if len(obs) <= OBS_MAX_CHARS else obs[-OBS_MAX_CHARS:]
+        return render_chatml(self.messages)
 
     def render(self) -> str | None:
         return render_chatml(self.messages) if self.render_mode == "ansi" else None
