@@ -3,6 +3,9 @@
 Seeds of one grid label are averaged (the table shows mean +- std over seeds); plots put each label
 on accuracy against tokens, cost and latency with the Pareto front (higher accuracy, lower
 spend) drawn through the non-dominated labels, and stack the tool and model distributions per label.
+A file is rewritten only when its content changes (``store.publish``), so rerunning a finished sweep
+writes nothing and works on a read-only output folder; a file that must change but cannot raises
+``StoreError`` with its path and the reason.
 """
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from parasim.protocol.schema import Tool
-from parasim.training.store import atomic_write_bytes, atomic_write_json
+from parasim.training.store import publish, publish_json
 
 SCALARS = ("accuracy", "reward", "sft_accuracy", "sft_reward", "train_reward_start", "train_reward_end", "tokens",
            "cost_units", "usd", "latency_s",
@@ -62,7 +65,8 @@ def print_table(rows: Sequence[dict[str, Any]], title: str = "parasim sweep") ->
     table = Table(title=title)
     cols = [("point", None), ("seeds", None), ("accuracy", "accuracy"), ("acc SFT", None), ("reward SFT->final", None),
             ("tokens", "tokens"), ("cost", "cost_units"), ("USD", "usd"), ("latency s", "latency_s"),
-            ("calls/round", "calls_per_round"), ("tools/traj", "distinct_tools"), ("format fail", "format_failure_rate")]
+            ("calls/round", "calls_per_round"), ("tools/traj", "distinct_tools"),
+            ("format fail", "format_failure_rate")]
     for name, _ in cols:
         table.add_column(name, justify="left" if name == "point" else "right", no_wrap=name == "point")
     for r in rows:
@@ -81,9 +85,8 @@ def print_table(rows: Sequence[dict[str, Any]], title: str = "parasim sweep") ->
 
 def write_tables(results: Sequence[dict[str, Any]], rows: Sequence[dict[str, Any]], out: Path) -> list[Path]:
     """``results.json`` (every point, every field), ``summary.json`` and ``summary.csv`` (per label)."""
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(out / "results.json", list(results))
-    atomic_write_json(out / "summary.json", list(rows))
+    publish_json(out / "results.json", list(results))
+    publish_json(out / "summary.json", list(rows))
     fields = ["label", "seeds"] + [n for s in SCALARS for n in (s, f"{s}_std")]
     fields += [f"tool_{t.wire_name}" for t in Tool if t != Tool.FINAL_ANSWER]
     lines: list[dict[str, Any]] = []
@@ -96,8 +99,8 @@ def write_tables(results: Sequence[dict[str, Any]], rows: Sequence[dict[str, Any
     writer = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
     writer.writeheader()
     writer.writerows(lines)
-    atomic_write_bytes(out / "summary.csv", buf.getvalue().encode())
-    atomic_write_bytes(out / "summary.md", markdown_table(rows).encode())
+    publish(out / "summary.csv", buf.getvalue().encode())
+    publish(out / "summary.md", markdown_table(rows).encode())
     return [out / "results.json", out / "summary.json", out / "summary.csv", out / "summary.md"]
 
 
@@ -123,7 +126,6 @@ def write_plots(rows: Sequence[dict[str, Any]], out: Path) -> list[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    out.mkdir(parents=True, exist_ok=True)
     labels = [r["label"] for r in rows]
     acc = np.array([r["accuracy"] for r in rows])
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
@@ -141,8 +143,7 @@ def write_plots(rows: Sequence[dict[str, Any]], out: Path) -> list[Path]:
         ax.legend(fontsize=7)
     fig.tight_layout()
     pareto = out / "pareto.png"
-    fig.savefig(pareto, dpi=120)
-    plt.close(fig)
+    publish(pareto, _png(fig))
 
     fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(14, 4.5))
     x = np.arange(len(rows))
@@ -157,19 +158,29 @@ def write_plots(rows: Sequence[dict[str, Any]], out: Path) -> list[Path]:
         vals = np.array([r["model_dist"].get(m, 0.0) for r in rows])
         ax_m.bar(x, vals, bottom=bottom, label=m)
         bottom += vals
-    for ax, title in ((ax_t, "tool distribution (share of calls)"), (ax_m, "model distribution (share of agent calls)")):
+    titles = ((ax_t, "tool distribution (share of calls)"), (ax_m, "model distribution (share of agent calls)"))
+    for ax, title in titles:
         ax.set_xticks(x, labels, rotation=30, ha="right", fontsize=8)
         ax.set_title(title)
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
     dists = out / "distributions.png"
-    fig.savefig(dists, dpi=120)
-    plt.close(fig)
+    publish(dists, _png(fig))
     return [pareto, dists]
 
 
+def _png(fig: Any) -> bytes:
+    """The figure as PNG bytes (closed afterwards): the same rows give the same bytes, so ``publish`` can skip them."""
+    import matplotlib.pyplot as plt
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=120)
+    plt.close(fig)
+    return buf.getvalue()
+
+
 def write_report(results: Sequence[dict[str, Any]], out: str | Path, show: bool = True) -> list[Path]:
-    """Everything a finished sweep writes; returns the paths written."""
+    """Everything a finished sweep writes; returns the report's paths (each rewritten only if it changed)."""
     out = Path(out)
     rows = aggregate(results)
     if show:

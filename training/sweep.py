@@ -4,22 +4,24 @@ A grid is a list of axes ``name=v1,v2,...`` over any ``TrainConfig`` option (see
 crossed with seeds. Each point trains (expert -> SFT -> GRPO) and evaluates in its own process with
 one torch thread, so a point's result depends only on its config and seed: the local and Ray backends
 give identical numbers, and a crash loses at most the points in flight. Finished points live in a
-``ResultsStore``; a rerun with the same grid skips them.
+``ResultsStore``; a rerun with the same grid skips them. Local workers die with the sweep, even a
+SIGKILLed one (``procgroup``), and every result is checked against ``result_schema`` both when a worker
+hands it back and when the store reads it again.
 """
 from __future__ import annotations
 
-import concurrent.futures as cf
+import contextlib
 import hashlib
 import itertools
 import json
-import multiprocessing as mp
 import time
 import traceback
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from parasim.training import procgroup, result_schema
 from parasim.training.config import (
     ABLATIONS,
     TrainConfig,
@@ -27,7 +29,7 @@ from parasim.training.config import (
     make_config,
     resolve,
 )
-from parasim.training.store import ResultsStore
+from parasim.training.store import ResultsStore, StoreError
 
 DEFAULT_GRID = ("c_tar=4,8,12,16",)
 DEFAULT_SEEDS = 3
@@ -103,8 +105,8 @@ def expand(axes: Sequence[tuple[str, Sequence[str]]], seeds: Sequence[int], pres
 def run_point(point: GridPoint) -> dict[str, Any]:
     """Train and evaluate one grid point (runs in a worker process or a Ray task).
 
-    A failure comes back as a result with an ``error`` (the traceback), so one bad point neither
-    stops the others nor is stored as finished.
+    A failure comes back as a result with an ``error`` (the traceback, or how the result breaks the
+    result schema), so one bad point neither stops the others nor is stored as finished.
     """
     import torch
 
@@ -112,30 +114,42 @@ def run_point(point: GridPoint) -> dict[str, Any]:
 
     torch.set_num_threads(1)
     start = time.perf_counter()
-    ident = {"key": point.key, "label": point.label, "preset": point.preset, "overrides": dict(point.overrides),
-             "seed": point.seed}
     try:
         result = run_pipeline(point.config())
     except Exception:  # noqa: BLE001 - reported with its traceback, the sweep goes on
-        return {**ident, "error": traceback.format_exc()}
-    return {**result, **ident, "wall_s": time.perf_counter() - start}
+        return {**_identity(point), "error": traceback.format_exc()}
+    result = {**result, **_identity(point), "wall_s": time.perf_counter() - start}
+    problems = result_schema.problems(result)
+    if problems:
+        return {**_identity(point), "error": "the result breaks the result schema: " + "; ".join(problems)}
+    return result
+
+
+def _identity(point: GridPoint) -> dict[str, Any]:
+    """The fields that tie a result, or a failure, to its grid point."""
+    return {"key": point.key, "label": point.label, "preset": point.preset, "overrides": dict(point.overrides),
+            "seed": point.seed}
+
+
+def _lost(point: GridPoint, exit_code: int | None) -> dict[str, Any]:
+    """The failure of a point whose worker process died under it (killed, out of memory, a crash in C)."""
+    return {**_identity(point), "error": f"its worker process died with exit code {exit_code}"}
 
 
 class SweepError(RuntimeError):
     """Some grid points failed; the finished ones are stored and a rerun retries only the failed."""
 
 
-def run_local(points: Sequence[GridPoint], workers: int) -> Iterator[dict[str, Any]]:
-    """Each point in a fresh ``spawn`` process (no forked torch state), results as they finish."""
-    ctx = mp.get_context("spawn")
-    with cf.ProcessPoolExecutor(max_workers=max(1, workers), mp_context=ctx) as pool:
-        futures = [pool.submit(run_point, p) for p in points]
-        for fut in cf.as_completed(futures):
-            yield fut.result()
+def run_local(points: Sequence[GridPoint], workers: int) -> Generator[dict[str, Any], None, None]:
+    """The points on ``spawn`` processes (no forked torch state) that die with this one, results as they finish."""
+    return procgroup.imap_unordered(f"{__name__}:run_point", points, workers, _lost)
 
 
-def run_ray(points: Sequence[GridPoint], address: str | None = None, num_cpus: int | None = None) -> Iterator[dict[str, Any]]:
+def run_ray(points: Sequence[GridPoint], address: str | None = None,
+            num_cpus: int | None = None) -> Generator[dict[str, Any], None, None]:
     """Each point a Ray task on the cluster ``ray.init`` finds (a new local instance by default)."""
+    if not points:  # nothing to run: no Ray instance to start
+        return
     import ray
 
     started = not ray.is_initialized()
@@ -154,18 +168,27 @@ def run_ray(points: Sequence[GridPoint], address: str | None = None, num_cpus: i
 
 def run_sweep(points: Sequence[GridPoint], out: str | Path, backend: str = "local", workers: int = 2,
               progress: bool = True, ray_address: str | None = None) -> list[dict[str, Any]]:
-    """Run the unfinished points, store each as it finishes, and return all results in grid order."""
-    store = ResultsStore(Path(out) / "store")
+    """Run the unfinished points, store each as it finishes, and return all results in grid order.
+
+    Raises ``StoreError`` (path and reason) when ``out`` cannot hold the results: not a directory, or not
+    writable while points remain (a finished sweep reruns on a read-only ``out``).
+    """
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise StoreError(f"{out}: not a directory (the sweep's output folder)")
+    store = ResultsStore(out / "store", validate=result_schema.problems)
     todo = [p for p in points if not store.done(p.key)]
+    if todo:
+        store.check_writable()
     if backend == "local":
-        stream = run_local(todo, workers) if todo else iter(())
+        stream = run_local(todo, workers)
     elif backend == "ray":
-        stream = run_ray(todo, ray_address, num_cpus=workers if ray_address is None else None) if todo else iter(())
+        stream = run_ray(todo, ray_address, num_cpus=workers if ray_address is None else None)
     else:
         raise ValueError(f"backend={backend!r}: allowed one of local, ray")
     failed = []
-    with _Progress(len(points), len(points) - len(todo), enabled=progress) as advance:
-        for result in stream:
+    with contextlib.closing(stream), _Progress(len(points), len(points) - len(todo), enabled=progress) as advance:
+        for result in stream:  # an exception here closes the stream, which kills the workers
             if "error" in result:
                 failed.append(result)
                 continue

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -31,10 +32,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def _error(message: str) -> None:
+    print(f"parasim sweep: error: {message}", file=sys.stderr)
+
+
 def run(args: argparse.Namespace) -> int:
-    """Parse the grid, run the unfinished points, then print and write the report."""
+    """Parse the grid, run the unfinished points, then print and write the report.
+
+    Exit codes: 0 done, 1 failed points or an output folder that cannot hold the results (one line on
+    stderr naming the path and the reason), 2 a bad grid, 130 interrupted (finished points are kept).
+    """
     from parasim.training import sweep
     from parasim.training.report import write_report
+    from parasim.training.store import StoreError
 
     if args.list_options:
         print("\n".join(sweep.option_names()))
@@ -49,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError("--seeds must be >= 1")
         points = sweep.expand(axes, seeds, args.preset, fixed)
     except ValueError as err:
-        print(f"parasim sweep: error: {err}")
+        _error(str(err))
         return 2
     workers = args.workers or min(os.cpu_count() or 1, len(points))
     print(f"parasim sweep: {len(points)} runs ({len(points) // len(seeds)} points x {len(seeds)} seeds), "
@@ -57,9 +67,15 @@ def run(args: argparse.Namespace) -> int:
     try:
         results = sweep.run_sweep(points, args.out, args.backend, workers, progress=not args.no_progress,
                                   ray_address=args.ray_address)
+        paths = write_report(results, args.out)
     except sweep.SweepError as err:
-        print(f"parasim sweep: {err}")
+        _error(str(err))
         return 1
-    paths = write_report(results, args.out)
-    print("wrote " + ", ".join(str(p) for p in paths))
+    except StoreError as err:
+        _error(str(err))
+        return 1
+    except KeyboardInterrupt:
+        _error("interrupted; the finished points are stored, rerun the same command to go on")
+        return 130
+    print("report: " + ", ".join(str(p) for p in paths))
     return 0
