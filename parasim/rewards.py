@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from parasim import _core, reference
+from parasim import _core
 from parasim.batch import FIELDS as BATCH_FIELDS
 from parasim.batch import TrajectoryBatch
 from parasim.reward_config import FORMULA_FIELDS, FORMULAS, RewardConfig, parse_field
@@ -34,7 +34,8 @@ __all__ = ["COMPONENTS", "FORMULAS", "FORMULA_FIELDS", "PRESETS", "RewardConfig"
            "compute_rewards", "compute_rewards_grid", "parse_field", "preset", "register_preset",
            "resolve_config"]
 
-COMPONENTS = reference.COMPONENTS
+# the reward's parts, which sum to ``total`` (the core's component rows, in this order)
+COMPONENTS: tuple[str, ...] = ("outcome", "protocol", "diversity", "length", "cost", "latency", "tools")
 _PARAM_NAMES: tuple[str, ...] = tuple(_core.reward_param_names())
 _COST_LO, _COST_HI = _PARAM_NAMES.index("cost_lo"), _PARAM_NAMES.index("cost_hi")
 PRESETS: dict[str, RewardConfig] = {}
@@ -138,9 +139,19 @@ def _param_rows(batch: TrajectoryBatch, cfgs: Sequence[RewardConfig]) -> np.ndar
         if cfg.formula == "router_r1":
             key = (cfg.cost_pct_lo, cfg.cost_pct_hi) if cfg.cost_lo is None else (cfg.cost_lo, cfg.cost_hi)
             if key not in bounds:  # percentiles of the batch are computed once per distinct pair
-                bounds[key] = reference.router_r1_cost_bounds(batch, cfg)
+                bounds[key] = _router_r1_cost_bounds(batch, cfg)
             rows[c, _COST_LO], rows[c, _COST_HI] = bounds[key]
     return rows
+
+
+def _router_r1_cost_bounds(batch: TrajectoryBatch, cfg: RewardConfig) -> tuple[float, float]:
+    """Router-R1's bounds of sqrt(usd): the config's fixed ones, else the batch's percentiles (0, 0 when empty)."""
+    if cfg.cost_lo is not None and cfg.cost_hi is not None:
+        return cfg.cost_lo, cfg.cost_hi
+    if len(batch) == 0:
+        return 0.0, 0.0
+    lo, hi = np.percentile(np.sqrt(batch.usd), [cfg.cost_pct_lo, cfg.cost_pct_hi])
+    return float(lo), float(hi)
 
 
 def _core_fields(batch: TrajectoryBatch) -> dict[str, np.ndarray]:
