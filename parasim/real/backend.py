@@ -7,6 +7,13 @@ the code failed); ``knowledge_searcher`` puts the retriever's passages in its pr
 configured. ``python`` and ``search`` go to the sandbox and the retriever. Token counts come from each
 response's ``usage``, USD from the pool's (or the endpoint's) prices, latency is measured.
 
+Model text is untrusted input: a reply with lone UTF-16 surrogates (legal JSON, not UTF-8) has them replaced by
+U+FFFD, so that it can be logged and sent on as context; a ``usage`` count outside [0, ``MAX_USAGE_TOKENS``] is an
+EXEC_ERR instead of a negative or absurd token cost; answers are cut at ``max_answer_chars`` like outputs at
+``max_output_chars``, so what an episode keeps is bounded; and answers and verdicts are read from the text with
+whitespace runs squeezed to one character, which keeps the extractors linear on a reply of blank lines (their
+regexes backtrack quadratically on long whitespace runs, and they run on the loop every episode shares).
+
 Everything runs on one event loop in a daemon thread that the backend owns, so that synchronous callers
 (the Gymnasium env, a trainer) and many episodes at once share the per-endpoint concurrency limits, and the
 backend also works where the caller already runs a loop. No call raises: failures are statuses.
@@ -15,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import re
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from concurrent.futures import Future
@@ -30,6 +38,9 @@ from parasim.real.endpoints import EndpointError, EndpointMap, load_endpoint_map
 
 T = TypeVar("T")
 BasicTool = Callable[[str], Awaitable[CallResult]]  # python: code -> result; search: query -> result
+MAX_USAGE_TOKENS = 10**9  # more than any context window times any n: a larger usage count is a broken server
+_SURROGATES = re.compile("[\ud800-\udfff]")  # in a str these are always lone: JSON decoding joins valid pairs
+_WHITESPACE_RUN = re.compile(r"\s{2,}")
 
 
 def approx_tokens(text: str) -> int:
@@ -38,19 +49,37 @@ def approx_tokens(text: str) -> int:
     return math.ceil(len(text.encode("utf-8")) / 4)
 
 
+def _clean(text: str) -> str:
+    """``text`` with lone surrogates replaced by U+FFFD: a model reply must be encodable as UTF-8 downstream."""
+    return _SURROGATES.sub("\ufffd", text)
+
+
+def _squeezed(text: str) -> str:
+    """Each whitespace run as one character (a newline if it holds one): same answers, linear extraction."""
+    return _WHITESPACE_RUN.sub(lambda m: "\n" if "\n" in m.group() else " ", text)
+
+
+def _cut(text: str, limit: int) -> str:
+    """``text`` up to ``limit`` characters, with a marker saying how much was cut."""
+    return text if len(text) <= limit else text[:limit] + f"\n...[truncated {len(text) - limit} chars]"
+
+
 @dataclass(frozen=True)
 class BackendConfig:
     """Knobs of the backend that are not per endpoint."""
 
     ensemble_k: int | None = None  # samples of ensemble_solver; None: the pool's protocol.ensemble_k
     max_output_chars: int = 4000  # a call's text fed back to the manager is cut here, with a marker
+    max_answer_chars: int = 1000  # an extracted answer (and each ensemble sample) is cut here, with a marker
 
     def __post_init__(self) -> None:
-        k, chars = self.ensemble_k, self.max_output_chars
-        if k is not None and not (isinstance(k, int) and 1 <= k <= 16):
+        k = self.ensemble_k
+        if k is not None and (isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= 16):
             raise ValueError(f"BackendConfig.ensemble_k: expected None or an integer in [1, 16], got {k!r}")
-        if not isinstance(chars, int) or chars < 1:
-            raise ValueError(f"BackendConfig.max_output_chars: expected an integer >= 1, got {chars!r}")
+        for name in ("max_output_chars", "max_answer_chars"):
+            chars = getattr(self, name)
+            if isinstance(chars, bool) or not isinstance(chars, int) or chars < 1:
+                raise ValueError(f"BackendConfig.{name}: expected an integer >= 1, got {chars!r}")
 
 
 @dataclass(frozen=True)
@@ -119,7 +148,7 @@ class RealToolBackend:
         self.endpoints = load_endpoint_map(endpoints)
         self.pool = load_pool(pool) if pool is not None else None
         self.config = config or BackendConfig()
-        self.python_tool, self.search_tool = python_tool, search_tool
+        self.python_tool, self.search_tool = _utf8_safe(python_tool), _utf8_safe(search_tool)
         k = self.config.ensemble_k
         self.ensemble_k = k if k is not None else (self.pool.ensemble_k if self.pool is not None else 3)
         self.prices = self._prices()
@@ -206,12 +235,12 @@ class RealToolBackend:
             result = CallResult(Status.EXEC_ERR, detail=f"{type(err).__name__}: {err}"[:300])
         result.cost_units = float(self.prices.cost_units[call.tool])
         result.usd += float(self.prices.usd_call[call.tool] + self.prices.usd_s[call.tool] * result.latency_s)
-        result.output = self._truncate(result.output)
+        result.output = _cut(result.output, self.config.max_output_chars)
         return result
 
-    def _truncate(self, text: str) -> str:
-        limit = self.config.max_output_chars
-        return text if len(text) <= limit else text[:limit] + f"\n...[truncated {len(text) - limit} chars]"
+    def _answer(self, text: str) -> str:
+        """The answer in a model's (or a program's) text, bounded."""
+        return _cut(prompts.extract_answer(_squeezed(text)), self.config.max_answer_chars)
 
     async def _basic(self, tool: BasicTool | None, name: str, text: str) -> CallResult:
         if tool is None:
@@ -249,12 +278,12 @@ class RealToolBackend:
                 context = (context + "\n\n" if context else "") + f"Retrieved passages:\n{found.output}"
         messages = prompts.agent_messages(call.tool, inp.question, call.subtask, context, inp.options)
         n = self.ensemble_k if call.tool is Tool.ENSEMBLE_SOLVER else 1
-        comp = await self.chat.chat(call.model, messages, n=n, seed=inp.seed)
+        comp = _checked(await self.chat.chat(call.model, messages, n=n, seed=inp.seed), call.model)
         comp.latency_s += search_latency
         if comp.status is not Status.OK:
             return self._from_completion(call, comp, "")
         if call.tool is Tool.ENSEMBLE_SOLVER:
-            answers = [prompts.extract_answer(t) for t in comp.texts]
+            answers = [self._answer(t) for t in comp.texts]
             answer, votes = prompts.majority_vote(answers)
             best = next((t for t, a in zip(comp.texts, answers)
                          if prompts.normalize_answer(a) == prompts.normalize_answer(answer)), comp.texts[0])
@@ -263,16 +292,16 @@ class RealToolBackend:
         text = comp.texts[0]
         if call.tool is Tool.CODE_REASONER:
             return await self._run_code(call, comp, text)
-        extra: dict[str, Any] = {"answer": prompts.extract_answer(text)}
+        extra: dict[str, Any] = {"answer": self._answer(text)}
         if call.tool is Tool.CRITICAL_REVIEWER:
-            extra["flagged"] = prompts.review_verdict(text)
+            extra["flagged"] = prompts.review_verdict(_squeezed(text))
         return self._from_completion(call, comp, text, **extra)
 
     async def _run_code(self, call: ToolCall, comp: Completion, text: str) -> CallResult:
         """Run the model's program; its failure is the call's EXEC_ERR, its last output line the answer."""
         code = prompts.extract_code(text)
         if code is None or self.python_tool is None:
-            return self._from_completion(call, comp, text, answer=prompts.extract_answer(text), executed=False)
+            return self._from_completion(call, comp, text, answer=self._answer(text), executed=False)
         ran = await self.python_tool(code)
         result = self._from_completion(call, comp, text, executed=True)
         result.latency_s += ran.latency_s
@@ -283,5 +312,32 @@ class RealToolBackend:
             return result
         lines = [ln for ln in ran.output.splitlines() if ln.strip()]
         result.output = f"{text}\n\nProgram output:\n{ran.output}"
-        result.extra["answer"] = lines[-1].strip() if lines else prompts.extract_answer(text)
+        last = lines[-1].strip() if lines else ""
+        result.extra["answer"] = _cut(last, self.config.max_answer_chars) if last else self._answer(text)
         return result
+
+
+def _utf8_safe(tool: BasicTool | None) -> BasicTool | None:
+    """``tool`` with lone surrogates cleaned out of its output and detail (a retriever's JSON may carry them)."""
+    if tool is None:
+        return None
+
+    async def cleaned(text: str) -> CallResult:
+        result = await tool(text)
+        result.output, result.detail = _clean(result.output), _clean(result.detail)
+        return result
+
+    return cleaned
+
+
+def _checked(comp: Completion, model_id: str) -> Completion:
+    """An OK completion with its texts made UTF-8-safe, or an EXEC_ERR when its usage counts are out of range
+    (a negative count would lower the episode's token cost, a huge one overflow its USD)."""
+    if comp.status is not Status.OK:
+        return comp
+    for name, value in (("prompt_tokens", comp.tokens_in), ("completion_tokens", comp.tokens_out)):
+        if not 0 <= value <= MAX_USAGE_TOKENS:
+            detail = f"{model_id}: usage.{name}: expected an integer in [0, {MAX_USAGE_TOKENS}], got {value}"
+            return Completion(Status.EXEC_ERR, latency_s=comp.latency_s, attempts=comp.attempts, detail=detail)
+    comp.texts = [_clean(t) for t in comp.texts]
+    return comp

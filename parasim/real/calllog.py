@@ -86,7 +86,10 @@ class CallLogger:
         answer = result.extra.get("answer")
         if isinstance(answer, str) and answer:
             record["answer"] = answer[:200]
-        line = (json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
+        text = json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n"
+        # a lone surrogate (a task id or an answer decoded from JSON) has no UTF-8 form; written as its JSON
+        # escape it reads back as the same string, where a strict encode would raise and lose the call
+        line = text.encode("utf-8", errors="backslashreplace")
         with self._lock:
             if self._fd is None:
                 raise ValueError(f"call log {self.path} is closed")

@@ -28,7 +28,7 @@ from parasim.protocol.schema import (
 from parasim.real.backend import CallInput, RealToolBackend, approx_tokens
 from parasim.real.calllog import CallLogger
 from parasim.real.tasks import RealTask, parse_task
-from parasim.real.termination import Synthesis, TerminationModel
+from parasim.real.termination import Synthesis, TerminationModel, vote_answer
 
 Verifier = Callable[[str, RealTask], bool]
 
@@ -153,14 +153,14 @@ class RealEpisodeEngine:
         if self.task is None:
             raise RuntimeError("finish before reset")
         task = self.task
+        synthesis = Synthesis(vote_answer(self.results, manager_answer), "vote")
         if self.termination is not None:
-            synthesis = self.backend.run(self.termination.synthesize(
-                task.question, task.options, self.calls, self.results, manager_answer,
-                seed=_call_seed(self._episode_seed, -1)))
-        else:
-            from parasim.real.termination import vote_answer
-
-            synthesis = Synthesis(vote_answer(self.results, manager_answer), "vote")
+            try:
+                synthesis = self.backend.run(self.termination.synthesize(
+                    task.question, task.options, self.calls, self.results, manager_answer,
+                    seed=_call_seed(self._episode_seed, -1)))
+            except Exception as err:  # a reply the client cannot digest must not end the episode: vote instead
+                synthesis.status, synthesis.detail = Status.EXEC_ERR, f"{type(err).__name__}: {err}"[:300]
         correct = bool(synthesis.answer) and self._verify(synthesis.answer)
         self.last_synthesis = synthesis
         trajectory = self._trajectory(correct, synthesis, manager_answer is not None)
