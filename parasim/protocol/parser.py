@@ -1,17 +1,21 @@
 """Parse a manager's turn in the Hermes / Qwen3 tool-call format into calls, never raising.
 
 A turn holds one ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` block per call; several
-blocks are parallel calls and ``final_answer`` is a call too (shared/DESIGN.md 3). Models trained on
-other templates write almost-JSON: prose around blocks, code fences, single quotes, Python literals,
-trailing commas, raw newlines in strings, a missing closing tag or brace. Those are repaired, and
-every repair is reported so that a trainer can penalize or count it. What cannot be read becomes a
-``BlockError`` with status FORMAT_ERR (unreadable) or INVALID_TOOL (readable, but an unknown tool or
-model) and a reason the manager sees in its feedback. No input string makes ``parse_tool_calls`` raise.
+blocks are parallel calls and ``final_answer`` is a call too. Models trained on other templates write
+almost-JSON: prose around blocks, code fences, single quotes, Python literals, trailing commas, raw
+newlines in strings, a missing closing tag or brace. Those are repaired, and every repair is reported so
+that a trainer can penalize or count it. What cannot be read becomes a ``BlockError`` with status
+FORMAT_ERR (unreadable) or INVALID_TOOL (readable, but an unknown tool or model) and a reason the manager
+sees in its feedback. No input string makes ``parse_tool_calls`` raise, and its time is linear in the
+text whatever its shape (a manager turn must not stall a rollout worker): the character loops step over
+runs of ordinary characters with regular expressions, and the search for untagged calls reads each
+stretch of text a bounded number of times.
 """
 from __future__ import annotations
 
 import json
 import re
+from collections import deque
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,6 +27,10 @@ _OPEN = re.compile(r"<\s*tool_call\s*>", re.IGNORECASE)
 _CLOSE = re.compile(r"<\s*/\s*tool_call\s*>", re.IGNORECASE)
 _FENCE_OPEN = re.compile(r"^```[A-Za-z0-9_+-]*[ \t]*\n?")
 _NAME_KEY = re.compile(r"""["']name["']\s*:""")
+_STRUCTURE = re.compile(r"""["'{}\[\]]""")
+_IN_DOUBLE = re.compile(r'[\\"]')
+_IN_SINGLE = re.compile(r"[\\']")
+_BRACES_TRIED = 8  # braces before a ``name`` key tried as the start of its object
 _TOOLS_BY_NAME = {t.wire_name: t for t in Tool}
 _SNIPPET = 200
 
@@ -90,7 +98,8 @@ def _parse(text: str, models: Collection[str] | None) -> ParsedRound:
     bodies = _split_blocks(text, result.repairs)
     result.num_blocks = len(bodies)
     if not bodies:
-        reason = "no <tool_call> block found; write each call as <tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>"
+        reason = ("no <tool_call> block found; write each call as "
+                  "<tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>")
         result.errors.append(BlockError(0, Status.FORMAT_ERR, reason, text[:_SNIPPET]))
         return result
     finals: list[int] = []
@@ -148,49 +157,68 @@ def _split_blocks(text: str, repairs: list[str]) -> list[str]:
 def _bare_calls(text: str) -> list[str]:
     """JSON objects in untagged text that look like calls: they hold a ``name`` key and a tool name.
 
-    Starts from each ``"name":`` key and walks back to the brace that encloses it, so the cost grows
-    with the number of keys, not with every brace of a long code answer.
+    For each ``"name":`` key, tries the (at most 8) nearest braces before it, newest first, and takes
+    the first whose object encloses the key. Linear in the text whatever its shape: each stretch of text
+    is searched for braces once, each tried brace's object is measured once, and after a key that no
+    brace encloses the search skips to the next brace (until one appears, every key finds the same
+    braces, all of them closed before it).
     """
     bodies: list[str] = []
-    floor = 0
-    for key in _NAME_KEY.finditer(text):
-        if key.start() < floor:
-            continue
-        pos = text.rfind("{", floor, key.start())
-        for _ in range(8):
-            if pos == -1:
-                break
-            end = _object_end(text, pos)
-            if end > key.start():
-                candidate = text[pos:end]
+    scanned = 0  # the braces before it that a key may still try are in ``recent``
+    recent: deque[list[int]] = deque(maxlen=_BRACES_TRIED)  # [position, object end or -1], newest last
+    key = _NAME_KEY.search(text)
+    while key is not None:
+        start = key.start()
+        found, pos = [], start
+        while len(found) < _BRACES_TRIED and (pos := text.rfind("{", scanned, pos)) != -1:
+            found.append(pos)
+        recent.extend([brace, -1] for brace in reversed(found))
+        scanned = start
+        for brace in reversed(recent):
+            if brace[1] == -1:
+                brace[1] = _object_end(text, brace[0])
+            if brace[1] > start:
+                candidate = text[brace[0]:brace[1]]
                 if any(name in candidate for name in _TOOLS_BY_NAME):
                     bodies.append(candidate)
-                floor = end  # keys inside a rejected object cannot start a call: keeps the scan linear
+                scanned = brace[1]  # keys and braces inside a read object cannot start another call
+                recent.clear()
+                key = _NAME_KEY.search(text, scanned)
                 break
-            pos = text.rfind("{", floor, pos)
+        else:
+            pos = text.find("{", key.end())
+            key = None if pos == -1 else _NAME_KEY.search(text, pos)
     return bodies
 
 
 def _object_end(text: str, start: int) -> int:
-    """Index just past the object opened at ``start`` (quote-aware), or ``len(text)`` if never closed."""
-    depth, quote, i = 0, "", start
-    while i < len(text):
-        c = text[i]
-        if quote:
-            if c == "\\":
-                i += 1
-            elif c == quote:
-                quote = ""
-        elif c in "\"'":
-            quote = c
+    """Index just past the object opened at ``start`` (quote-aware), or ``len(text)`` if never closed.
+
+    Jumps from one bracket or quote to the next with a regular expression instead of stepping through
+    every character: a long argument or answer costs one C-level search, not a Python loop per character.
+    """
+    depth, i, n = 0, start, len(text)
+    while True:
+        mark = _STRUCTURE.search(text, i)
+        if mark is None:
+            return n
+        c, i = mark.group(), mark.end()
+        if c in "\"'":
+            inside = _IN_DOUBLE if c == '"' else _IN_SINGLE
+            while True:
+                mark = inside.search(text, i)
+                if mark is None:
+                    return n
+                i = mark.end()
+                if mark.group() == c:
+                    break
+                i += 1  # a backslash: the next character is escaped
         elif c in "{[":
             depth += 1
-        elif c in "}]":
+        else:
             depth -= 1
             if depth == 0:
-                return i + 1
-        i += 1
-    return len(text)
+                return i
 
 
 def _load_object(body: str, repairs: list[str]) -> Any:
@@ -224,6 +252,13 @@ def _load_object(body: str, repairs: list[str]) -> Any:
 _ESCAPES = set('"\\/bfnrtu')
 _LITERALS = {"True": "true", "False": "false", "None": "null"}
 _HEX = set("0123456789abcdefABCDEF")
+# Runs of characters that the loops below copy unchanged, matched in one step instead of one character at a
+# time: outside strings, anything but structure and letters (a letter may start a Python literal); inside a
+# string, anything but a backslash, a quote or a control character. ``\w`` is exactly ``isalnum() or "_"``.
+_INERT = re.compile(r"""[^"'{}\[\],\w]+|[\d_]+""")
+_PLAIN = {'"': re.compile(r'[^\\"\x00-\x1f]+'), "'": re.compile(r"""[^\\'"\x00-\x1f]+""")}
+_WORD = re.compile(r"\w+")
+_SPACES = re.compile(r"\s*")  # ``\s`` is exactly ``isspace()``
 
 
 def _normalize(src: str, start: int) -> tuple[str, int, list[str]]:
@@ -254,23 +289,23 @@ def _normalize(src: str, start: int) -> tuple[str, int, list[str]]:
                 break
             continue
         elif c == ",":
-            j = i + 1
-            while j < n and src[j].isspace():
-                j += 1
+            j = _SPACES.match(src, i + 1).end()  # never None: it matches the empty string
             if j < n and src[j] in "}]":
                 fixes.append("removed trailing comma")
                 i += 1
                 continue
         elif c.isalpha():
-            j = i
-            while j < n and (src[j].isalnum() or src[j] == "_"):
-                j += 1
+            j = _WORD.match(src, i).end()  # never None: c, a letter, is a word character
             word = src[i:j]
             if word in _LITERALS:
                 fixes.append("converted Python literal")
                 word = _LITERALS[word]
             out.append(word)
             i = j
+            continue
+        elif inert := _INERT.match(src, i):
+            out.append(inert.group())
+            i = inert.end()
             continue
         out.append(c)
         i += 1
@@ -286,6 +321,7 @@ def _read_string(src: str, i: int, fixes: list[str]) -> tuple[str, int]:
     if quote == "'":
         fixes.append("converted single quotes")
     buf: list[str] = []
+    plain = _PLAIN[quote]
     j, n = i + 1, len(src)
     while j < n:
         d = src[j]
@@ -312,7 +348,10 @@ def _read_string(src: str, i: int, fixes: list[str]) -> tuple[str, int]:
             fixes.append("escaped a raw control character in a string")
             buf.append(_json_char(d))
         else:
-            buf.append(d)
+            run = plain.match(src, j)  # never None: d is an ordinary character
+            buf.append(run.group())
+            j = run.end()
+            continue
         j += 1
     fixes.append("closed an unterminated string")
     return '"' + "".join(buf) + '"', n
