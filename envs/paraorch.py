@@ -55,6 +55,13 @@ Reset options (``reset(options={...})``), for trainers that play one task severa
   ``env.unwrapped.task_weights()`` (their sampling probabilities) let trainers sample task indices as the env
   would; ``env.unwrapped.model_names`` names the action's model indices.
 
+Render (``render_mode``, ``parasim.envs.render``): ``"ansi"`` returns the episode board as text (task, rounds
+used and left, the calls of the last rounds with tool, model, target, status and result, the candidates, the
+evidence, the budgets used), ``"rgb_array"`` the same board as a uint8[H, W, 3] image of a fixed size per env. The
+env records the calls only with a render mode set. ``action_masks()`` returns the current ``action_mask`` as bool,
+sb3-contrib's MaskablePPO convention; ``parasim.envs.action_masks.tuple_mask`` gives Gymnasium's per-dimension
+masks for ``action_space.sample(mask=...)``.
+
 Info: on the terminal step ``reward_components`` (every component of the reward result, including
 ``total``), ``trajectory`` (the TrajectoryBatch fields of the episode; ``group_id`` is the episode's
 number since the env was seeded), ``task_index`` (the suite row played) and ``benchmark`` (its benchmark,
@@ -62,6 +69,7 @@ an index into ``parasim.tasks.BENCHMARKS``); empty otherwise.
 """
 from __future__ import annotations
 
+from collections import deque
 from typing import Any, ClassVar, Self
 
 import gymnasium as gym
@@ -69,6 +77,17 @@ import numpy as np
 from gymnasium import spaces
 
 from parasim.env_options import check_option_keys, check_seed
+from parasim.envs.render import (
+    RENDER_FPS,
+    RENDER_MODES,
+    Board,
+    SimRound,
+    check_render_mode,
+    ending_text,
+    new_history,
+    render_board,
+    sim_round,
+)
 from parasim.protocol.schema import NUM_STATUSES, NUM_TOOLS
 from parasim.sim import Simulator
 from parasim.sim.kernel import CAND_FEATURES, NUM_CANDIDATES
@@ -189,7 +208,7 @@ def terminal_step_info(comps: dict[str, np.ndarray], traj: dict[str, np.ndarray]
 class ParaOrchEnv(gym.Env):
     """ParaOrch-v0 (see the module docstring for options, action layout and observation keys)."""
 
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": list(RENDER_MODES), "render_fps": RENDER_FPS}
 
     def __new__(cls, *args: Any, tools: str = "sim", **kwargs: Any) -> Self:
         """``tools="real"`` builds the real-tools subclass (same spaces, engine-driven episodes)."""
@@ -203,8 +222,7 @@ class ParaOrchEnv(gym.Env):
                  max_parallel: int = 4, serial: bool = False, reward: Any = "paramanager", tools: str = "sim",
                  token_budget: float | None = None, seed: int | None = None, render_mode: str | None = None,
                  engine: Any = None) -> None:
-        if render_mode is not None:
-            raise ValueError(f"render_mode: ParaOrch-v0 has no render modes, got {render_mode!r}")
+        self.render_mode = check_render_mode(render_mode)
         if engine is not None:
             raise ValueError("engine: only with tools='real'; tools='sim' runs the compiled simulator")
         self.sim = make_simulator(tools, 1, pool=pool, suite=suite, max_rounds=max_rounds, max_parallel=max_parallel,
@@ -223,6 +241,9 @@ class ParaOrchEnv(gym.Env):
         self._obs_views = tuple((k, v[0]) for k, v in self.sim.obs._asdict().items())
         self._seeded = False
         self._done = True
+        # the board's records (``SimRound``s, made ``RoundRecord``s when rendered), kept only with a render mode
+        self._history: deque[SimRound] | None = None if render_mode is None else new_history()
+        self._ending: str | None = None
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[dict, dict]:
         seed = check_seed(seed)
@@ -238,6 +259,9 @@ class ParaOrchEnv(gym.Env):
             self._seeded = True
         self.sim.reset(None, rows, task_seeds)
         self._done = False
+        if self._history is not None:
+            self._history.clear()
+            self._ending = None
         return self._observation(), {}
 
     def step(self, action: Any) -> tuple[dict, float, bool, bool, dict]:
@@ -247,12 +271,16 @@ class ParaOrchEnv(gym.Env):
         self._act[0] = a
         done = bool(self.sim.step(self._act, self._keep)[0])
         obs = self._observation()
+        if self._history is not None and a[0] != 1:  # a round ran (a stop runs none)
+            self._history.append((int(obs["round"][0]), a.copy(), self.sim.last_round(0)))
         if not done:
             return obs, 0.0, False, False, {}
         self._done = True
         total, comps, traj = terminal_info(self.sim, self._lane, self.reward_config)
         info = terminal_step_info(comps, traj)
         info.update({k: int(v) for k, v in self.sim.tasks(0).items()})
+        if self._history is not None:
+            self._ending = sim_ending(traj, 0, int(self.sim.final_answers()[0]), float(total[0]))
         return obs, float(total[0]), True, False, info
 
     def _observation(self) -> dict[str, np.ndarray]:
@@ -262,3 +290,28 @@ class ParaOrchEnv(gym.Env):
     def task_weights(self) -> np.ndarray:
         """Each task index's probability when the env draws tasks itself (float64[num_tasks], sums to 1)."""
         return self.sim.task_weights()
+
+    def action_masks(self) -> np.ndarray:
+        """The current observation's ``action_mask`` as bool[sum(nvec)]: what sb3-contrib's MaskablePPO reads."""
+        return self.sim.obs.action_mask[0].astype(bool)
+
+    def render(self) -> str | np.ndarray | None:
+        """The episode board in ``render_mode`` (see the module docstring); None, with a warning, without one."""
+        if self.render_mode is None:
+            gym.logger.warn("ParaOrch-v0: render() without a render_mode; make the env with render_mode='ansi' "
+                            "or 'rgb_array'")
+            return None
+        return render_board(self._board(), self.render_mode)
+
+    def _board(self) -> Board:
+        """What the board shows of the current episode."""
+        if not self._seeded:
+            raise RuntimeError("ParaOrch-v0: call reset() before render()")
+        rounds = tuple(sim_round(*r, self.model_names) for r in self._history or ())
+        return Board("sim", self._observation(), rounds, ending=self._ending)
+
+
+def sim_ending(traj: dict[str, np.ndarray], row: int, answer: int, reward: float) -> str:
+    """The board's ending line of a simulated episode from its trajectory fields (row ``row``)."""
+    return ending_text(bool(traj["ended_with_final"][row]), int(traj["rounds"][row]), f"#{answer}",
+                       bool(traj["outcome"][row] == 1.0), reward)

@@ -28,6 +28,9 @@ Terminal info, as the simulated env's: ``reward_components``, ``trajectory``, ``
 passed in ``reset(options={"task": ...})`` that is not in it) and its benchmark as an index into
 ``parasim.tasks.BENCHMARKS`` (a real task names its catalogue benchmark, ``generic_<domain>`` by default).
 
+Render (``render_mode`` "ansi" / "rgb_array") and ``action_masks()`` as in the simulated env; the board also shows
+the question, the candidates' answers and each call's answer (or a failure's detail).
+
 Real latencies and sampling are not reproducible, so the env's spec says ``nondeterministic=True``
 (Gymnasium's checker then skips its step-determinism check); a seeded reset still draws the same task.
 ``pool`` here is the prior behind the candidates' scores (and the manager's token rates); ``suite`` is
@@ -35,6 +38,7 @@ unused (the engine holds the tasks).
 """
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import replace
 from typing import Any
 
@@ -57,6 +61,15 @@ from parasim.envs.real_evidence import (
     Candidate,
     EvidenceBoard,
     answer_kind,
+)
+from parasim.envs.render import (
+    Board,
+    CallRecord,
+    RoundRecord,
+    check_render_mode,
+    ending_text,
+    model_label,
+    new_history,
 )
 from parasim.pools import load_pool
 from parasim.protocol.engine import TaskView
@@ -82,7 +95,6 @@ from parasim.sim import (
 from parasim.sim.kernel import CAND_FEATURES, EMPTY_SLOT, NO_CALL, NUM_CANDIDATES
 from parasim.sim.state import TASK_FEATURES, static_action_mask
 from parasim.tasks import BENCHMARK_INDEX, GENERIC, NUM_ANSWERS
-
 
 # reset options: a task (or its dict) to play, or an index into the engine's list; ``task_seed`` is taken for parity
 # with the simulated env (GRPO groups pass it), and a real task has no hidden draws for it to key
@@ -144,8 +156,7 @@ class ParaOrchRealEnv(ParaOrchEnv):
                  max_parallel: int = 4, serial: bool = False, reward: Any = "paramanager", tools: str = "real",
                  token_budget: float | None = None, seed: int | None = None, render_mode: str | None = None,
                  engine: Any = None) -> None:
-        if render_mode is not None:
-            raise ValueError(f"render_mode: ParaOrch-v0 has no render modes, got {render_mode!r}")
+        self.render_mode = check_render_mode(render_mode)
         if tools != "real":
             raise ValueError(f"tools: ParaOrchRealEnv runs tools='real' only, got {tools!r}")
         if engine is None:
@@ -169,6 +180,8 @@ class ParaOrchRealEnv(ParaOrchEnv):
         self._initial_seed = check_seed(seed)
         self._episode = 0
         self._done = True
+        self._history: deque[RoundRecord] | None = None if render_mode is None else new_history()
+        self._ending: str | None = None
 
     # ------------------------------------------------------------------------------------ gymnasium API
     @property
@@ -213,6 +226,9 @@ class ParaOrchRealEnv(ParaOrchEnv):
         self._last_status = np.full(self.slots, NO_CALL, np.int8)
         self._episode = 1 if seed is not None else self._episode + 1  # the sim's count: episodes since seeded
         self._done = False
+        if self._history is not None:
+            self._history.clear()
+            self._ending = None
         return self._observation(), {"task": self.task}
 
     def step(self, action: Any) -> tuple[dict, float, bool, bool, dict]:
@@ -270,6 +286,8 @@ class ParaOrchRealEnv(ParaOrchEnv):
             if statuses[k] != NO_CALL:
                 self._status_counts[statuses[k]] += 1
         self._last_status = statuses
+        if self._history is not None:
+            self._history.append(self._round_record(a, statuses, runnable, results))
         bad = a[0] != 0 or n_calls == 0 or any(s in PROTOCOL_FAILURES for s in statuses.tolist() if s != NO_CALL)
         self._violations += int(bad)
         self._issued += n_calls
@@ -310,12 +328,25 @@ class ParaOrchRealEnv(ParaOrchEnv):
             return
         if call.tool is Tool.SEARCH:
             return  # passages are evidence for the termination model's prompt, not an answer
-        answer = res.extra.get("answer")
-        if call.tool is Tool.PYTHON:
-            lines = [ln.strip() for ln in res.output.splitlines() if ln.strip()]
-            answer = lines[-1] if lines else ""
-        if isinstance(answer, str):
+        answer = call_answer(call, res)
+        if answer is not None:
             self.board.add_answer(answer, call.tool, model, index)
+
+    def _round_record(self, a: np.ndarray, statuses: np.ndarray, runnable: list[tuple[int, ToolCall, int]],
+                      results: list[CallResult]) -> RoundRecord:
+        """The board's record of the round just run (``runnable`` and ``results`` pair up in slot order)."""
+        ran = {k: (call, res) for (k, call, _), res in zip(runnable, results)}
+        calls = []
+        for k in np.flatnonzero(statuses != NO_CALL).tolist():
+            tool, model, target = (int(x) for x in a[1 + 3 * k: 4 + 3 * k])
+            label = model_label(tool, model, self.model_names)
+            if k not in ran:  # a protocol status, given without a call
+                calls.append(CallRecord(k, tool, label, target, int(statuses[k])))
+                continue
+            call, res = ran[k]
+            calls.append(CallRecord(k, tool, label, target, int(res.status), call_result_text(call, res),
+                                    float(res.tokens_out), float(res.latency_s)))
+        return RoundRecord(self._rounds + 1, tuple(calls))
 
     # ------------------------------------------------------------------------------------- end, observe
     def _terminate(self, ended_with_final: bool, info: dict | None = None) -> tuple[dict, float, bool, bool, dict]:
@@ -330,6 +361,9 @@ class ParaOrchRealEnv(ParaOrchEnv):
         self._done = True
         info = {**(info or {}), **terminal_step_info(comps, traj), "answer": outcome.answer,
                 "correct": bool(outcome.correct), **real_task_info(self.engine, self.task)}
+        if self._history is not None:
+            self._ending = ending_text(ended_with_final, self._rounds, repr(outcome.answer), bool(outcome.correct),
+                                       float(total[0]))
         return self._observation(), float(total[0]), True, False, info
 
     def _trajectory(self, engine_traj: dict[str, Any], ended_with_final: bool,
@@ -361,8 +395,6 @@ class ParaOrchRealEnv(ParaOrchEnv):
         ranked = self.board.ranked()
         for c, cand in enumerate(ranked[:NUM_CANDIDATES]):
             cands[c] = cand.features()
-        mask = self._static_mask.copy()
-        mask[self._lead_entries] = int(bool(ranked))
         return {
             "task": task,
             "round": np.array([self._rounds, self.max_rounds - self._rounds], np.float32),
@@ -372,6 +404,45 @@ class ParaOrchRealEnv(ParaOrchEnv):
             "tool_counts": self._tool_counts.copy(),
             "status_counts": self._status_counts.copy(),
             "last_status": self._last_status.copy(),
-            "action_mask": mask,
+            "action_mask": self.action_masks().astype(np.int8),
         }
 
+    def action_masks(self) -> np.ndarray:
+        """The current ``action_mask`` as bool[sum(nvec)] (before the first reset: the mask with no lead yet, as the
+        simulated env's)."""
+        mask = self._static_mask.astype(bool)
+        mask[self._lead_entries] = self._episode > 0 and bool(self.board.candidates)
+        return mask
+
+    def _board(self) -> Board:
+        """What the board shows of the current episode: the simulated env's, with the texts real tools give."""
+        if self._episode == 0:
+            raise RuntimeError("ParaOrch-v0: call reset() before render()")
+        labels = tuple(repr(c.answer) for c in self.board.ranked()[:NUM_CANDIDATES])
+        return Board("real", self._observation(), tuple(self._history or ()), question=self.task.question,
+                     candidate_labels=labels, ending=self._ending)
+
+
+def call_answer(call: ToolCall, res: CallResult) -> str | None:
+    """The answer an OK call gave: an agent's ``extra["answer"]``, the last output line of python; None for search
+    (passages), the reviewer (a verdict) and an agent result without an answer."""
+    if call.tool in (Tool.CRITICAL_REVIEWER, Tool.SEARCH):
+        return None
+    if call.tool is Tool.PYTHON:
+        lines = [ln.strip() for ln in res.output.splitlines() if ln.strip()]
+        return lines[-1] if lines else ""
+    answer = res.extra.get("answer")
+    return answer if isinstance(answer, str) else None
+
+
+def call_result_text(call: ToolCall, res: CallResult) -> str:
+    """The board's result column of a call that ran: its answer or verdict, or why it failed."""
+    if res.status is not Status.OK:
+        return res.detail
+    if call.tool is Tool.CRITICAL_REVIEWER:
+        flagged = res.extra.get("flagged")
+        return ("flag" if flagged else "confirm") if isinstance(flagged, bool) else ""
+    if call.tool is Tool.SEARCH:
+        return "passages"
+    answer = call_answer(call, res)
+    return "" if answer is None else repr(answer)

@@ -25,11 +25,18 @@ take their entries. The options apply to this reset's episodes only: autoresets 
 weights, exactly as ``SyncVectorEnv``'s autoresets call the single env's ``reset()`` without options, which keeps
 this env equal to it; a GRPO collection plays one episode per lane and resets with new options per batch.
 ``num_tasks`` and ``task_weights()`` give the valid indices and the weights the env itself samples them with.
+
+Render and masks: with ``render_mode`` ``"ansi"`` or ``"rgb_array"``, ``render()`` returns a tuple with each lane's
+board (``parasim.envs.render``), as Gymnasium's vector envs return one frame per sub-env; the lanes' calls are
+recorded only then (a Python loop over the lanes per step: for watching a few lanes, not for training at scale).
+``action_masks()`` returns every lane's ``action_mask`` as bool[N, sum(nvec)].
 """
 from __future__ import annotations
 
+from collections import deque
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
@@ -41,8 +48,19 @@ from parasim.envs.paraorch import (
     make_simulator,
     observation_space,
     resolve_reward,
+    sim_ending,
     task_options,
     terminal_info,
+)
+from parasim.envs.render import (
+    RENDER_FPS,
+    RENDER_MODES,
+    Board,
+    SimRound,
+    check_render_mode,
+    new_history,
+    render_board,
+    sim_round,
 )
 
 
@@ -62,7 +80,7 @@ def _masked(values: dict[str, np.ndarray], lanes: np.ndarray, n: int) -> dict[st
 class ParaOrchVectorEnv(VectorEnv):
     """N ParaOrch-v0 episodes on one compiled simulator."""
 
-    metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP, "render_modes": []}
+    metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP, "render_modes": list(RENDER_MODES), "render_fps": RENDER_FPS}
 
     def __init__(self, num_envs: int = 1, pool: Any = "paramanager", suite: Any = "paramanager",
                  max_rounds: int = 12, max_parallel: int = 4, serial: bool = False, reward: Any = "paramanager",
@@ -71,8 +89,7 @@ class ParaOrchVectorEnv(VectorEnv):
                  threads: bool = False) -> None:
         if not isinstance(num_envs, int | np.integer) or num_envs < 1:
             raise ValueError(f"num_envs: expected a positive integer, got {num_envs!r}")
-        if render_mode is not None:
-            raise ValueError(f"render_mode: ParaOrch-v0 has no render modes, got {render_mode!r}")
+        self.render_mode = check_render_mode(render_mode)
         mode = AutoresetMode(autoreset_mode)
         if mode not in (AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP):
             raise ValueError(f"autoreset_mode: expected NEXT_STEP or SAME_STEP, got {mode}")
@@ -93,6 +110,10 @@ class ParaOrchVectorEnv(VectorEnv):
         self._seeded = False
         self._autoreset = np.zeros(self.num_envs, np.uint8)
         self._no_reset = np.zeros(self.num_envs, np.uint8)
+        # each lane's board records, kept only with a render mode
+        self._histories: list[deque[SimRound]] | None = (
+            None if render_mode is None else [new_history() for _ in range(self.num_envs)])
+        self._endings: list[str | None] = [None] * self.num_envs
 
     def reset(self, *, seed: int | list[int] | None = None,
               options: dict[str, Any] | None = None) -> tuple[dict[str, np.ndarray], dict]:
@@ -115,6 +136,7 @@ class ParaOrchVectorEnv(VectorEnv):
             self._seeded = True
         self.sim.reset(mask.astype(np.uint8), rows, task_seeds)
         self._autoreset[mask] = 0
+        self._clear_boards(lanes)
         return self.sim.observation(), {}
 
     def step(self, actions: Any) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray, np.ndarray, dict]:
@@ -125,6 +147,8 @@ class ParaOrchVectorEnv(VectorEnv):
                              f"{a.shape}")
         reset_first = self._autoreset.copy()
         done = self.sim.step(a, reset_first)
+        if self._histories is not None:
+            self._record_rounds(a, reset_first)
         terminated = done.astype(bool) & (reset_first == 0)
         rewards = np.zeros(self.num_envs)
         infos: dict[str, Any] = {}
@@ -132,6 +156,10 @@ class ParaOrchVectorEnv(VectorEnv):
         if len(lanes):
             total, comps, traj = terminal_info(self.sim, lanes, self.reward_config)
             rewards[lanes] = total
+            if self._histories is not None:
+                answers = self.sim.final_answers()
+                for j, i in enumerate(lanes):
+                    self._endings[i] = sim_ending(traj, j, int(answers[i]), float(total[j]))
             final = {"reward_components": _masked(comps, lanes, self.num_envs),
                      "trajectory": _masked(traj, lanes, self.num_envs),
                      **_masked(self.sim.tasks(lanes), lanes, self.num_envs)}
@@ -142,6 +170,7 @@ class ParaOrchVectorEnv(VectorEnv):
                 for i in lanes:
                     final_obs[i] = self.sim.observation(i)
                 self.sim.reset(terminated.astype(np.uint8))
+                self._clear_boards(lanes)
                 infos = {"final_obs": final_obs, "_final_obs": terminated.copy(), "final_info": final,
                          "_final_info": terminated.copy()}
             else:
@@ -153,3 +182,39 @@ class ParaOrchVectorEnv(VectorEnv):
     def task_weights(self) -> np.ndarray:
         """Each task index's probability when the env draws tasks itself (float64[num_tasks], sums to 1)."""
         return self.sim.task_weights()
+
+    def action_masks(self) -> np.ndarray:
+        """Every lane's current ``action_mask`` as bool[N, sum(nvec)] (sb3-contrib's convention, batched)."""
+        return self.sim.obs.action_mask.astype(bool)
+
+    def render(self) -> tuple[str | np.ndarray, ...] | None:
+        """Each lane's episode board in ``render_mode``; None, with a warning, without a render mode."""
+        if self.render_mode is None:
+            gym.logger.warn("ParaOrch-v0 (vector): render() without a render_mode; make the env with "
+                            "render_mode='ansi' or 'rgb_array'")
+            return None
+        if not self._seeded:
+            raise RuntimeError("ParaOrch-v0 (vector): call reset() before render()")
+        return tuple(render_board(self._board(i), self.render_mode) for i in range(self.num_envs))
+
+    def _board(self, lane: int) -> Board:
+        """What lane ``lane``'s board shows of its current episode."""
+        rounds = tuple(sim_round(*r, self.model_names) for r in self._histories[lane])
+        return Board("sim", self.sim.observation(lane), rounds, ending=self._endings[lane])
+
+    def _record_rounds(self, actions: np.ndarray, reset_first: np.ndarray) -> None:
+        """The boards' part of a step: lanes reset in it start empty, lanes that ran a round record its calls."""
+        used = self.sim.obs.round[:, 0]
+        for i in range(self.num_envs):
+            if reset_first[i]:
+                self._clear_boards([i])
+            elif actions[i, 0] != 1:
+                self._histories[i].append((int(used[i]), actions[i].copy(), self.sim.last_round(i)))
+
+    def _clear_boards(self, lanes: Any) -> None:
+        """Empty the boards of ``lanes``, whose new episodes just began (nothing without a render mode)."""
+        if self._histories is None:
+            return
+        for i in lanes:
+            self._histories[i].clear()
+            self._endings[i] = None

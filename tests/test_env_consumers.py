@@ -88,3 +88,16 @@ def test_gymnasium_vector_envs_match_single_envs(vector_cls):
         assert ended > 0
     finally:
         venv.close()
+
+
+def test_gymnasium_render_collection_gathers_one_board_per_step():
+    """``render_mode="rgb_array_list"``: gym.make wraps the env's rgb_array mode in RenderCollection, whose frames
+    (one per reset and step) must share a shape for video writers."""
+    env = gym.make("ParaOrch-v0", render_mode="rgb_array_list", max_rounds=3)
+    env.reset(seed=0)
+    for _ in range(3):
+        env.step(np.array([0] + [0, 0, 0] + [7, 0, 0] * 3, np.int64))
+    frames = env.render()
+    assert isinstance(frames, list) and len(frames) == 4
+    assert len({f.shape for f in frames}) == 1 and all(f.dtype == np.uint8 for f in frames)
+    assert not np.array_equal(frames[0], frames[-1])
