@@ -7,12 +7,11 @@ the code failed); ``knowledge_searcher`` puts the retriever's passages in its pr
 configured. ``python`` and ``search`` go to the sandbox and the retriever. Token counts come from each
 response's ``usage``, USD from the pool's (or the endpoint's) prices, latency is measured.
 
-Model text is untrusted input: a reply with lone UTF-16 surrogates (legal JSON, not UTF-8) has them replaced by
-U+FFFD, so that it can be logged and sent on as context; a ``usage`` count outside [0, ``MAX_USAGE_TOKENS``] is an
-EXEC_ERR instead of a negative or absurd token cost; answers are cut at ``max_answer_chars`` like outputs at
-``max_output_chars``, so what an episode keeps is bounded; and answers and verdicts are read from the text with
-whitespace runs squeezed to one character, which keeps the extractors linear on a reply of blank lines (their
-regexes backtrack quadratically on long whitespace runs, and they run on the loop every episode shares).
+Model text is untrusted input. The chat client (``parasim.real.client``) checks each reply's types, usage ranges
+and size and makes its text UTF-8-safe; the python and search tools' outputs get lone surrogates replaced here (a
+retriever's JSON may carry them), so that every result can be logged and sent on as context; answers are cut at
+``max_answer_chars`` like outputs at ``max_output_chars``, so what an episode keeps is bounded; and the extractors
+of ``parasim.real.prompts`` are linear in the text, as they run on the loop every episode shares.
 
 Everything runs on one event loop in a daemon thread that the backend owns, so that synchronous callers
 (the Gymnasium env, a trainer) and many episodes at once share the per-endpoint concurrency limits, and the
@@ -22,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import re
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from concurrent.futures import Future
@@ -33,30 +31,17 @@ import numpy as np
 
 from parasim.protocol.schema import CallResult, Status, Tool, ToolCall
 from parasim.real import prompts
-from parasim.real.client import ChatClient, Completion
+from parasim.real.client import ChatClient, Completion, utf8_safe
 from parasim.real.endpoints import EndpointError, EndpointMap, load_endpoint_map
 
 T = TypeVar("T")
 BasicTool = Callable[[str], Awaitable[CallResult]]  # python: code -> result; search: query -> result
-MAX_USAGE_TOKENS = 10**9  # more than any context window times any n: a larger usage count is a broken server
-_SURROGATES = re.compile("[\ud800-\udfff]")  # in a str these are always lone: JSON decoding joins valid pairs
-_WHITESPACE_RUN = re.compile(r"\s{2,}")
 
 
 def approx_tokens(text: str) -> int:
     """Token count of a text that no server counted (sandbox output, passages): ~4 UTF-8 bytes a token,
     the usual BPE rate on English and code. Replace with a tokenizer's ``len(encode())`` for exact counts."""
     return math.ceil(len(text.encode("utf-8")) / 4)
-
-
-def _clean(text: str) -> str:
-    """``text`` with lone surrogates replaced by U+FFFD: a model reply must be encodable as UTF-8 downstream."""
-    return _SURROGATES.sub("\ufffd", text)
-
-
-def _squeezed(text: str) -> str:
-    """Each whitespace run as one character (a newline if it holds one): same answers, linear extraction."""
-    return _WHITESPACE_RUN.sub(lambda m: "\n" if "\n" in m.group() else " ", text)
 
 
 def _cut(text: str, limit: int) -> str:
@@ -240,7 +225,7 @@ class RealToolBackend:
 
     def _answer(self, text: str) -> str:
         """The answer in a model's (or a program's) text, bounded."""
-        return _cut(prompts.extract_answer(_squeezed(text)), self.config.max_answer_chars)
+        return _cut(prompts.extract_answer(text), self.config.max_answer_chars)
 
     async def _basic(self, tool: BasicTool | None, name: str, text: str) -> CallResult:
         if tool is None:
@@ -278,7 +263,7 @@ class RealToolBackend:
                 context = (context + "\n\n" if context else "") + f"Retrieved passages:\n{found.output}"
         messages = prompts.agent_messages(call.tool, inp.question, call.subtask, context, inp.options)
         n = self.ensemble_k if call.tool is Tool.ENSEMBLE_SOLVER else 1
-        comp = _checked(await self.chat.chat(call.model, messages, n=n, seed=inp.seed), call.model)
+        comp = await self.chat.chat(call.model, messages, n=n, seed=inp.seed)
         comp.latency_s += search_latency
         if comp.status is not Status.OK:
             return self._from_completion(call, comp, "")
@@ -294,7 +279,7 @@ class RealToolBackend:
             return await self._run_code(call, comp, text)
         extra: dict[str, Any] = {"answer": self._answer(text)}
         if call.tool is Tool.CRITICAL_REVIEWER:
-            extra["flagged"] = prompts.review_verdict(_squeezed(text))
+            extra["flagged"] = prompts.review_verdict(text)
         return self._from_completion(call, comp, text, **extra)
 
     async def _run_code(self, call: ToolCall, comp: Completion, text: str) -> CallResult:
@@ -324,20 +309,8 @@ def _utf8_safe(tool: BasicTool | None) -> BasicTool | None:
 
     async def cleaned(text: str) -> CallResult:
         result = await tool(text)
-        result.output, result.detail = _clean(result.output), _clean(result.detail)
+        result.output, result.detail = utf8_safe(result.output), utf8_safe(result.detail)
         return result
 
     return cleaned
 
-
-def _checked(comp: Completion, model_id: str) -> Completion:
-    """An OK completion with its texts made UTF-8-safe, or an EXEC_ERR when its usage counts are out of range
-    (a negative count would lower the episode's token cost, a huge one overflow its USD)."""
-    if comp.status is not Status.OK:
-        return comp
-    for name, value in (("prompt_tokens", comp.tokens_in), ("completion_tokens", comp.tokens_out)):
-        if not 0 <= value <= MAX_USAGE_TOKENS:
-            detail = f"{model_id}: usage.{name}: expected an integer in [0, {MAX_USAGE_TOKENS}], got {value}"
-            return Completion(Status.EXEC_ERR, latency_s=comp.latency_s, attempts=comp.attempts, detail=detail)
-    comp.texts = [_clean(t) for t in comp.texts]
-    return comp

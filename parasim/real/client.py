@@ -6,18 +6,31 @@ operation, so a server trickling bytes could hold a call forever), bounded retri
 and a result that is always a value: a dead server mid-episode must become a TIMEOUT in the manager's
 feedback, not an exception that ends a GRPO step.
 
-Status mapping (shared/DESIGN.md 3): no answer in time (deadline, refused or dropped connection) is
+Status mapping: no answer in time (deadline, refused or dropped connection) is
 TIMEOUT; an answer that is an error (HTTP 4xx/5xx, a body that is not a completion) is EXEC_ERR.
 Timeouts, dropped connections, 408/429 and 5xx are retried; other 4xx are not (a retry cannot fix them).
 That rule and the backoff schedule are :func:`retryable_status` and :func:`backoff_delay`, shared with the
 trainer's vLLM rollout client.
+
+A server's body is untrusted input, read strictly here so that no caller has to re-check it: it is streamed and
+refused past ``max_response_bytes`` (a broken or hostile server could otherwise fill the memory every episode
+shares); JSON nested past the recursion limit is "not JSON"; usage counts must be integers in
+[0, ``MAX_USAGE_TOKENS``] (a negative one would lower an episode's token cost, a huge one overflow its USD) and
+``content`` a string or null, never cast; and lone UTF-16 surrogates in a reply (legal JSON, not UTF-8) become
+U+FFFD, so that every caller can log the text and send it on in a request body (httpx encodes strict UTF-8).
+Each refusal is an EXEC_ERR naming the field, the value and the allowed range, and is not retried (the same
+request gets the same body).
 """
 from __future__ import annotations
 
 import asyncio
+import json
 import random
+import re
+import reprlib
 import time
 from collections.abc import Sequence
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,8 +39,13 @@ import httpx
 from parasim.protocol.schema import Status
 from parasim.real.endpoints import Endpoint, EndpointMap
 
+MAX_RESPONSE_BYTES = 16 * 2**20  # default body cap: 8x the ~2 MB of 16 choices of 32k tokens (~4 bytes each)
+MAX_RESPONSE_BYTES_LIMIT = 2**30  # the largest cap a client accepts
+MAX_USAGE_TOKENS = 10**9  # more than any context window times any n: a larger usage count is a broken server
 _RETRY_HTTP = frozenset({408, 429})
 _DETAIL_CHARS = 300
+_DETAIL_BYTES = 4 * _DETAIL_CHARS  # what is read of an error body: enough UTF-8 for the detail
+_SURROGATES = re.compile("[\ud800-\udfff]")  # in a str these are always lone: JSON decoding joins valid pairs
 
 
 @dataclass
@@ -41,6 +59,11 @@ class Completion:
     latency_s: float = 0.0  # issue to result, retries and waiting for a concurrency slot included
     attempts: int = 0
     detail: str = ""
+
+
+def utf8_safe(text: str) -> str:
+    """``text`` with lone surrogates replaced by U+FFFD, so that it can be encoded as UTF-8 (logged, sent on)."""
+    return _SURROGATES.sub("\ufffd", text)
 
 
 def retryable_status(status_code: int) -> bool:
@@ -69,11 +92,18 @@ class ChatClient:
     """Chat completions against the endpoints of an ``EndpointMap``.
 
     Semaphores are created lazily on the running loop, so one client serves all episodes of the loop it
-    is used on (the backend runs a single loop thread).
+    is used on (the backend runs a single loop thread). ``max_response_bytes`` caps each response body (see the
+    module docstring).
     """
 
-    def __init__(self, endpoints: EndpointMap, http: httpx.AsyncClient | None = None) -> None:
+    def __init__(self, endpoints: EndpointMap, http: httpx.AsyncClient | None = None, *,
+                 max_response_bytes: int = MAX_RESPONSE_BYTES) -> None:
+        cap = max_response_bytes
+        if isinstance(cap, bool) or not isinstance(cap, int) or not 1 <= cap <= MAX_RESPONSE_BYTES_LIMIT:
+            raise ValueError(f"ChatClient.max_response_bytes: expected an integer in [1, {MAX_RESPONSE_BYTES_LIMIT}], "
+                             f"got {cap!r}")
         self.endpoints = endpoints
+        self.max_response_bytes = cap
         self._http = http
         self._sem: dict[str, asyncio.Semaphore] = {}
 
@@ -120,7 +150,7 @@ class ChatClient:
                 return Completion(Status.OK, texts, tokens_in, tokens_out, time.perf_counter() - start, attempt + 1)
             except _Failure as err:
                 failure = err
-            except asyncio.TimeoutError:
+            except TimeoutError:  # asyncio.wait_for's deadline
                 failure = _Failure(Status.TIMEOUT, f"no answer within {ep.timeout_s:g} s", True)
             if not failure.retryable:
                 break
@@ -128,29 +158,93 @@ class ChatClient:
                           detail=f"{ep.model_id}: {failure.detail} (after {attempt + 1} attempt(s))")
 
     async def _post(self, ep: Endpoint, body: dict[str, Any]) -> Any:
+        """The decoded JSON of a 200 answer; any other answer, or a body past the cap, is a ``_Failure``."""
+        url = f"{ep.base_url}/chat/completions"
         try:
-            response = await self._client().post(f"{ep.base_url}/chat/completions", json=body, headers=ep.headers())
+            async with self._client().stream("POST", url, json=body, headers=ep.headers()) as response:
+                if response.status_code != 200:
+                    head, _ = await _read_capped(response, _DETAIL_BYTES)
+                    raise _Failure(Status.EXEC_ERR, f"HTTP {response.status_code}: {_text(head)}",
+                                   retryable_status(response.status_code))
+                raw, complete = await _read_capped(response, self.max_response_bytes)
         except httpx.TransportError as err:  # refused, reset, dropped mid-response, DNS
             raise _Failure(Status.TIMEOUT, f"{type(err).__name__}: {err}"[:_DETAIL_CHARS], True) from None
-        if response.status_code != 200:
-            raise _Failure(Status.EXEC_ERR, f"HTTP {response.status_code}: {response.text[:_DETAIL_CHARS]}",
-                           retryable_status(response.status_code))
+        except httpx.DecodingError as err:  # a Content-Encoding (gzip, ...) whose bytes do not decode
+            raise _Failure(Status.EXEC_ERR, f"{type(err).__name__}: {err}"[:_DETAIL_CHARS], False) from None
+        if not complete:
+            raise _Failure(Status.EXEC_ERR, f"response larger than {self.max_response_bytes} bytes", False)
         try:
-            return response.json()
-        except ValueError:
-            raise _Failure(Status.EXEC_ERR, f"response is not JSON: {response.text[:_DETAIL_CHARS]!r}", False) from None
+            return json.loads(raw)  # bytes: the encoding is detected as httpx's Response.json does
+        except RecursionError:
+            reason = "nested too deeply to decode"
+        except ValueError as err:  # JSONDecodeError and UnicodeDecodeError
+            reason = f"{type(err).__name__}: {err}"[:_DETAIL_CHARS]
+        raise _Failure(Status.EXEC_ERR, f"response is not JSON ({reason}): {_text(raw)!r}", False)
+
+
+async def _read_capped(response: httpx.Response, limit: int) -> tuple[bytes, bool]:
+    """At most ``limit`` bytes of the (decoded) body and whether that was all of it; stops reading past the limit,
+    so a huge or endless body costs ``limit`` bytes of memory, not its size."""
+    chunks: list[bytes] = []
+    size = 0
+    async with aclosing(response.aiter_bytes()) as body:
+        async for chunk in body:
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > limit:
+                return b"".join(chunks)[:limit], False
+    return b"".join(chunks), True
+
+
+def _text(raw: bytes) -> str:
+    """The start of a body, for a detail: UTF-8 with undecodable bytes replaced."""
+    return raw[:_DETAIL_BYTES].decode("utf-8", "replace")[:_DETAIL_CHARS]
+
+
+def _malformed(field: str, expected: str, value: Any) -> _Failure:
+    """The failure for a field of the wrong type or range; the value is shown abridged (it may be a huge tree)."""
+    return _Failure(Status.EXEC_ERR, f"malformed completion: {field}: expected {expected}, got {reprlib.repr(value)}",
+                    False)
+
+
+def _usage_count(usage: dict[str, Any], name: str) -> int:
+    """``usage[name]``: absent or null is 0 (servers may omit usage), else an integer in [0, MAX_USAGE_TOKENS]."""
+    value = usage.get(name)
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_USAGE_TOKENS:
+        raise _malformed(f"usage.{name}", f"an integer in [0, {MAX_USAGE_TOKENS}]", value)
+    return value
 
 
 def _parse_completion(data: Any, n: int) -> tuple[list[str], int, int]:
-    """Texts and usage from an OpenAI chat-completion body; a malformed body is an EXEC_ERR attempt."""
-    try:
-        choices = sorted(data["choices"], key=lambda c: c.get("index", 0))
-        texts = [str(c["message"].get("content") or "") for c in choices]
-        usage = data.get("usage") or {}
-        tokens_in = int(usage.get("prompt_tokens") or 0)
-        tokens_out = int(usage.get("completion_tokens") or 0)
-    except (KeyError, TypeError, AttributeError, ValueError) as err:
-        raise _Failure(Status.EXEC_ERR, f"malformed completion ({type(err).__name__}: {err})", False) from None
-    if len(texts) != n:
-        raise _Failure(Status.EXEC_ERR, f"asked for {n} choices, got {len(texts)}", False)
-    return texts, tokens_in, tokens_out
+    """Texts (in ``index`` order) and usage from an OpenAI chat-completion body, every field checked for its type
+    and range, none cast; a malformed body is an EXEC_ERR attempt."""
+    if not isinstance(data, dict):
+        raise _malformed("(top level)", "a JSON object", data)
+    choices = data.get("choices")
+    if not isinstance(choices, list):
+        raise _malformed("choices", "a list", choices)
+    if len(choices) != n:
+        raise _Failure(Status.EXEC_ERR, f"asked for {n} choices, got {len(choices)}", False)
+    indexed = []
+    for i, choice in enumerate(choices):
+        if not isinstance(choice, dict):
+            raise _malformed(f"choices[{i}]", "an object", choice)
+        index = choice.get("index", 0)
+        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < n:
+            raise _malformed(f"choices[{i}].index", f"an integer in [0, {n - 1}]", index)
+        message = choice.get("message")
+        if not isinstance(message, dict):
+            raise _malformed(f"choices[{i}].message", "an object", message)
+        content = message.get("content")
+        if content is not None and not isinstance(content, str):
+            raise _malformed(f"choices[{i}].message.content", "a string or null", content)
+        indexed.append((index, utf8_safe(content or "")))
+    usage = data.get("usage")
+    if usage is None:
+        usage = {}
+    elif not isinstance(usage, dict):
+        raise _malformed("usage", "an object or null", usage)
+    texts = [text for _, text in sorted(indexed, key=lambda pair: pair[0])]
+    return texts, _usage_count(usage, "prompt_tokens"), _usage_count(usage, "completion_tokens")

@@ -74,9 +74,14 @@ def extract_code(text: str) -> str | None:
     return blocks[-1] if blocks and blocks[-1].strip() else None
 
 
+# Linear on any text (they run on the loop all episodes share): no pattern may rescan a whitespace run once per
+# position in it. ``^\s*answer`` did, from each line start of a run of blank lines: ``^[^\S\n]*`` stops at the line's
+# end and finds each ``Answer:`` from its own line start, so the matches are the same. ``\s*\**\s*`` tried every
+# split of a run between its two ``\s*``: possessive quantifiers (``*+``, Python 3.11) take each part in one way,
+# which loses no match, as the verdict word starts with neither a space nor a star.
 _FINAL = re.compile(r"final\s+answer\s*[:：]\s*(.+)", re.IGNORECASE)
-_ANSWER = re.compile(r"^\s*answer\s*[:：]\s*(.+)", re.IGNORECASE | re.MULTILINE)
-_VERDICT = re.compile(r"verdict\s*[:：]\s*\**\s*(correct|wrong|incorrect)", re.IGNORECASE)
+_ANSWER = re.compile(r"^[^\S\n]*answer\s*[:：]\s*(.+)", re.IGNORECASE | re.MULTILINE)
+_VERDICT = re.compile(r"verdict\s*+[:：]\s*+\**+\s*+(correct|wrong|incorrect)", re.IGNORECASE)
 
 
 def _last_boxed(text: str) -> str | None:
@@ -104,8 +109,8 @@ def extract_answer(text: str) -> str:
     answers = _ANSWER.findall(text or "")
     if answers:
         return answers[-1].strip()
-    lines = [ln.strip() for ln in (text or "").splitlines() if ln.strip()]
-    return lines[-1] if lines else ""
+    lines = (text or "").rstrip().splitlines()  # rstrip first: a flood of trailing blank lines is never split
+    return lines[-1].strip() if lines else ""
 
 
 def review_verdict(text: str) -> bool | None:

@@ -5,6 +5,10 @@ choice the option letter or the option text), ``domain`` (math|science|knowledge
 ``benchmark`` (a catalogue name from ``parasim.tasks``, default ``generic_<domain>``: it is what the call
 log records for ``parasim calibrate``), optional ``options`` (list of option texts), optional
 ``difficulty`` (logits, when known). Errors name the line and the field.
+
+Text fields must be encodable as UTF-8: JSON allows a lone UTF-16 surrogate escape (``"\\ud800"``), which decodes to
+a ``str`` that every prompt with the task would fail to send (request bodies are strict UTF-8), so such a task is
+refused at load instead of failing every episode that draws it.
 """
 from __future__ import annotations
 
@@ -41,6 +45,15 @@ class RealTask:
                 "difficulty": self.difficulty}
 
 
+def _check_utf8(text: str, field: str) -> None:
+    """Raise naming ``field`` when ``text`` cannot be encoded as UTF-8 (in a ``str``, only lone surrogates cannot)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise ValueError(f"{field}: expected text that encodes as UTF-8, got a lone surrogate "
+                         f"U+{ord(text[err.start]):04X} at character {err.start} of {text[:60]!r}") from None
+
+
 def parse_task(rec: Any, where: str = "task") -> RealTask:
     """Validate one task record."""
     if not isinstance(rec, Mapping):
@@ -51,6 +64,7 @@ def parse_task(rec: Any, where: str = "task") -> RealTask:
             continue
         if not isinstance(value, str) or not value.strip():
             raise ValueError(f"{where}.{key}: expected a non-empty string, got {value!r}")
+        _check_utf8(value, f"{where}.{key}")
     dom_name = rec.get("domain")
     if not isinstance(dom_name, str) or dom_name.upper() not in Domain.__members__:
         raise ValueError(f"{where}.domain: expected one of {[d.name.lower() for d in Domain]}, got {dom_name!r}")
@@ -64,6 +78,8 @@ def parse_task(rec: Any, where: str = "task") -> RealTask:
     options = rec.get("options", [])
     if not isinstance(options, list) or not all(isinstance(o, str) for o in options) or len(options) == 1:
         raise ValueError(f"{where}.options: expected a list of 2+ option strings (or none), got {options!r}")
+    for i, option in enumerate(options):
+        _check_utf8(option, f"{where}.options[{i}]")
     difficulty = rec.get("difficulty")
     if difficulty is not None and (isinstance(difficulty, bool) or not isinstance(difficulty, (int, float))
                                    or not math.isfinite(difficulty) or abs(difficulty) > 10):
