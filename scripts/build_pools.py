@@ -1,7 +1,8 @@
-"""Builds the shipped pool files from the published figures of shared/calibration_sources.md.
+"""Builds the shipped pool files (``parasim/pool_files/*.json``) from the published figures written out below.
 
-Run ``python parasim/pool_files/build_pools.py`` to rewrite the JSON files; a test checks that the
-committed files equal what this script builds, so the figures below are the single source.
+Run ``python scripts/build_pools.py`` to rewrite the JSON files; a test checks that the committed files equal
+what this script builds, so the figures below are the single source. A developer's generator, not part of the
+installed package.
 Accuracy targets (percent) carry their source key; a model's per-domain skill is the mean of the skills
 solved from its targets in that domain (``parasim.pools.solve_skill``), and is marked assumed when a
 domain has no target. Values with no published figure are marked "assumed".
@@ -18,7 +19,7 @@ import numpy as np
 from parasim.pools import DOMAINS, solve_skill
 from parasim.tasks import BENCHMARK_INDEX, BENCHMARKS
 
-OUT = Path(__file__).parent
+OUT = Path(__file__).resolve().parents[1] / "parasim" / "pool_files"
 
 
 def solved(targets):
