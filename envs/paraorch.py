@@ -1,6 +1,6 @@
 """ParaOrch-v0: a manager orchestrating parallel tool calls, as a structured Gymnasium environment.
 
-One episode is one task (shared/DESIGN.md 3). Each step the manager either stops (``final_answer``) or
+One episode is one task. Each step the manager either stops (``final_answer``) or
 issues one round of up to K parallel calls; the simulated tools (``parasim.sim``) answer, the round's
 latency is its slowest call (the sum in serial mode), and on stop or after ``max_rounds`` rounds the
 termination model answers and the verifier scores it. The reward, paid on the terminal step, is

@@ -1,7 +1,7 @@
 """Task suites: the benchmarks an episode's task is drawn from, and users' own task files.
 
 A task is (benchmark, domain, answer format, hidden difficulty z). Difficulty follows the item-response
-model of shared/DESIGN.md section 3: z ~ Normal(mu_b, sigma_b) per benchmark. Only skill minus
+model of the simulator (``parasim.sim.kernel.sample_call``): z ~ Normal(mu_b, sigma_b) per benchmark. Only skill minus
 difficulty is identified by accuracies, so mu_b fixes the scale across benchmarks (harder benchmarks get
 larger mu_b) and the pools' per-(model, benchmark) skills are solved against it (``parasim.pools``).
 The mu_b / sigma_b values are assumed (no public item-level figures); they matter for how token counts

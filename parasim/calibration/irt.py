@@ -3,12 +3,12 @@
 For a call of tool t by model m on a task of benchmark b (domain d) with difficulty z:
   p = sigmoid(skill[m, b] + bonus[t, d] - z - lambda[m] * log(1 + context / 1000))
   log tokens_out ~ Normal(tok_mu[m, d] + tok_scale[t] + alpha[m] * z, tok_sd[m])
-as in shared/DESIGN.md 3 and ``parasim.pools``. Both depend on z, so they share one Gauss-Hermite
+as in ``parasim.sim.kernel.sample_call`` and ``parasim.pools``. Both depend on z, so they share one Gauss-Hermite
 integral per task (``quadrature.Marginal``); tokens therefore also inform the difficulty posterior,
 which is what makes this the joint maximum-likelihood fit rather than two marginal ones.
 An ensemble call is right when its plurality vote of k samples is (``vote_polynomial``); a call that carried
 an earlier answer copies it with probability rho[m], so its chance of being right is
-rho * [carried answer right] + (1 - rho) * p (error propagation, DESIGN.md 3).
+rho * [carried answer right] + (1 - rho) * p (error propagation).
 """
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 These enumerations are the contract between every layer (simulator, environments, real tools, the
 C++ core's per-tool count columns), so their integer values are fixed: never reorder, only append.
-Tool names follow ParaManager's agent tools plus the basic tools of ToolOrchestra (shared/DESIGN.md 3).
+Tool names follow ParaManager's agent tools plus the basic tools of ToolOrchestra.
 """
 from __future__ import annotations
 

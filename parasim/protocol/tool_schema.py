@@ -3,7 +3,7 @@
 One table, ``TOOL_ARGUMENTS``, names every tool's arguments; the parser validates against it and the
 JSON schema is rendered from it, so what the manager is told and what the parser accepts cannot drift.
 The ``model`` argument of agent tools is an enum of the pool's model ids, which is how a Qwen3 chat
-template or vLLM's ``hermes`` tool parser expects choices to be written (shared/DESIGN.md 3).
+template or vLLM's ``hermes`` tool parser expects choices to be written.
 """
 from __future__ import annotations
 

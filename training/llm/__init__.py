@@ -1,4 +1,4 @@
-"""Full-model training of a Hugging Face causal LM manager on ParaOrchText-v0 (shared/DESIGN.md 5).
+"""Full-model training of a Hugging Face causal LM manager on ParaOrchText-v0.
 
 One file per algorithm (``sft.py``, ``grpo.py``) with its hyperparameters in a dataclass at the top, read top to
 bottom like CleanRL; ``data.py`` holds the trajectory / role-span formats, ``rollout.py`` the generation engines
