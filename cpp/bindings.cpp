@@ -1,10 +1,13 @@
 // parasim._core: NumPy buffers in, NumPy buffers out, the GIL released while kernels run.
-// Arrays must already have the exact dtype and be C-contiguous (no silent casts or copies): the Python
-// wrappers in parasim.rewards / advantages / masks convert and validate, then call these.
+// Arrays must already have the exact dtype, dimension count and be C-contiguous (no silent casts or
+// copies): the Python wrappers in parasim.rewards / advantages / masks convert and validate, then call
+// these. Scalars are checked here too: integers must be ints (a bool is refused), codes in range, floats
+// floats, so that a direct call cannot reach a kernel with a value it does not define.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <limits>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -26,10 +29,10 @@ const T* ptr(const Arr<T>& a) { return a.data(); }
 template <class T>
 T* mut(Arr<T>& a) { return a.mutable_data(); }
 
-void need_len(const py::array& a, int64_t n, const char* name) {
-  if (a.ndim() < 1 || a.shape(0) != n) {
+void need_len(const py::array& a, int64_t n, const char* name, py::ssize_t ndim = 1) {
+  if (a.ndim() != ndim || a.shape(0) != n) {
     std::ostringstream m;
-    m << name << ": expected length " << n << ", got shape (";
+    m << name << ": expected " << ndim << "-d with length " << n << ", got shape (";
     for (py::ssize_t d = 0; d < a.ndim(); ++d) m << a.shape(d) << (d + 1 < a.ndim() ? ", " : "");
     m << ")";
     throw py::value_error(m.str());
@@ -43,15 +46,41 @@ std::string nonfinite_message(const char* name, const T* data, int64_t i) {
   return m.str();
 }
 
-AdvParams adv_params(int method, int scale, bool unbiased, double eps, std::optional<double> clip,
-                     std::optional<double> min_std) {
+std::string repr_of(const py::handle& h) { return py::repr(h).cast<std::string>(); }
+
+// An integer scalar: a Python int or NumPy integer in [lo, hi]. pybind11's int caster would take True as 1.
+int64_t int_arg(const py::handle& h, const char* name, int64_t lo, int64_t hi) {
+  if (PyBool_Check(h.ptr()) || !PyIndex_Check(h.ptr()))
+    throw py::type_error(std::string(name) + " = " + repr_of(h) + ": must be an integer, not " +
+                         py::str(py::type::handle_of(h).attr("__name__")).cast<std::string>());
+  py::int_ v = py::reinterpret_steal<py::int_>(PyNumber_Index(h.ptr()));
+  if (!v) throw py::error_already_set();
+  int overflow = 0;
+  const long long x = PyLong_AsLongLongAndOverflow(v.ptr(), &overflow);
+  if (overflow != 0 || x < lo || x > hi)
+    throw py::value_error(std::string(name) + " = " + repr_of(h) + ": must be in [" + std::to_string(lo) + ", " +
+                          std::to_string(hi) + "]");
+  return x;
+}
+
+void check_real(const char* name, double v, double lo, bool lo_open) {
+  if (!std::isfinite(v) || (lo_open ? !(v > lo) : !(v >= lo)))
+    throw py::value_error(std::string(name) + " = " + repr_of(py::float_(v)) + ": must be finite and " +
+                          (lo_open ? "> " : ">= ") + repr_of(py::float_(lo)));
+}
+
+AdvParams adv_params(const py::object& method, const py::object& scale, bool unbiased, double eps,
+                     std::optional<double> clip, std::optional<double> min_std) {
   AdvParams p;
-  p.method = static_cast<AdvMethod>(method);
-  p.scale = static_cast<AdvScale>(scale);
+  p.method = static_cast<AdvMethod>(int_arg(method, "method", 0, 3));
+  p.scale = static_cast<AdvScale>(int_arg(scale, "scale", 0, 2));
   p.unbiased = unbiased;
+  check_real("eps", eps, 0.0, false);
   p.eps = eps;
+  if (clip) check_real("clip", *clip, 0.0, true);
   p.has_clip = clip.has_value();
   p.clip = clip.value_or(0.0);
+  if (min_std) check_real("min_std", *min_std, 0.0, false);
   p.has_min_std = min_std.has_value();
   p.min_std = min_std.value_or(0.0);
   return p;
@@ -59,8 +88,9 @@ AdvParams adv_params(int method, int scale, bool unbiased, double eps, std::opti
 
 template <class T, class I>
 void advantages_binding(const Arr<T>& rewards, const Arr<I>& group_ids, std::optional<Arr<int32_t>> role_ids,
-                        int method, int scale, bool unbiased, double eps, std::optional<double> clip,
-                        std::optional<double> min_std, Arr<T>& out, Arr<uint8_t>& keep) {
+                        const py::object& method, const py::object& scale, bool unbiased, double eps,
+                        std::optional<double> clip, std::optional<double> min_std, Arr<T>& out, Arr<uint8_t>& keep) {
+  if (rewards.ndim() != 1) throw py::value_error("rewards: expected a 1-d array");
   const int64_t n = rewards.shape(0);
   need_len(group_ids, n, "group_ids");
   need_len(out, n, "out");
@@ -70,30 +100,38 @@ void advantages_binding(const Arr<T>& rewards, const Arr<I>& group_ids, std::opt
     need_len(*role_ids, n, "role_ids");
     roles = role_ids->data();
   }
-  if (static_cast<AdvMethod>(method) == AdvMethod::kPerRole && roles == nullptr)
-    throw py::value_error("role_ids: required by method 'per_role'");
   const AdvParams p = adv_params(method, scale, unbiased, eps, clip, min_std);
+  if (p.method == AdvMethod::kPerRole && roles == nullptr)
+    throw py::value_error("role_ids: required by method 'per_role'");
   Status s;
   {
     py::gil_scoped_release release;
     s = group_advantages(ptr(rewards), ptr(group_ids), roles, n, p, mut(out), mut(keep));
   }
   if (s.code == Status::kNonFinite) throw py::value_error(nonfinite_message("rewards", ptr(rewards), s.index));
+  if (s.code == Status::kOverflow) {
+    std::ostringstream m;
+    m << "rewards[" << s.index << "] = " << repr_of(py::float_(static_cast<double>(ptr(rewards)[s.index])))
+      << ": its advantage overflows " << py::str(py::dtype::of<T>()).cast<std::string>() << " (|advantage| <= "
+      << repr_of(py::float_(static_cast<double>(std::numeric_limits<T>::max())))
+      << "); bound it with clip or rescale the rewards";
+    throw py::value_error(m.str());
+  }
   if (s.code == Status::kBadValue)
-    throw py::value_error("role_ids: (number of groups) x (largest role id + 1) must fit in int64");
+    throw py::value_error("role_ids: (number of groups) x (number of distinct roles) must fit in int64");
 }
 
 // The dict holds the arrays, so pointers into them stay valid; a wrong dtype or layout is an error here
 // rather than a silent copy whose buffer would die with this function.
 template <class T>
-const T* field(const py::dict& a, const char* name, int64_t n) {
+const T* field(const py::dict& a, const char* name, int64_t n, py::ssize_t ndim = 1) {
   if (!a.contains(name)) throw py::value_error(std::string("arrays: missing field ") + name);
   py::object obj = a[name];
   if (!py::isinstance<Arr<T>>(obj))
     throw py::type_error(std::string(name) + ": expected a C-contiguous array of dtype " +
                          py::str(py::dtype::of<T>()).cast<std::string>());
   auto arr = py::reinterpret_borrow<py::array>(obj);
-  if (n >= 0) need_len(arr, n, name);
+  need_len(arr, n >= 0 ? n : (arr.ndim() > 0 ? arr.shape(0) : -1), name, ndim);
   return static_cast<const T*>(arr.data());
 }
 
@@ -107,9 +145,8 @@ BatchView batch_view(const py::dict& a) {
   b.rounds = field<int32_t>(a, "rounds", b.n);
   b.tool_calls = field<int32_t>(a, "tool_calls", b.n);
   b.distinct_tools = field<int32_t>(a, "distinct_tools", b.n);
-  b.tool_counts = field<int32_t>(a, "tool_counts", b.n);
-  if (py::reinterpret_borrow<py::array>(a["tool_counts"]).ndim() != 2 ||
-      py::reinterpret_borrow<py::array>(a["tool_counts"]).shape(1) != kNumTools)
+  b.tool_counts = field<int32_t>(a, "tool_counts", b.n, 2);
+  if (py::reinterpret_borrow<py::array>(a["tool_counts"]).shape(1) != kNumTools)
     throw py::value_error("tool_counts: expected shape (N, 7)");
   b.tokens = field<double>(a, "tokens", b.n);
   b.cost_units = field<double>(a, "cost_units", b.n);
@@ -119,6 +156,35 @@ BatchView batch_view(const py::dict& a) {
   return b;
 }
 
+std::vector<std::string> reward_param_names() {
+  std::vector<std::string> names = {"formula", "correct_threshold", "w_outcome", "w_protocol", "format_penalty",
+                                    "no_final_penalty", "w_diversity", "theta_par", "theta_tool", "par_share",
+                                    "diversity_needs_correct", "w_length", "l_tar", "w_cost", "c_tar",
+                                    "budget_max_factor"};
+  for (int t = 0; t < kNumTools; ++t) names.push_back("pref_tool_" + std::to_string(t));
+  for (const char* s : {"pref_outcome", "pref_cost", "pref_latency", "usd_scale", "max_cost_penalty", "alpha_cost",
+                        "format_reward", "cost_lo", "cost_hi"})
+    names.emplace_back(s);
+  if (static_cast<int>(names.size()) != kNumRewardParams) throw std::logic_error("reward param layout mismatch");
+  return names;
+}
+
+// Every parameter finite and the formula column one of the kernel's codes: score_config casts it to an int.
+void check_reward_params(const Arr<double>& params) {
+  const double* p = params.data();
+  for (int64_t c = 0; c < params.shape(0); ++c) {
+    for (int j = 0; j < kNumRewardParams; ++j) {
+      const double v = p[c * kNumRewardParams + j];
+      const bool ok = std::isfinite(v) && (j != kFormula || (v == kParamanager || v == kToolorchestra ||
+                                                             v == kXrouter || v == kRouterR1));
+      if (!ok)
+        throw py::value_error("params[" + std::to_string(c) + ", " + std::to_string(j) + "] (" +
+                              reward_param_names()[j] + ") = " + repr_of(py::float_(v)) + ": must be finite" +
+                              (j == kFormula ? " and a formula code in [0, 3]" : ""));
+    }
+  }
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_core, m) {
@@ -126,24 +192,14 @@ PYBIND11_MODULE(_core, m) {
 
   m.def("num_threads", &num_threads, "Threads the kernels use (PARASIM_NUM_THREADS or the hardware count).");
 
-  m.def("reward_param_names", [] {
-    std::vector<std::string> names = {"formula", "correct_threshold", "w_outcome", "w_protocol", "format_penalty",
-                                      "no_final_penalty", "w_diversity", "theta_par", "theta_tool", "par_share",
-                                      "diversity_needs_correct", "w_length", "l_tar", "w_cost", "c_tar",
-                                      "budget_max_factor"};
-    for (int t = 0; t < kNumTools; ++t) names.push_back("pref_tool_" + std::to_string(t));
-    for (const char* s : {"pref_outcome", "pref_cost", "pref_latency", "usd_scale", "max_cost_penalty", "alpha_cost",
-                          "format_reward", "cost_lo", "cost_hi"})
-      names.emplace_back(s);
-    if (static_cast<int>(names.size()) != kNumRewardParams) throw std::logic_error("reward param layout mismatch");
-    return names;
-  }, "Names of the columns of a reward parameter row, in order.");
+  m.def("reward_param_names", &reward_param_names, "Names of the columns of a reward parameter row, in order.");
 
   m.def("score_rewards", [](const py::dict& arrays, const Arr<double>& params, Arr<double>& totals,
                             std::optional<Arr<double>> comps) {
     const BatchView b = batch_view(arrays);
     if (params.ndim() != 2 || params.shape(1) != kNumRewardParams)
       throw py::value_error("params: expected shape (C, " + std::to_string(kNumRewardParams) + ")");
+    check_reward_params(params);
     const int64_t C = params.shape(0);
     if (totals.ndim() != 2 || totals.shape(0) != C || totals.shape(1) != b.n)
       throw py::value_error("totals: expected shape (C, N)");
@@ -159,27 +215,27 @@ PYBIND11_MODULE(_core, m) {
   }, py::arg("arrays").noconvert(), py::arg("params").noconvert(), py::arg("totals").noconvert(), py::arg("comps").noconvert() = py::none(),
      "Score a batch (dict of validated TrajectoryBatch arrays) under C parameter rows.");
 
-  m.def("group_advantages", &advantages_binding<double, int64_t>, py::arg("rewards").noconvert(), py::arg("group_ids").noconvert(),
-        py::arg("role_ids").noconvert(), py::arg("method"), py::arg("scale"), py::arg("unbiased"), py::arg("eps"),
-        py::arg("clip"), py::arg("min_std"), py::arg("out").noconvert(), py::arg("keep").noconvert());
-  m.def("group_advantages", &advantages_binding<float, int64_t>, py::arg("rewards").noconvert(), py::arg("group_ids").noconvert(),
-        py::arg("role_ids").noconvert(), py::arg("method"), py::arg("scale"), py::arg("unbiased"), py::arg("eps"),
-        py::arg("clip"), py::arg("min_std"), py::arg("out").noconvert(), py::arg("keep").noconvert());
-  m.def("group_advantages", &advantages_binding<double, int32_t>, py::arg("rewards").noconvert(), py::arg("group_ids").noconvert(),
-        py::arg("role_ids").noconvert(), py::arg("method"), py::arg("scale"), py::arg("unbiased"), py::arg("eps"),
-        py::arg("clip"), py::arg("min_std"), py::arg("out").noconvert(), py::arg("keep").noconvert());
-  m.def("group_advantages", &advantages_binding<float, int32_t>, py::arg("rewards").noconvert(), py::arg("group_ids").noconvert(),
-        py::arg("role_ids").noconvert(), py::arg("method"), py::arg("scale"), py::arg("unbiased"), py::arg("eps"),
-        py::arg("clip"), py::arg("min_std"), py::arg("out").noconvert(), py::arg("keep").noconvert());
+  auto adv_def = [&m](auto fn) {
+    m.def("group_advantages", fn, py::arg("rewards").noconvert(), py::arg("group_ids").noconvert(),
+          py::arg("role_ids").noconvert(), py::arg("method"), py::arg("scale"), py::arg("unbiased").noconvert(),
+          py::arg("eps").noconvert(), py::arg("clip").noconvert(), py::arg("min_std").noconvert(),
+          py::arg("out").noconvert(), py::arg("keep").noconvert());
+  };
+  adv_def(&advantages_binding<double, int64_t>);
+  adv_def(&advantages_binding<float, int64_t>);
+  adv_def(&advantages_binding<double, int32_t>);
+  adv_def(&advantages_binding<float, int32_t>);
 
   m.def("loss_mask_from_spans", [](const Arr<int64_t>& offsets, const Arr<int64_t>& starts, const Arr<int64_t>& ends,
-                                   const Arr<uint8_t>& trainable, int64_t seq_len,
+                                   const Arr<uint8_t>& trainable, const py::object& seq_len_arg,
                                    std::optional<Arr<uint8_t>> truncated, bool mask_truncated, Arr<uint8_t>& mask,
                                    std::optional<Arr<int32_t>> turn, Arr<int64_t>& counts) {
+    const int64_t seq_len = int_arg(seq_len_arg, "seq_len", 0, INT64_MAX);
     SpanTable t;
+    if (offsets.ndim() != 1 || offsets.shape(0) < 1) throw py::value_error("row_offsets: needs at least one entry (0)");
+    if (starts.ndim() != 1) throw py::value_error("starts: expected a 1-d array");
     t.rows = offsets.shape(0) - 1;
     t.spans = starts.shape(0);
-    if (t.rows < 0) throw py::value_error("row_offsets: needs at least one entry (0)");
     need_len(ends, t.spans, "ends");
     need_len(trainable, t.spans, "trainable");
     if (mask.ndim() != 2 || mask.shape(0) != t.rows || mask.shape(1) != seq_len)
@@ -213,14 +269,14 @@ PYBIND11_MODULE(_core, m) {
                             ": must be >= starts[" + std::to_string(err.index) + "] = " +
                             std::to_string(t.starts[err.index]));
   }, py::arg("offsets").noconvert(), py::arg("starts").noconvert(), py::arg("ends").noconvert(), py::arg("trainable").noconvert(), py::arg("seq_len"),
-     py::arg("truncated").noconvert(), py::arg("mask_truncated"), py::arg("mask").noconvert(), py::arg("turn").noconvert(), py::arg("counts").noconvert());
+     py::arg("truncated").noconvert(), py::arg("mask_truncated").noconvert(), py::arg("mask").noconvert(), py::arg("turn").noconvert(), py::arg("counts").noconvert());
 
   auto bcast = [](auto tag) {
     using T = decltype(tag);
     return [](const Arr<T>& values, const Arr<uint8_t>& mask, std::optional<Arr<int32_t>> turn, Arr<T>& out) {
       if (mask.ndim() != 2) throw py::value_error("mask: expected a 2-d array");
       const int64_t rows = mask.shape(0), seq_len = mask.shape(1);
-      need_len(values, rows, "values");
+      need_len(values, rows, "values", turn ? 2 : 1);  // per-turn values with turn ids, else one per row
       const int64_t width = values.ndim() == 2 ? values.shape(1) : 1;
       if (turn && (turn->ndim() != 2 || turn->shape(0) != rows || turn->shape(1) != seq_len))
         throw py::value_error("turn_ids: expected the mask's shape");

@@ -12,8 +12,9 @@
 namespace parasim {
 
 // What a kernel reports instead of throwing (it runs without the GIL): a code and the offending index.
+// kOverflow: a finite input whose result does not fit the output dtype (an error, never a silent inf).
 struct Status {
-  enum Code : int { kOk = 0, kNonFinite = 1, kFallback = 2, kBadValue = 3 };
+  enum Code : int { kOk = 0, kNonFinite = 1, kFallback = 2, kBadValue = 3, kOverflow = 4 };
   int code = kOk;
   int64_t index = -1;
   static Status ok() { return {}; }

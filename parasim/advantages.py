@@ -5,15 +5,20 @@ baseline it subtracts and the scaling it uses when ``scale`` is not given. Stati
 float64 with a two-pass variance whatever the input dtype; group ids may come in any order and groups
 may differ in size (a group of one gets advantage 0). Contiguous equal-size groups with increasing ids
 (G rollouts of a task side by side, the usual GRPO layout) take a streaming fast path in the core.
+
+Every finite reward is valid, up to the float64 maximum: the core takes each group's statistics of the
+rewards scaled by a power of two (exact, so ordinary rewards get the plain formulas' results bit for
+bit), so no sum of squares overflows into a silent all-zero group. An advantage that does not fit the
+output dtype (``dr_grpo`` of rewards near the float64 maximum) is an error unless ``clip`` bounds it.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from parasim import _core
+from parasim.batch import int_array, real_array, real_scalar
 
 __all__ = ["METHODS", "SCALES", "AdvantageMethod", "group_advantages"]
 
@@ -44,41 +49,13 @@ METHODS: dict[str, AdvantageMethod] = {
 }
 
 
-def _rewards_array(rewards: np.ndarray) -> np.ndarray:
-    r = np.asarray(rewards)
-    if r.ndim != 1:
-        raise ValueError(f"rewards: expected a 1-d array, got shape {r.shape}")
-    if r.dtype.kind not in "fiub" or r.dtype.kind == "c":
-        raise TypeError(f"rewards: dtype {r.dtype} is not real-valued")
-    if r.dtype not in (np.float32, np.float64):
-        r = r.astype(np.float64)
-    return np.ascontiguousarray(r)
-
-
-def _int_array(values: np.ndarray, name: str, n: int, dtypes: tuple[type, ...], lo: int | None = None) -> np.ndarray:
+def _ids(values: np.ndarray, name: str, n: int, dtype: type, *, lo: int | None = None,
+         keep: tuple[type, ...] = ()) -> np.ndarray:
+    """Ids of the N rewards as the core's integer dtype; values it cannot hold are errors, not wrapped."""
     a = np.asarray(values)
     if a.ndim != 1 or a.shape[0] != n:
         raise ValueError(f"{name}: expected shape ({n},) like rewards, got {a.shape}")
-    if a.dtype.kind not in "iu":
-        raise TypeError(f"{name}: dtype {a.dtype} is not an integer type")
-    if lo is not None and a.size and a.min() < lo:
-        i = int(np.argmax(a < lo))
-        raise ValueError(f"{name}[{i}] = {a[i]}: must be >= {lo}")
-    if a.dtype not in dtypes:
-        if a.dtype.kind == "u" and a.size and a.max() > np.iinfo(dtypes[0]).max:
-            i = int(np.argmax(a > np.iinfo(dtypes[0]).max))
-            raise ValueError(f"{name}[{i}] = {a[i]}: does not fit in {np.dtype(dtypes[0])}")
-        a = a.astype(dtypes[0])
-    return np.ascontiguousarray(a)
-
-
-def _check_scalar(name: str, value: float | None, lo: float, lo_open: bool) -> float | None:
-    if value is None:
-        return None
-    v = float(value)
-    if not math.isfinite(v) or (v <= lo if lo_open else v < lo):
-        raise ValueError(f"{name} = {value!r}: must be finite and {'>' if lo_open else '>='} {lo}")
-    return v
+    return int_array(a, name, dtype, lo=lo, keep=keep)
 
 
 def group_advantages(rewards: np.ndarray, group_ids: np.ndarray, method: str = "grpo", *, eps: float = 1e-6,
@@ -93,6 +70,10 @@ def group_advantages(rewards: np.ndarray, group_ids: np.ndarray, method: str = "
     (ddof 1, as torch.std in verl) or ``biased``. ``min_group_std`` marks groups whose reward std is below
     it as not kept, with advantage 0 (ToolOrchestra drops groups with std < 0.1). ``clip`` bounds the
     result to [-clip, clip]. ``out`` = (advantages, keep) preallocated buffers, filled in place.
+
+    Rewards of another real dtype become float64 where that is exact (integers up to 2**53); ids become
+    int64 (``group_ids``, int32 kept) and int32 (``role_ids``) only where every value fits. Bools, floats
+    as ids and out-of-range values raise TypeError / ValueError naming the argument, index and range.
     """
     if method not in METHODS:
         raise ValueError(f"method = {method!r}: must be one of {sorted(METHODS)}")
@@ -102,14 +83,16 @@ def group_advantages(rewards: np.ndarray, group_ids: np.ndarray, method: str = "
         raise ValueError(f"scale = {scale!r}: must be one of {list(SCALES)} or None")
     if std not in ("unbiased", "biased"):
         raise ValueError(f"std = {std!r}: must be 'unbiased' or 'biased'")
-    eps = _check_scalar("eps", eps, 0.0, False)
-    clip = _check_scalar("clip", clip, 0.0, True)
-    min_group_std = _check_scalar("min_group_std", min_group_std, 0.0, False)
-    r = _rewards_array(rewards)
-    g = _int_array(group_ids, "group_ids", r.shape[0], (np.int64, np.int32))
+    eps = real_scalar("eps", eps, 0.0)
+    clip = None if clip is None else real_scalar("clip", clip, 0.0, lo_open=True)
+    min_group_std = None if min_group_std is None else real_scalar("min_group_std", min_group_std, 0.0)
+    r = real_array(rewards, "rewards")
+    if r.ndim != 1:
+        raise ValueError(f"rewards: expected a 1-d array, got shape {r.shape}")
+    g = _ids(group_ids, "group_ids", r.shape[0], np.int64, keep=(np.int64, np.int32))
     roles = None
     if role_ids is not None:
-        roles = _int_array(role_ids, "role_ids", r.shape[0], (np.int32,), lo=0)
+        roles = _ids(role_ids, "role_ids", r.shape[0], np.int32, lo=0)
     elif spec.needs_roles:
         raise ValueError(f"role_ids: required by method {method!r}")
     if out is None:

@@ -3,9 +3,15 @@
 One validated, contiguous, fixed-dtype array per field, so the C++ core reads the buffers in place
 (no copies, no per-trajectory Python objects) and every consumer can trust the ranges it sees:
 validation happens once, here, with errors that name the field and the first bad index.
+
+The array and scalar checks at the bottom are the same rule for every other argument that crosses into
+the core (``parasim.advantages``, ``parasim.masks``): a value the target dtype cannot hold exactly is an
+error naming the argument, the index, the value and the allowed range, never a silent cast (int64 ->
+int32 wrap-around, uint64 -> int64 sign flip, float -> int truncation, bool -> number, NaN -> True).
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
@@ -19,8 +25,9 @@ class BatchValidationError(ValueError):
     """A field of a trajectory batch is malformed; the message names the field, index and allowed range."""
 
 
-# field -> (dtype, kind, (lo, hi) inclusive range or None). kind: "float" accepts any real array,
-# "int" accepts integer arrays or floats that are exactly integral, "flag" accepts bool/0/1.
+# field -> (dtype, kind, (lo, hi) inclusive range or None). kind: "float" accepts real arrays (integers
+# only up to 2**53 in magnitude, where float64 holds them exactly), "int" accepts integer arrays or floats
+# that are exactly integral, "flag" accepts bool/0/1. Only "flag" accepts bool.
 _SPEC: dict[str, tuple[type, str, tuple[float, float] | None]] = {
     "outcome": (np.float64, "float", (0.0, 1.0)),
     "format_violations": (np.int32, "int", (0, np.iinfo(np.int32).max)),
@@ -52,6 +59,11 @@ def _coerce(name: str, raw: Any, n: int | None) -> np.ndarray:
         raise BatchValidationError(f"TrajectoryBatch.{name}: dtype {arr.dtype} is not numeric")
     if arr.dtype.kind == "c":
         raise BatchValidationError(f"TrajectoryBatch.{name}: complex dtype {arr.dtype} is not allowed")
+    if arr.dtype.kind == "b" and kind != "flag":
+        raise BatchValidationError(f"TrajectoryBatch.{name}: dtype bool is not a number (cast it explicitly)")
+    if arr.dtype.kind == "f" and not np.can_cast(arr.dtype, np.float64, casting="safe"):
+        raise BatchValidationError(
+            f"TrajectoryBatch.{name}: dtype {arr.dtype} does not fit in float64 without rounding")
     want_ndim = 2 if name == "tool_counts" else 1
     if arr.ndim != want_ndim:
         raise BatchValidationError(
@@ -62,7 +74,11 @@ def _coerce(name: str, raw: Any, n: int | None) -> np.ndarray:
     if n is not None and arr.shape[0] != n:
         raise BatchValidationError(
             f"TrajectoryBatch.{name}: length {arr.shape[0]} differs from outcome's length {n} (ragged fields)")
+    lo, hi = rng  # type: ignore[misc]
     if kind == "float":
+        if arr.dtype.kind in "iu":  # float64 holds integers exactly only up to 2**53
+            _check_range(f"TrajectoryBatch.{name}", arr, -_EXACT_INT, _EXACT_INT,
+                         "(integers beyond 2**53 are not exact in float64)", BatchValidationError)
         out = arr.astype(np.float64)
         bad = ~np.isfinite(out)
         if bad.any():
@@ -77,12 +93,7 @@ def _coerce(name: str, raw: Any, n: int | None) -> np.ndarray:
         elif arr.dtype.kind not in "iub":
             raise BatchValidationError(f"TrajectoryBatch.{name}: dtype {arr.dtype} is not an integer type")
         out = arr
-    lo, hi = rng  # type: ignore[misc]
-    if out.size:
-        bad = (out < lo) | (out > hi)
-        if bad.any():
-            i = np.unravel_index(int(np.flatnonzero(bad)[0]), out.shape)
-            raise _fail(name, i, out[i].item(), f"must be in [{lo}, {hi}]")
+    _check_range(f"TrajectoryBatch.{name}", out, lo, hi, "", BatchValidationError, f"must be in [{lo}, {hi}]")
     return np.ascontiguousarray(out, dtype=dtype)
 
 
@@ -159,6 +170,10 @@ class TrajectoryBatch:
                 columns[name] = [_tool_row(rec[name], i) for i, rec in enumerate(records)]
             else:
                 columns[name] = [rec[name] for rec in records]
+            if _SPEC[name][1] != "flag":  # np.asarray would turn a bool among numbers into 0 / 1 unseen
+                for i, value in enumerate(columns[name]):
+                    if any(isinstance(v, (bool, np.bool_)) for v in (value if name == "tool_counts" else (value,))):
+                        raise BatchValidationError(f"TrajectoryBatch.{name}[{i}] = {value!r}: a bool is not a number")
         if not records:
             return cls.from_arrays(outcome=np.zeros(0))
         return cls.from_arrays(**{k: np.asarray(v) for k, v in columns.items()})
@@ -199,3 +214,104 @@ def _tool_row(value: Any, i: int) -> list[int]:
         raise BatchValidationError(
             f"TrajectoryBatch.tool_counts[{i}]: expected {NUM_TOOLS} counts (Tool enum order), got {len(row)}")
     return row
+
+
+# ------------------------------------------------------------------ checks at the Python -> C++ boundary
+_EXACT_INT = 2**53  # the largest magnitude below which float64 holds every integer
+
+
+def _check_range(name: str, a: np.ndarray, lo: float, hi: float, note: str = "",
+                 error: type[Exception] = ValueError, why: str | None = None) -> None:
+    """Raise ``error`` naming the first element of ``a`` outside [lo, hi]. The bounds are compared as Python
+    numbers, exactly: NumPy would round int64 bounds to float64 for a float array (2**63 would pass)."""
+    if a.size == 0 or (lo <= a.min().item() and a.max().item() <= hi):
+        return
+    i = next(k for k, v in enumerate(a.flat) if not lo <= v.item() <= hi)
+    where = ", ".join(str(int(j)) for j in np.unravel_index(i, a.shape))
+    why = why or f"must be >= {lo} and <= {hi}"
+    raise error(f"{name}[{where}] = {a.flat[i].item()!r}: {why}{' ' + note if note else ''}")
+
+
+def int_array(values: Any, name: str, dtype: type, *, ndim: int = 1, lo: int | None = None,
+              hi: int | None = None, keep: tuple[type, ...] = ()) -> np.ndarray:
+    """``values`` as a C-contiguous integer array: of its own dtype if that is one of ``keep``, else of
+    ``dtype``; every value in [lo, hi] (default: the dtype's range). Floats and bools are refused
+    (TypeError), except an empty array of any numeric dtype (``np.asarray([])`` is float64)."""
+    a = np.asarray(values)
+    if a.ndim != ndim:
+        raise ValueError(f"{name}: expected a {ndim}-d array, got shape {a.shape}")
+    if lo is None and hi is None and (a.dtype == dtype or a.dtype in keep):  # the usual call: nothing to convert
+        return np.ascontiguousarray(a)
+    if a.dtype.kind not in "iu" and not (a.size == 0 and a.dtype.kind in "fiub"):
+        raise TypeError(f"{name}: dtype {a.dtype} is not an integer type")
+    target = a.dtype if a.dtype in keep else np.dtype(dtype)
+    info = np.iinfo(target)
+    lo = info.min if lo is None else max(lo, info.min)
+    hi = info.max if hi is None else min(hi, info.max)
+    full = (lo, hi) == (info.min, info.max)
+    if a.dtype.kind in "iu" and not (full and np.can_cast(a.dtype, target, casting="safe")):  # else nothing to check
+        _check_range(name, a, lo, hi, f"({target})" if full else "")
+    return np.ascontiguousarray(a, dtype=target)
+
+
+def real_array(values: Any, name: str) -> np.ndarray:
+    """``values`` as a C-contiguous float32 / float64 array: those two kept as they are, other floats
+    widened to float64, integers converted only where float64 holds them exactly (|x| <= 2**53).
+    Bools, complex and non-numeric dtypes are refused (TypeError)."""
+    a = np.asarray(values)
+    if a.dtype.kind == "b":
+        raise TypeError(f"{name}: dtype bool is not real-valued (cast it explicitly)")
+    if a.dtype.kind not in "fiu":
+        raise TypeError(f"{name}: dtype {a.dtype} is not real-valued")
+    if a.dtype in (np.float32, np.float64):
+        return np.ascontiguousarray(a)
+    if a.dtype.kind == "f" and not np.can_cast(a.dtype, np.float64, casting="safe"):
+        raise TypeError(f"{name}: dtype {a.dtype} does not fit in float64 without rounding")
+    if a.dtype.kind in "iu":
+        _check_range(name, a, -_EXACT_INT, _EXACT_INT, "(integers beyond 2**53 are not exact in float64)")
+    return np.ascontiguousarray(a, dtype=np.float64)
+
+
+def flag_array(values: Any, name: str) -> np.ndarray:
+    """``values`` as a C-contiguous uint8 array of 0 / 1: bools, or numbers that are exactly 0 or 1
+    (NaN, 2 or 0.5 are errors, not True)."""
+    a = np.asarray(values)
+    if a.dtype == np.bool_:
+        return np.ascontiguousarray(a).view(np.uint8)
+    if a.dtype.kind not in "iuf":
+        raise TypeError(f"{name}: dtype {a.dtype} is not bool or numeric")
+    bad = (a != 0) & (a != 1)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        where = ", ".join(str(int(j)) for j in np.unravel_index(i, a.shape))
+        raise ValueError(f"{name}[{where}] = {a.flat[i].item()!r}: must be 0 or 1 (or bool)")
+    return np.ascontiguousarray(a, dtype=np.uint8)
+
+
+def int_scalar(name: str, value: Any, lo: int, hi: int = int(np.iinfo(np.int64).max)) -> int:
+    """An integer argument in [lo, hi]: a Python or NumPy integer, not a bool and not a float."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} = {value!r}: must be an integer, not {type(value).__name__}")
+    if not lo <= int(value) <= hi:
+        raise ValueError(f"{name} = {value!r}: must be an integer >= {lo} and <= {hi}")
+    return int(value)
+
+
+def real_scalar(name: str, value: Any, lo: float, *, lo_open: bool = False) -> float:
+    """A finite real argument > lo (``lo_open``) or >= lo: a Python or NumPy number, not a bool or a string."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name} = {value!r}: must be a real number, not {type(value).__name__}")
+    try:
+        v = float(value)
+    except OverflowError:  # an int past the float64 maximum
+        v = math.inf
+    if not math.isfinite(v) or (v <= lo if lo_open else v < lo):
+        raise ValueError(f"{name} = {value!r}: must be finite and {'>' if lo_open else '>='} {lo}")
+    return v
+
+
+def bool_scalar(name: str, value: Any) -> bool:
+    """A flag argument: True / False (or a NumPy bool); 1, 0.0 or NaN are not flags."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} = {value!r}: must be a bool, not {type(value).__name__}")
+    return bool(value)

@@ -5,12 +5,17 @@ manager tokens are trained, never the tools' output. Spans come as a CSR table o
 spans ``row_offsets[b]:row_offsets[b+1]`` with ``starts``, exclusive ``ends`` and a ``trainable`` flag.
 One core call builds the [B, T] uint8 mask (and, on request, each token's turn index for per-turn
 advantages); :func:`loss_normalizers` gives the per-row weights of the usual loss aggregations.
+
+Arguments are converted only where that is exact: indices must be integers that fit the core's dtype
+(int64 offsets / starts / ends, int32 turn ids), flags bools or exactly 0 / 1, ``seq_len`` an int (not
+a bool); anything else is a TypeError / ValueError naming the argument, the index and the range.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from parasim import _core
+from parasim.batch import bool_scalar, flag_array, int_array, int_scalar, real_array, real_scalar
 
 __all__ = ["LOSS_AGG_MODES", "broadcast_to_tokens", "loss_mask_from_spans", "loss_normalizers", "mask_row_counts"]
 
@@ -18,16 +23,8 @@ LOSS_AGG_MODES: tuple[str, ...] = ("token-mean", "seq-mean-token-sum", "seq-mean
                                    "seq-mean-token-sum-norm")
 
 
-def _index_array(values: np.ndarray, name: str, ndim: int = 1) -> np.ndarray:
-    a = np.asarray(values)
-    if a.ndim != ndim:
-        raise ValueError(f"{name}: expected a {ndim}-d array, got shape {a.shape}")
-    if a.size and a.dtype.kind not in "iu":
-        raise TypeError(f"{name}: dtype {a.dtype} is not an integer type")
-    return np.ascontiguousarray(a, dtype=np.int64)
-
-
 def _mask_array(mask: np.ndarray) -> np.ndarray:
+    """A [B, T] mask as uint8, nonzero = trained; a NaN is an error, not a trained token."""
     m = np.asarray(mask)
     if m.ndim != 2:
         raise ValueError(f"mask: expected a 2-d [B, T] array, got shape {m.shape}")
@@ -35,6 +32,9 @@ def _mask_array(mask: np.ndarray) -> np.ndarray:
         return np.ascontiguousarray(m).view(np.uint8)
     if m.dtype.kind not in "iuf":
         raise TypeError(f"mask: dtype {m.dtype} is not numeric")
+    if m.dtype.kind == "f" and not np.isfinite(m).all():
+        b, t = np.unravel_index(int(np.flatnonzero(~np.isfinite(m))[0]), m.shape)
+        raise ValueError(f"mask[{b}, {t}] = {m[b, t]}: must be finite (0 = not trained, nonzero = trained)")
     return np.ascontiguousarray(m if m.dtype == np.uint8 else (m != 0), dtype=np.uint8)
 
 
@@ -50,26 +50,27 @@ def loss_mask_from_spans(row_offsets: np.ndarray, starts: np.ndarray, ends: np.n
     filtering, arXiv 2503.14476). Turn k of a row is its k-th trainable span in table order; tokens
     outside trainable spans have turn -1. ``out`` is a preallocated uint8 [B, seq_len] buffer.
     """
-    offsets = _index_array(row_offsets, "row_offsets")
+    offsets = int_array(row_offsets, "row_offsets", np.int64)
     if offsets.shape[0] < 1:
         raise ValueError("row_offsets: needs B + 1 entries (at least [0])")
-    st, en = _index_array(starts, "starts"), _index_array(ends, "ends")
-    flags = np.ascontiguousarray(np.asarray(trainable) != 0, dtype=np.uint8)
-    if not isinstance(seq_len, (int, np.integer)) or seq_len < 0:
-        raise ValueError(f"seq_len = {seq_len!r}: must be an integer >= 0")
+    st, en = int_array(starts, "starts", np.int64), int_array(ends, "ends", np.int64)
+    flags = flag_array(trainable, "trainable")
+    seq_len = int_scalar("seq_len", seq_len, 0)
+    mask_truncated = bool_scalar("mask_truncated", mask_truncated)
+    with_turns = bool_scalar("with_turns", with_turns)
     rows = offsets.shape[0] - 1
     trunc = None
     if truncated is not None:
-        trunc = np.ascontiguousarray(np.asarray(truncated) != 0, dtype=np.uint8)
+        trunc = flag_array(truncated, "truncated")
         if trunc.shape != (rows,):
             raise ValueError(f"truncated: expected shape ({rows},), got {trunc.shape}")
     if out is None:
-        out = np.empty((rows, int(seq_len)), np.uint8)
+        out = np.empty((rows, seq_len), np.uint8)
     elif out.shape != (rows, seq_len) or out.dtype != np.uint8 or not out.flags.c_contiguous:
         raise ValueError(f"out: expected a C-contiguous uint8 array of shape {(rows, seq_len)}")
-    turns = np.empty((rows, int(seq_len)), np.int32) if with_turns else None
+    turns = np.empty((rows, seq_len), np.int32) if with_turns else None
     counts = np.empty(rows, np.int64)
-    _core.loss_mask_from_spans(offsets, st, en, flags, int(seq_len), trunc, bool(mask_truncated), out, turns, counts)
+    _core.loss_mask_from_spans(offsets, st, en, flags, seq_len, trunc, mask_truncated, out, turns, counts)
     return out, turns
 
 
@@ -80,9 +81,7 @@ def broadcast_to_tokens(values: np.ndarray, mask: np.ndarray, turn_ids: np.ndarr
     The result has the values' dtype when it is float32 or float64, else float64.
     """
     m = _mask_array(mask)
-    v = np.asarray(values)
-    if v.dtype not in (np.float32, np.float64):
-        v = v.astype(np.float64)
+    v = real_array(values, "values")
     want = 2 if turn_ids is not None else 1
     if v.ndim != want or v.shape[0] != m.shape[0]:
         raise ValueError(f"values: expected shape ({m.shape[0]}{', K' if want == 2 else ''}) for a mask of "
@@ -92,14 +91,14 @@ def broadcast_to_tokens(values: np.ndarray, mask: np.ndarray, turn_ids: np.ndarr
         raise ValueError(f"values[{', '.join(map(str, i))}] = {v[i]}: must be finite")
     turns = None
     if turn_ids is not None:
-        turns = np.ascontiguousarray(turn_ids, dtype=np.int32)
+        turns = int_array(turn_ids, "turn_ids", np.int32, ndim=2)
         if turns.shape != m.shape:
             raise ValueError(f"turn_ids: expected the mask's shape {m.shape}, got {turns.shape}")
     if out is None:
         out = np.empty(m.shape, v.dtype)
     elif out.shape != m.shape or out.dtype != v.dtype or not out.flags.c_contiguous:
         raise ValueError(f"out: expected a C-contiguous {v.dtype} array of shape {m.shape}")
-    _core.broadcast_to_tokens(np.ascontiguousarray(v), m, turns, out)
+    _core.broadcast_to_tokens(v, m, turns, out)
     return out
 
 
@@ -127,15 +126,13 @@ def loss_normalizers(mask: np.ndarray, mode: str, *, global_tokens: float | None
     """
     if mode not in LOSS_AGG_MODES:
         raise ValueError(f"mode = {mode!r}: must be one of {list(LOSS_AGG_MODES)}")
-    for name, value in (("global_tokens", global_tokens), ("global_seqs", global_seqs)):
-        if value is not None and not (np.isfinite(value) and value >= 0):
-            raise ValueError(f"{name} = {value!r}: must be finite and >= 0")
-    if norm_len is not None and not (np.isfinite(norm_len) and norm_len > 0):
-        raise ValueError(f"norm_len = {norm_len!r}: must be finite and > 0")
+    g_tok = None if global_tokens is None else real_scalar("global_tokens", global_tokens, 0.0)
+    g_seq = None if global_seqs is None else real_scalar("global_seqs", global_seqs, 0.0)
+    n_len = None if norm_len is None else real_scalar("norm_len", norm_len, 0.0, lo_open=True)
     counts = mask_row_counts(mask).astype(np.float64)
-    n_tok = float(counts.sum()) if global_tokens is None else float(global_tokens)
-    n_seq = float((counts > 0).sum()) if global_seqs is None else float(global_seqs)
-    length = float(np.asarray(mask).shape[1]) if norm_len is None else float(norm_len)
+    n_tok = float(counts.sum()) if g_tok is None else g_tok
+    n_seq = float((counts > 0).sum()) if g_seq is None else g_seq
+    length = float(np.asarray(mask).shape[1]) if n_len is None else n_len
     if mode == "token-mean":
         return np.full(counts.shape, 1.0 / n_tok if n_tok > 0 else 0.0)
     inv_seq = 1.0 / n_seq if n_seq > 0 else 0.0

@@ -88,41 +88,62 @@ def _std(x: np.ndarray, unbiased: bool) -> float:
     return float(np.std(x, ddof=1 if unbiased else 0))
 
 
+def _scaled(x: np.ndarray) -> tuple[np.ndarray, int]:
+    """x * 2**-e and e, with 2**e > max |x|: a power of two scales exactly, and the scaled values' squares
+    cannot overflow, however large (up to the float64 maximum) the rewards are."""
+    e = int(np.frexp(np.max(np.abs(x), initial=0.0))[1])
+    return np.ldexp(x, -e), e
+
+
+def _ldexp(x: np.ndarray | float, e: np.ndarray | int) -> np.ndarray:
+    """x * 2**e, inf past the float64 maximum without a warning: an advantage may truly overflow."""
+    with np.errstate(over="ignore"):
+        return np.ldexp(x, e)
+
+
 def group_advantages(rewards: np.ndarray, group_ids: np.ndarray, method: str = "grpo", *, eps: float = 1e-6,
                      std: str = "unbiased", scale: str | None = None, clip: float | None = None,
                      role_ids: np.ndarray | None = None,
                      min_group_std: float | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Group-relative advantages, one group at a time (see :func:`parasim.advantages.group_advantages`)."""
+    """Group-relative advantages, one group at a time (see :func:`parasim.advantages.group_advantages`).
+
+    Each group's statistics are taken of its rewards in units of 2**e (:func:`_scaled`); the centered
+    values are kept in those units (``dev`` times 2**``exp``) until the end, so nothing overflows on the way.
+    """
     r = np.asarray(rewards, np.float64)
     g = np.asarray(group_ids)
     unbiased = std == "unbiased"
     scale = scale or ("none" if method in ("dr_grpo", "rloo") else "group")
-    adv = np.zeros(r.size)
+    dev = np.zeros(r.size)
+    exp = np.zeros(r.size, np.int64)
     keep = np.ones(r.size, bool)
     units = g if method != "per_role" else np.stack([g, np.asarray(role_ids)], axis=1)
     _, unit = np.unique(units, axis=0 if units.ndim == 2 else None, return_inverse=True)
     unit = unit.reshape(-1)
     for u in np.unique(unit):
         rows = np.flatnonzero(unit == u)
-        x = r[rows]
+        x, e = _scaled(r[rows])
         if x.size == 1:
             continue  # a group of one has nothing to compare against
-        mean = x.mean()
+        centered = x - x.mean()
         if method == "rloo":
-            centered = (x - mean) * x.size / (x.size - 1)  # r_i - mean of the others
-        else:
-            centered = x - mean
+            centered = centered * x.size / (x.size - 1)  # r_i - mean of the others
         if scale == "group":
-            denom = _std(x, unbiased) + eps
+            denom = _std(x, unbiased) + _ldexp(eps, -e)  # std + eps in the same units: the 2**e cancels
             centered = centered / denom if denom > 0 else 0.0 * centered
-        adv[rows] = centered
+            e = 0
+        dev[rows], exp[rows] = centered, e
     if scale == "batch":
-        denom = _std(r, unbiased) + eps
-        adv = adv / denom if denom > 0 else 0.0 * adv
+        x, e = _scaled(r)
+        denom = _std(x, unbiased) + _ldexp(eps, -e)
+        dev = dev / denom if denom > 0 else 0.0 * dev
+        exp = exp - e
+    adv = _ldexp(dev, exp)  # inf where the advantage itself overflows (the core raises there)
     if min_group_std is not None:
         for gid in np.unique(g):
             rows = g == gid
-            if _std(r[rows], unbiased) < min_group_std:
+            x, e = _scaled(r[rows])
+            if _ldexp(_std(x, unbiased), e) < min_group_std:
                 keep[rows] = False
         adv[~keep] = 0.0
     if clip is not None:
