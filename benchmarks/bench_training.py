@@ -60,7 +60,7 @@ def env_only_rate(steps: int = 40) -> float:
 def grpo_step_rate(steps: int = 3) -> tuple[float, float]:
     """GRPO steps/s (collect, score, advantage, update) and SFT steps/s over the same decisions."""
     policy, envs = build_policy(CFG), make_envs(CFG.env, LANES, CFG.reward)
-    optim = torch.optim.Adam(policy.parameters(), lr=CFG.grpo.lr)
+    optim = torch.optim.Adam(policy.parameters(), lr=CFG.grpo.learning_rate)
     g, t_grpo, t_sft = CFG.grpo, 0.0, 0.0
     for s in range(steps):
         gen = torch.Generator().manual_seed(s)
@@ -71,7 +71,7 @@ def grpo_step_rate(steps: int = 3) -> tuple[float, float]:
         grpo.update(policy, None, optim, ro, adv, keep, g, gen)
         t_grpo += time.perf_counter() - t0
         t0 = time.perf_counter()
-        sft_cfg = SFTConfig(epochs=g.update_epochs, batch_size=max(1, len(ro.x) // g.minibatches))
+        sft_cfg = SFTConfig(epochs=g.ppo_epochs, batch_size=max(1, len(ro.x) // g.minibatches))
         train_sft(policy, ro.x, ro.mask, ro.actions, sft_cfg, seed=s)
         t_sft += time.perf_counter() - t0
     return steps / t_grpo, steps / t_sft

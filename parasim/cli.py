@@ -3,6 +3,8 @@
 Each command module exposes ``register(subparsers)`` and sets ``func`` on its parser, so adding a
 command is adding one module and one line here. Modules load lazily: ``parasim --help`` stays fast
 and a command's heavy imports (torch, ray, scipy) happen only when it runs.
+Exit codes and error lines follow one convention (``parasim.commands``): 0 done, 1 the run failed,
+2 a usage or config error, 130 interrupted; errors are one line on stderr.
 """
 from __future__ import annotations
 
@@ -11,12 +13,31 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from parasim.commands import USAGE_ERROR, CommandError, error
+
 COMMANDS = ("sweep", "train", "rescore", "calibrate", "simulate_log", "serve_pool")
+
+DESCRIPTION = """\
+parasim: train LLM managers that orchestrate parallel agent and tool calls, on a calibrated simulator
+of the tool pool (or on real tools), and study their rewards.
+
+  parasim sweep                              the default C_tar reward sweep (train + evaluate a grid)
+  parasim train --out runs/a                 one training run, resumable
+  parasim rescore runs/a/trajectories.parquet --grid c_tar=4,8,16
+                                             re-score stored trajectories under reward configs
+  parasim calibrate calls.jsonl -o pool.json fit a simulated pool to a call log
+
+Run `parasim COMMAND --help` for a command's options; `parasim train --list-options` lists every
+option a config, --set or --grid may name."""
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The top-level parser with every available subcommand registered."""
-    parser = argparse.ArgumentParser(prog="parasim", description=__doc__.splitlines()[0])
+    from parasim import __version__
+
+    parser = argparse.ArgumentParser(prog="parasim", description=DESCRIPTION,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"parasim {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         importlib.import_module(f"parasim.commands.{name}").register(sub)
@@ -28,9 +49,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
-        parser.print_help()
-        return 2
-    return int(args.func(args) or 0)
+        parser.print_help(sys.stderr)
+        return USAGE_ERROR
+    try:
+        return int(args.func(args) or 0)
+    except CommandError as err:
+        error(args.command, str(err))
+        return err.code
 
 
 if __name__ == "__main__":

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
 import numpy as np
 
+from parasim.config_fields import check, opt, spec_of, validate
 from parasim.protocol.schema import MAX_PARALLEL, NUM_TOOLS
 
 FORMULAS: tuple[str, ...] = ("paramanager", "toolorchestra", "xrouter", "router_r1")
@@ -31,21 +32,6 @@ FORMULA_FIELDS: dict[str, tuple[str, ...]] = {
 }
 
 INF = math.inf
-# field -> (lo, hi, lo_open): the allowed closed range, lo excluded when lo_open.
-_RANGES: dict[str, tuple[float, float, bool]] = {
-    "correct_threshold": (0.0, 1.0, True),
-    "w_outcome": (0.0, INF, False), "w_protocol": (0.0, INF, False),
-    "format_penalty": (0.0, 1.0, False), "no_final_penalty": (0.0, 1.0, False),
-    "w_diversity": (0.0, INF, False), "theta_par": (0.0, float(MAX_PARALLEL), True),
-    "theta_tool": (0.0, float(NUM_TOOLS), True), "par_share": (0.0, 1.0, False),
-    "w_length": (0.0, INF, False), "l_tar": (0.0, INF, True), "w_cost": (0.0, INF, False),
-    "c_tar": (0.0, INF, True), "budget_max_factor": (1.0, INF, True),
-    "pref_outcome": (-INF, INF, False), "pref_cost": (-INF, INF, False), "pref_latency": (-INF, INF, False),
-    "usd_scale": (0.0, INF, False), "max_cost_penalty": (0.0, 1.0, False),
-    "alpha_cost": (0.0, 1.0, False), "format_reward": (-INF, 0.0, False),
-    "cost_lo": (0.0, INF, False), "cost_hi": (0.0, INF, False),
-    "cost_pct_lo": (0.0, 100.0, False), "cost_pct_hi": (0.0, 100.0, False),
-}
 
 
 @dataclass(frozen=True)
@@ -53,64 +39,49 @@ class RewardConfig:
     """One reward formula and its constants (see :mod:`parasim.rewards` for the formulas and sources).
 
     ``formula`` picks the family; the fields each family reads are listed in ``FORMULA_FIELDS``.
-    Defaults are the ``paramanager`` reconstruction's constants.
+    Defaults are the ``paramanager`` reconstruction's constants. Each field declares its range
+    (:func:`parasim.config_fields.opt`), so a bad value is refused with the field, the value and the range.
     """
 
-    formula: str = "paramanager"
-    correct_threshold: float = 1.0
+    formula: str = opt("paramanager", choices=FORMULAS, help="reward family")
+    correct_threshold: float = opt(1.0, lo=0.0, hi=1.0, lo_open=True, help="outcome at or above this counts correct")
     # paramanager (a reconstruction): outcome + protocol + diversity + soft length / cost budgets
-    w_outcome: float = 1.0
-    w_protocol: float = 0.5
-    format_penalty: float = 0.25
-    no_final_penalty: float = 1.0
-    w_diversity: float = 0.2
-    theta_par: float = 1.25
-    theta_tool: float = 3.0
-    par_share: float = 0.5
-    diversity_needs_correct: bool = True
-    w_length: float = 0.5
-    l_tar: float = 12288.0
-    w_cost: float = 0.5
-    c_tar: float = 8.0
-    budget_max_factor: float = 2.0
+    w_outcome: float = opt(1.0, lo=0.0, hi=INF, help="weight of the outcome term")
+    w_protocol: float = opt(0.5, lo=0.0, hi=INF, help="weight of the protocol (format / final answer) term")
+    format_penalty: float = opt(0.25, lo=0.0, hi=1.0, help="protocol penalty per format violation")
+    no_final_penalty: float = opt(1.0, lo=0.0, hi=1.0, help="protocol penalty for ending without final_answer")
+    w_diversity: float = opt(0.2, lo=0.0, hi=INF, help="weight of the diversity bonus")
+    theta_par: float = opt(1.25, lo=0.0, hi=float(MAX_PARALLEL), lo_open=True,
+                           help="parallel calls per round the diversity bonus asks for")
+    theta_tool: float = opt(3.0, lo=0.0, hi=float(NUM_TOOLS), lo_open=True,
+                            help="distinct tools per trajectory the diversity bonus asks for")
+    par_share: float = opt(0.5, lo=0.0, hi=1.0, help="share of the diversity bonus for parallelism (rest: tools)")
+    diversity_needs_correct: bool = opt(True, help="the diversity bonus only for correct trajectories")
+    w_length: float = opt(0.5, lo=0.0, hi=INF, help="weight of the soft length budget")
+    l_tar: float = opt(12288.0, lo=0.0, hi=INF, lo_open=True, help="target trajectory length in tokens (L_tar)")
+    w_cost: float = opt(0.5, lo=0.0, hi=INF, help="weight of the soft cost budget")
+    c_tar: float = opt(8.0, lo=0.0, hi=INF, lo_open=True, help="target cost in cost units (C_tar)")
+    budget_max_factor: float = opt(2.0, lo=1.0, hi=INF, lo_open=True,
+                                   help="the length / cost penalty is full at this multiple of the target")
     # toolorchestra: preference vector over group-min-max-normalized features
-    pref_tools: tuple[float, ...] = field(default=(0.0,) * NUM_TOOLS)
-    pref_outcome: float = 1.0
-    pref_cost: float = 0.5
-    pref_latency: float = 0.5
+    pref_tools: tuple[float, ...] = opt((0.0,) * NUM_TOOLS, length=NUM_TOOLS,
+                                        help="preference per tool, Tool enum order (CLI: a:b:c:...)")
+    pref_outcome: float = opt(1.0, help="preference for the outcome")
+    pref_cost: float = opt(0.5, help="preference for low cost")
+    pref_latency: float = opt(0.5, help="preference for low latency")
     # xrouter: outcome * (1 - min(usd_scale * usd, max_cost_penalty))
-    usd_scale: float = 3.0
-    max_cost_penalty: float = 0.8
+    usd_scale: float = opt(3.0, lo=0.0, hi=INF, help="cost penalty per USD")
+    max_cost_penalty: float = opt(0.8, lo=0.0, hi=1.0, help="cap of the cost penalty")
     # router_r1: format -1, else (1 - alpha) * outcome + alpha * normalized sqrt-cost reward when correct
-    alpha_cost: float = 0.6
-    format_reward: float = -1.0
-    cost_lo: float | None = None
-    cost_hi: float | None = None
-    cost_pct_lo: float = 5.0
-    cost_pct_hi: float = 95.0
+    alpha_cost: float = opt(0.6, lo=0.0, hi=1.0, help="weight of the cost reward")
+    format_reward: float = opt(-1.0, lo=-INF, hi=0.0, help="reward of a trajectory with a format failure")
+    cost_lo: float | None = opt(None, lo=0.0, hi=INF, help="fixed lower cost bound (none: batch percentile)")
+    cost_hi: float | None = opt(None, lo=0.0, hi=INF, help="fixed upper cost bound (none: batch percentile)")
+    cost_pct_lo: float = opt(5.0, lo=0.0, hi=100.0, help="lower batch percentile of the cost bounds")
+    cost_pct_hi: float = opt(95.0, lo=0.0, hi=100.0, help="upper batch percentile of the cost bounds")
 
     def __post_init__(self) -> None:
-        if self.formula not in FORMULAS:
-            raise ValueError(f"RewardConfig.formula = {self.formula!r}: must be one of {list(FORMULAS)}")
-        for name, (lo, hi, lo_open) in _RANGES.items():
-            value = getattr(self, name)
-            if value is None and name in ("cost_lo", "cost_hi"):
-                continue
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise TypeError(f"RewardConfig.{name} = {value!r}: must be a real number")
-            ok = math.isfinite(value) and (value > lo if lo_open else value >= lo) and value <= hi
-            if not ok:
-                left = "(" if lo_open else "["
-                raise ValueError(f"RewardConfig.{name} = {value!r}: must be finite and in {left}{lo}, {hi}]")
-            object.__setattr__(self, name, float(value))
-        if not isinstance(self.diversity_needs_correct, bool):
-            raise TypeError(f"RewardConfig.diversity_needs_correct = {self.diversity_needs_correct!r}: must be a bool")
-        prefs = tuple(self.pref_tools)
-        if len(prefs) != NUM_TOOLS or not all(
-                isinstance(p, (int, float)) and not isinstance(p, bool) and math.isfinite(p) for p in prefs):
-            raise ValueError(f"RewardConfig.pref_tools = {self.pref_tools!r}: must be {NUM_TOOLS} finite reals "
-                             "(Tool enum order)")
-        object.__setattr__(self, "pref_tools", tuple(float(p) for p in prefs))
+        validate(self)
         if self.cost_pct_lo >= self.cost_pct_hi:
             raise ValueError(
                 f"RewardConfig.cost_pct_lo = {self.cost_pct_lo}: must be < cost_pct_hi = {self.cost_pct_hi}")
@@ -129,7 +100,7 @@ class RewardConfig:
         unknown = sorted(set(changes) - names)
         if unknown:
             raise ValueError(f"RewardConfig: unknown field(s) {unknown}; fields: {sorted(names)}")
-        parsed = {k: parse_field(k, v) if isinstance(v, str) else v for k, v in changes.items()}
+        parsed = {k: parse_field(k, v) for k, v in changes.items()}
         new = dataclasses.replace(self, **parsed)
         unused = sorted(k for k in changes if k not in FORMULA_FIELDS[new.formula])
         if unused:
@@ -165,13 +136,11 @@ class RewardConfig:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RewardConfig:
         """Build from a mapping (e.g. JSON); a ``preset`` key starts from that preset, other keys override it."""
-        from parasim.rewards import PRESETS
-
         data = dict(data)
-        base = PRESETS[data.pop("preset")] if "preset" in data else cls(formula=data.get("formula", "paramanager"))
+        base = preset(data.pop("preset")) if "preset" in data else cls(formula=data.get("formula", "paramanager"))
         # a full dump (dataclasses.asdict) carries every field: only values that differ count as changes
         changes = {k: v for k, v in data.items() if k not in base.__dataclass_fields__
-                   or _normalized(k, v) != getattr(base, k)}
+                   or parse_field(k, v) != getattr(base, k)}
         return base.replace(**changes) if changes else base
 
     def to_dict(self) -> dict[str, Any]:
@@ -180,29 +149,78 @@ class RewardConfig:
                 for k, v in dataclasses.asdict(self).items() if k in FORMULA_FIELDS[self.formula]}
 
 
-def _normalized(name: str, value: Any) -> Any:
-    if isinstance(value, str):
-        return parse_field(name, value)
-    return tuple(value) if isinstance(value, list) else value
+def parse_field(name: str, text: Any) -> Any:
+    """Field ``name``'s value from a string (command line, grid: numbers, ``true``/``false``, ``none``, ``a:b:...``
+    tuples) or an already typed value, checked against the field's declaration."""
+    return check(spec_of(RewardConfig, name), text, f"RewardConfig.{name}", text=True)
 
 
-def parse_field(name: str, text: str) -> Any:
-    """Parse a command-line value for field ``name`` (numbers, ``true``/``false``, ``none``, ``a:b:...`` tuples)."""
-    text = text.strip()
-    if name == "formula":
-        return text
-    if name == "diversity_needs_correct":
-        low = text.lower()
-        if low in ("1", "true", "yes"):
-            return True
-        if low in ("0", "false", "no"):
-            return False
-        raise ValueError(f"RewardConfig.{name} = {text!r}: must be true or false")
-    if name in ("cost_lo", "cost_hi") and text.lower() == "none":
-        return None
+# ----------------------------------------------------------------------------------------- presets
+# The preset registry lives beside the config it builds, so that ``RewardConfig.from_dict`` can start from a
+# preset without importing the scoring module (which imports this one).
+PRESETS: dict[str, RewardConfig] = {}
+PRESET_SOURCES: dict[str, str] = {}
+
+
+def register_preset(name: str) -> Callable[[Callable[[], RewardConfig]], Callable[[], RewardConfig]]:
+    """Register a preset factory under ``name``; its docstring is the preset's source note."""
+
+    def wrap(factory: Callable[[], RewardConfig]) -> Callable[[], RewardConfig]:
+        PRESETS[name] = factory()
+        PRESET_SOURCES[name] = (factory.__doc__ or "").strip()
+        return factory
+
+    return wrap
+
+
+@register_preset("paramanager")
+def paramanager() -> RewardConfig:
+    """ParaManager (Qwen3-4B manager over a tool pool, 12 rounds x 4 parallel calls). A RECONSTRUCTION:
+    the paper names the terms (outcome, protocol compliance, diversity with theta_par = 1.25 parallel calls
+    per round and theta_tool = 3 distinct tools, soft length and cost budgets with L_tar = 12,288 tokens and
+    C_tar = 8 cost units, maximum = 2 x target) but its equations are not public; the weights
+    (w_protocol 0.5, w_diversity 0.2, w_length 0.5, w_cost 0.5), the per-round format penalty (0.25) and
+    gating diversity on correctness are our choices. The soft budget follows DAPO (arXiv 2503.14476)."""
+    return RewardConfig(formula="paramanager")
+
+
+@register_preset("toolorchestra")
+def toolorchestra() -> RewardConfig:
+    """ToolOrchestra (Su et al., arXiv 2511.21689, section 3): outcome-gated preference reward
+    R = P . M_norm when the answer is correct, else 0, with M = [per-tool call counts, outcome,
+    -cost ($), -latency] min-max normalized over the rollouts of the same task. The paper samples the
+    preference vector P per training instance; the default here (outcome 1, cost 0.5, latency 0.5,
+    no tool preference) is ours."""
+    return RewardConfig(formula="toolorchestra")
+
+
+@register_preset("xrouter")
+def xrouter() -> RewardConfig:
+    """xRouter (arXiv 2510.08439): cost-aware success reward, score x (1 - min(3 x usd, 0.8)), i.e. a
+    correct answer keeps at least 20% of its reward however expensive it was."""
+    return RewardConfig(formula="xrouter", usd_scale=3.0, max_cost_penalty=0.8)
+
+
+@register_preset("router_r1")
+def router_r1() -> RewardConfig:
+    """Router-R1 (Zhang et al., arXiv 2506.09033): hierarchical rule reward; a format error gives -1 and
+    voids the rest, else (1 - alpha) x outcome + alpha x cost reward, the cost reward being the sqrt of
+    the $ cost normalized by (rolling) percentiles and paid only when correct. alpha = 0.6 is our default."""
+    return RewardConfig(formula="router_r1", alpha_cost=0.6, format_reward=-1.0)
+
+
+def preset(name: str) -> RewardConfig:
+    """The preset called ``name``, with a clear error for unknown names."""
     try:
-        if name == "pref_tools":
-            return tuple(float(x) for x in text.split(":"))
-        return float(text)
-    except ValueError:
-        raise ValueError(f"RewardConfig.{name} = {text!r}: not a number") from None
+        return PRESETS[name]
+    except KeyError:
+        raise ValueError(f"unknown reward preset {name!r}; presets: {sorted(PRESETS)}") from None
+
+
+def resolve_config(config: RewardConfig | str) -> RewardConfig:
+    """Accept a config or a preset name."""
+    if isinstance(config, RewardConfig):
+        return config
+    if isinstance(config, str):
+        return preset(config)
+    raise TypeError(f"reward config must be a RewardConfig or a preset name, got {type(config).__name__}")

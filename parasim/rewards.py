@@ -20,7 +20,7 @@ sum to ``total``, so that a sweep can report what each term contributed.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,9 +28,19 @@ import numpy as np
 from parasim import _core
 from parasim.batch import FIELDS as BATCH_FIELDS
 from parasim.batch import TrajectoryBatch
-from parasim.reward_config import FORMULA_FIELDS, FORMULAS, RewardConfig, parse_field
+from parasim.reward_config import (
+    FORMULA_FIELDS,
+    FORMULAS,
+    PRESET_SOURCES,
+    PRESETS,
+    RewardConfig,
+    parse_field,
+    preset,
+    register_preset,
+    resolve_config,
+)
 
-__all__ = ["COMPONENTS", "FORMULAS", "FORMULA_FIELDS", "PRESETS", "RewardConfig", "RewardResult",
+__all__ = ["COMPONENTS", "FORMULAS", "FORMULA_FIELDS", "PRESETS", "PRESET_SOURCES", "RewardConfig", "RewardResult",
            "compute_rewards", "compute_rewards_grid", "parse_field", "preset", "register_preset",
            "resolve_config"]
 
@@ -38,74 +48,6 @@ __all__ = ["COMPONENTS", "FORMULAS", "FORMULA_FIELDS", "PRESETS", "RewardConfig"
 COMPONENTS: tuple[str, ...] = ("outcome", "protocol", "diversity", "length", "cost", "latency", "tools")
 _PARAM_NAMES: tuple[str, ...] = tuple(_core.reward_param_names())
 _COST_LO, _COST_HI = _PARAM_NAMES.index("cost_lo"), _PARAM_NAMES.index("cost_hi")
-PRESETS: dict[str, RewardConfig] = {}
-PRESET_SOURCES: dict[str, str] = {}
-
-
-def register_preset(name: str) -> Callable[[Callable[[], RewardConfig]], Callable[[], RewardConfig]]:
-    """Register a preset factory under ``name``; its docstring is the preset's source note."""
-
-    def wrap(factory: Callable[[], RewardConfig]) -> Callable[[], RewardConfig]:
-        PRESETS[name] = factory()
-        PRESET_SOURCES[name] = (factory.__doc__ or "").strip()
-        return factory
-
-    return wrap
-
-
-@register_preset("paramanager")
-def paramanager() -> RewardConfig:
-    """ParaManager (Qwen3-4B manager over a tool pool, 12 rounds x 4 parallel calls). A RECONSTRUCTION:
-    the paper names the terms (outcome, protocol compliance, diversity with theta_par = 1.25 parallel calls
-    per round and theta_tool = 3 distinct tools, soft length and cost budgets with L_tar = 12,288 tokens and
-    C_tar = 8 cost units, maximum = 2 x target) but its equations are not public; the weights
-    (w_protocol 0.5, w_diversity 0.2, w_length 0.5, w_cost 0.5), the per-round format penalty (0.25) and
-    gating diversity on correctness are our choices. The soft budget follows DAPO (arXiv 2503.14476)."""
-    return RewardConfig(formula="paramanager")
-
-
-@register_preset("toolorchestra")
-def toolorchestra() -> RewardConfig:
-    """ToolOrchestra (Su et al., arXiv 2511.21689, section 3): outcome-gated preference reward
-    R = P . M_norm when the answer is correct, else 0, with M = [per-tool call counts, outcome,
-    -cost ($), -latency] min-max normalized over the rollouts of the same task. The paper samples the
-    preference vector P per training instance; the default here (outcome 1, cost 0.5, latency 0.5,
-    no tool preference) is ours."""
-    return RewardConfig(formula="toolorchestra")
-
-
-@register_preset("xrouter")
-def xrouter() -> RewardConfig:
-    """xRouter (arXiv 2510.08439): cost-aware success reward, score x (1 - min(3 x usd, 0.8)), i.e. a
-    correct answer keeps at least 20% of its reward however expensive it was."""
-    return RewardConfig(formula="xrouter", usd_scale=3.0, max_cost_penalty=0.8)
-
-
-@register_preset("router_r1")
-def router_r1() -> RewardConfig:
-    """Router-R1 (Zhang et al., arXiv 2506.09033): hierarchical rule reward; a format error gives -1 and
-    voids the rest, else (1 - alpha) x outcome + alpha x cost reward, the cost reward being the sqrt of
-    the $ cost normalized by (rolling) percentiles and paid only when correct. alpha = 0.6 is our default."""
-    return RewardConfig(formula="router_r1", alpha_cost=0.6, format_reward=-1.0)
-
-
-def preset(name: str) -> RewardConfig:
-    """The preset called ``name``, with a clear error for unknown names."""
-    try:
-        return PRESETS[name]
-    except KeyError:
-        raise ValueError(f"unknown reward preset {name!r}; presets: {sorted(PRESETS)}") from None
-
-
-def resolve_config(config: RewardConfig | str) -> RewardConfig:
-    """Accept a config or a preset name."""
-    if isinstance(config, RewardConfig):
-        return config
-    if isinstance(config, str):
-        return preset(config)
-    raise TypeError(f"reward config must be a RewardConfig or a preset name, got {type(config).__name__}")
-
-
 @dataclass(frozen=True)
 class RewardResult:
     """The total reward and its components, each float64[N]; the components sum to ``total``."""

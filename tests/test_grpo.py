@@ -85,7 +85,7 @@ def test_killed_run_resumes_to_identical_weights(tmp_path):
 
 @pytest.mark.parametrize("method", sorted(METHODS))
 def test_every_core_estimator_trains(method):
-    cfg = make_config("default", {**TINY, "grpo.steps": "1", "grpo.advantage": method, "grpo.kl_coef": "0.1",
+    cfg = make_config("default", {**TINY, "grpo.steps": "1", "grpo.adv_method": method, "grpo.kl_coef": "0.1",
                                   "grpo.min_group_std": "0.05", "grpo.adv_clip": "3"})
     history = grpo.train(cfg, build_policy(cfg))
     row = history[0]
@@ -133,7 +133,7 @@ def test_evaluation_metrics_and_train_cli(tmp_path, capsys):
     assert 0 <= metrics["format_failure_rate"] <= 1 and metrics["calls_per_round"] >= 0
     assert "accuracy SFT" in capsys.readouterr().out
     assert main(["rescore", str(out / "trajectories.parquet"), "--grid", "c_tar=4,16"]) == 0
-    assert main(["train", "--config", "default", "--set", "grpo.lr=7", "--out", str(out)]) == 2
+    assert main(["train", "--config", "default", "--set", "grpo.learning_rate=7", "--out", str(out)]) == 2
 
 
 def test_env_reward_is_the_sweep_points_reward():

@@ -121,7 +121,7 @@ def test_config_file_and_overrides(tmp_path: Path) -> None:
     cfg.write_text("group_size: 4\nlearning_rate: 3.0e-6\nreward: toolorchestra\n")
     args = runtime.parse_config(grpo.GRPOArgs, ["--config", str(cfg), "--group_size", "2", "--resume", "false"])
     assert (args.group_size, args.learning_rate, args.reward, args.resume) == (2, 3e-6, "toolorchestra", False)
-    with pytest.raises(ValueError, match=r"GRPOArgs.clip_eps = 1.5: must be a number in \[0.0, 1.0\]"):
+    with pytest.raises(ValueError, match=r"GRPOArgs.clip_eps = 1.5: must be finite and in \[0.0, 1.0\]"):
         grpo.GRPOArgs(clip_eps=1.5)
     with pytest.raises(ValueError, match="GRPOArgs.engine = 'sglang'"):
         runtime.parse_config(grpo.GRPOArgs, ["--engine", "sglang"])

@@ -21,17 +21,17 @@ TINY = {"grpo.steps": "2", "grpo.tasks_per_step": "4", "grpo.group_size": "4", "
 def test_every_section_and_reward_field_is_addressable():
     names = config.addressable_names()
     assert names["c_tar"] == ("reward", "c_tar") and names["reward.c_tar"] == ("reward", "c_tar")
-    assert names["grpo.lr"] == ("grpo", "lr") and names["max_parallel"] == ("env", "max_parallel")
-    cfg = config.make_config("default", {"c_tar": "4", "grpo.lr": "0.01", "max_parallel": "2", "seed": "3"})
-    assert (cfg.reward.c_tar, cfg.grpo.lr, cfg.env.max_parallel, cfg.seed) == (4.0, 0.01, 2, 3)
+    assert names["grpo.learning_rate"] == ("grpo", "learning_rate") and names["max_parallel"] == ("env", "max_parallel")
+    cfg = config.make_config("default", {"c_tar": "4", "grpo.learning_rate": "0.01", "max_parallel": "2", "seed": "3"})
+    assert (cfg.reward.c_tar, cfg.grpo.learning_rate, cfg.env.max_parallel, cfg.seed) == (4.0, 0.01, 2, 3)
 
 
 @pytest.mark.parametrize("overrides, match", [
     ({"c_tar": "-1"}, "c_tar"),
-    ({"grpo.lr": "2"}, r"grpo\.lr=2\.0: allowed range \[0\.0, 1\.0\]"),
+    ({"grpo.learning_rate": "2"}, r"grpo\.learning_rate = 2\.0: must be finite and in \[0\.0, 1\.0\]"),
     ({"grpo.group_size": "1"}, r"grpo\.group_size"),
     ({"env.max_parallel": "9"}, r"env\.max_parallel"),
-    ({"grpo.advantage": "ppo"}, r"grpo\.advantage='ppo': allowed one of"),
+    ({"grpo.adv_method": "ppo"}, r"grpo\.adv_method = 'ppo': must be one of"),
     ({"grpo.steps": "x"}, r"cannot parse 'x' as int"),
     ({"nope": "1"}, "unknown option 'nope'"),
     ({"grpo.clip_eps": "0.3", "grpo.clip_eps_high": "0.2"}, "clip_eps_high"),
@@ -57,10 +57,10 @@ def test_ablation_presets_and_round_trip(tmp_path):
 
 
 def test_grid_expansion_and_keys():
-    axes = sweep.parse_grid(["c_tar=4,8", "grpo.lr=0.001,0.01"])
+    axes = sweep.parse_grid(["c_tar=4,8", "grpo.learning_rate=0.001,0.01"])
     points = sweep.expand(axes, range(2))
     assert len(points) == 8 and len({p.key for p in points}) == 8
-    assert points[0].label == "c_tar=4,grpo.lr=0.001" and points[0].config().reward.c_tar == 4.0
+    assert points[0].label == "c_tar=4,grpo.learning_rate=0.001" and points[0].config().reward.c_tar == 4.0
     for bad, match in (("c_tar", "NAME=V1"), ("c_tar=", "no values"), ("bogus=1", "unknown option")):
         with pytest.raises(ValueError, match=match):
             sweep.parse_grid([bad])

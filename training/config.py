@@ -3,8 +3,9 @@
 A ``TrainConfig`` is the reward (a core ``RewardConfig``, by preset plus overrides), the environment
 options and each trainer's hyperparameter dataclass (kept at the top of its own file, CleanRL style).
 Any field is addressable as ``section.field`` or, when unambiguous, by its plain name (``c_tar=8``,
-``grpo.lr=1e-3``, ``max_parallel=1``), so a grid axis is just a name and a list of strings. Every
-value is validated with a message naming the field and its allowed range.
+``grpo.learning_rate=1e-3``, ``max_parallel=1``), so a grid axis is just a name and a list of strings. Every
+value is declared and checked through ``parasim.config_fields``, with a message naming the field, the
+value and its allowed range.
 
 The ablation presets of the issue (``serial``, ``mono``, ``no_diversity``, ``sft_only``,
 ``rl_from_base``) are named sets of overrides on the default, so they compose with a grid.
@@ -12,18 +13,26 @@ The ablation presets of the issue (``serial``, ``mono``, ``no_diversity``, ``sft
 from __future__ import annotations
 
 import dataclasses
-import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import tomllib
-
+from parasim.config_fields import (
+    ConfigError,
+    check,
+    describe,
+    load_mapping,
+    opt,
+    spec_of,
+    table,
+    to_toml,
+    validate,
+)
+from parasim.env_options import ROUND_LIMIT
 from parasim.rewards import PRESETS, RewardConfig
 from parasim.training.evaluate import EvalConfig
 from parasim.training.expert import ExpertConfig
-from parasim.training.fields import opt, parse_value, validate_section
 from parasim.training.grpo import GRPOConfig
 from parasim.training.policy import PolicyConfig
 from parasim.training.sft import SFTConfig
@@ -35,7 +44,8 @@ class EnvConfig:
 
     pool: str = opt("paramanager", help="shipped pool name (paramanager, paramanager_mono, ...) or pool JSON path")
     suite: str = opt("paramanager", help="task suite (paramanager, math, reasoning, a benchmark, a JSONL file)")
-    max_rounds: int = opt(12, lo=1, hi=12, help="rounds before the episode ends without final_answer")
+    max_rounds: int = opt(12, lo=1, hi=ROUND_LIMIT, help="rounds before the episode ends without final_answer")
+    # 4, not the env's SLOT_LIMIT: the scripted expert (training/expert.py) sizes its per-slot arrays by MAX_PARALLEL
     max_parallel: int = opt(4, lo=1, hi=4, help="calls per round (1 = the serial ablation)")
     serial: bool = opt(False, help="calls of a round run one after another (latency sums)")
     token_budget: float = opt(0.0, lo=0.0, hi=1e9, help="calls past this trajectory length are refused (0 = none)")
@@ -48,6 +58,14 @@ SECTIONS: dict[str, type] = {
     "sft": SFTConfig,
     "grpo": GRPOConfig,
     "eval": EvalConfig,
+}
+
+# Settings renamed so that both trainers use one name (the LLM trainer's); the old names are errors for a release.
+RENAMED: dict[str, str] = {
+    "grpo.lr": "grpo.learning_rate", "sft.lr": "sft.learning_rate", "lr": "grpo.learning_rate or sft.learning_rate",
+    "grpo.advantage": "grpo.adv_method", "advantage": "adv_method",
+    "grpo.ent_coef": "grpo.entropy_coef", "ent_coef": "entropy_coef",
+    "grpo.update_epochs": "grpo.ppo_epochs", "update_epochs": "ppo_epochs",
 }
 
 
@@ -66,13 +84,11 @@ class TrainConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
 
     def validate(self) -> TrainConfig:
-        """Check every section; raises ``ValueError`` naming the field and its allowed range."""
-        if not isinstance(self.seed, int) or isinstance(self.seed, bool) or not 0 <= self.seed < 2**31:
-            raise ValueError(f"seed={self.seed!r}: allowed range [0, 2**31 - 1]")
-        if self.reward_preset not in PRESETS:
-            raise ValueError(f"reward_preset={self.reward_preset!r}: allowed one of {', '.join(PRESETS)}")
+        """Check every section; raises ``ValueError`` naming the field, the value and its allowed range."""
+        for name in ("seed", "reward_preset"):
+            check(spec_of(TrainConfig, name), getattr(self, name), name)
         for name in SECTIONS:
-            validate_section(getattr(self, name), name)
+            validate(getattr(self, name), name)
         _check_cross(self)
         return self
 
@@ -85,15 +101,27 @@ class TrainConfig:
 
 
 def _check_cross(cfg: TrainConfig) -> None:
-    """Constraints across fields that a per-field range cannot express."""
+    """Constraints across fields, and names (pools, suites) that must exist before any worker starts."""
     g = cfg.grpo
     if g.clip_eps_high < g.clip_eps:
-        raise ValueError(f"grpo.clip_eps_high={g.clip_eps_high}: must be >= grpo.clip_eps={g.clip_eps}")
+        raise ConfigError(f"grpo.clip_eps_high = {g.clip_eps_high}: must be >= grpo.clip_eps = {g.clip_eps}")
     if (g.tasks_per_step * g.group_size) % g.minibatches:
-        raise ValueError(
-            f"grpo.minibatches={g.minibatches}: must divide grpo.tasks_per_step * grpo.group_size = "
-            f"{g.tasks_per_step * g.group_size}"
-        )
+        raise ConfigError(f"grpo.minibatches = {g.minibatches}: must divide grpo.tasks_per_step * grpo.group_size "
+                          f"= {g.tasks_per_step * g.group_size}")
+    from parasim.pools import pool_file, shipped_pools
+    from parasim.tasks import SUITES
+
+    try:
+        pool_file(cfg.env.pool)
+    except ValueError:
+        raise ConfigError(f"env.pool = {cfg.env.pool!r}: must be a shipped pool ({', '.join(shipped_pools())}) "
+                          "or a pool JSON file") from None
+    suites = [("env.suite", cfg.env.suite)] + [("eval.suites", s.strip()) for s in cfg.eval.suites.split(",")
+                                               if s.strip()]
+    for where, suite in suites:
+        if suite not in SUITES and not Path(suite).is_file():
+            raise ConfigError(f"{where} = {suite!r}: must be a suite or benchmark ({', '.join(sorted(SUITES))}) "
+                              "or a JSONL task file")
 
 
 def addressable_names() -> dict[str, tuple[str, str]]:
@@ -120,12 +148,14 @@ def resolve(name: str) -> tuple[str, str]:
     key = name.strip().replace("-", "_")
     if key in names:
         return names[key]
+    if key in RENAMED:
+        raise ConfigError(f"option {name!r} was renamed to {RENAMED[key]!r}")
     hits = [n for n in names if "." in n and n.split(".", 1)[1] == key]
     if len(hits) > 1:
-        raise ValueError(f"option {name!r} is ambiguous: use one of {', '.join(sorted(hits))}")
+        raise ConfigError(f"option {name!r} is ambiguous: use one of {', '.join(sorted(hits))}")
     close = sorted(n for n in names if key in n or n in key)[:8]
     hint = f" (did you mean {', '.join(close)}?)" if close else ""
-    raise ValueError(f"unknown option {name!r}{hint}; `parasim train --list-options` shows all")
+    raise ConfigError(f"unknown option {name!r}{hint}; `parasim train --list-options` shows all")
 
 
 def apply_overrides(cfg: TrainConfig, overrides: Mapping[str, Any]) -> TrainConfig:
@@ -134,22 +164,36 @@ def apply_overrides(cfg: TrainConfig, overrides: Mapping[str, Any]) -> TrainConf
     resolved.sort(key=lambda item: item[0] != ("", "reward_preset"))
     for (sec, name), raw_name, value in resolved:
         if sec == "":
-            f = next(f for f in dataclasses.fields(TrainConfig) if f.name == name)
-            value = parse_value(f, value, raw_name)
+            value = check(spec_of(TrainConfig, name), value, raw_name, text=True)
             cfg = dataclasses.replace(cfg, **{name: value})
             if name == "reward_preset":
-                if value not in PRESETS:
-                    raise ValueError(f"reward_preset={value!r}: allowed one of {', '.join(PRESETS)}")
                 cfg = dataclasses.replace(cfg, reward=PRESETS[value])
             continue
         section = getattr(cfg, sec)
-        f = next(f for f in dataclasses.fields(section) if f.name == name)
         if sec == "reward":
             section = section.replace(**{name: value})  # the core parses and range-checks its own fields
         else:
-            section = dataclasses.replace(section, **{name: parse_value(f, value, raw_name)})
+            value = check(spec_of(SECTIONS[sec], name), value, f"{sec}.{name}", text=True)
+            section = dataclasses.replace(section, **{name: value})
         cfg = dataclasses.replace(cfg, **{sec: section})
     return cfg
+
+
+def parse_sets(items: Iterable[str], flag: str = "--set") -> dict[str, str]:
+    """Repeated ``--set NAME=VALUE`` as a mapping; a malformed item or an option given twice (by any of its
+    names, ``c_tar`` and ``reward.c_tar`` alike) is an error naming it."""
+    out: dict[str, str] = {}
+    seen: dict[tuple[str, str], str] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise ConfigError(f"{flag} {item!r}: expected NAME=VALUE (e.g. c_tar=4)")
+        target = resolve(name)
+        if target in seen:
+            raise ConfigError(f"{flag}: option {name.strip()!r} is set twice ({seen[target]} and {item})")
+        seen[target] = item
+        out[name.strip()] = value
+    return out
 
 
 ABLATIONS: dict[str, dict[str, Any]] = {
@@ -165,7 +209,7 @@ ABLATIONS: dict[str, dict[str, Any]] = {
 def make_config(preset: str = "default", overrides: Mapping[str, Any] | None = None) -> TrainConfig:
     """The default config, then an ablation preset, then ``overrides``; validated."""
     if preset not in ABLATIONS:
-        raise ValueError(f"preset={preset!r}: allowed one of {', '.join(ABLATIONS)}")
+        raise ConfigError(f"preset = {preset!r}: must be one of {', '.join(ABLATIONS)}")
     cfg = apply_overrides(TrainConfig(), ABLATIONS[preset])
     return apply_overrides(cfg, overrides or {}).validate()
 
@@ -180,18 +224,16 @@ def from_dict(data: Mapping[str, Any]) -> TrainConfig:
 
 
 def load_config(spec: str) -> TrainConfig:
-    """``parasim train --config``: an ablation preset name, or a JSON / TOML file of overrides.
+    """``parasim train --config``: an ablation preset name, or a YAML / JSON / TOML file of overrides.
 
     A file holds a mapping of names to values (nested tables become ``section.field``) and may name
-    ``preset`` (an ablation) to start from.
+    ``preset`` (an ablation) to start from; what ``--print-config`` prints is such a file.
     """
     if spec in ABLATIONS:
         return make_config(spec)
-    path = Path(spec)
-    if not path.is_file():
-        raise ValueError(f"--config {spec!r}: neither a preset ({', '.join(ABLATIONS)}) nor a file")
-    text = path.read_text()
-    data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
+    if not Path(spec).suffix and not Path(spec).exists():
+        raise ConfigError(f"--config {spec!r}: neither a preset ({', '.join(ABLATIONS)}) nor a file")
+    data = load_mapping(spec, "--config")
     preset = data.pop("preset", "default")
     flat: dict[str, Any] = {}
     for key, value in data.items():
@@ -200,3 +242,23 @@ def load_config(spec: str) -> TrainConfig:
         else:
             flat[key] = value
     return make_config(preset, flat)
+
+
+def config_toml(cfg: TrainConfig, comment: str = "") -> str:
+    """``cfg`` fully resolved, as the TOML file ``load_config`` reads back to the same config."""
+    return to_toml(cfg.to_dict(), comment)
+
+
+def options_table(extra: Iterable[tuple[str, ...]] = ()) -> str:
+    """Every option once, by its shortest name (the plain name where it is unique): type, default, allowed
+    values, help."""
+    shown = {f"{sec}.{f}": name for name, (sec, f) in addressable_names().items() if "." not in name and sec}
+    rows = describe(TrainConfig, "", {"reward_preset": "reward_preset (or reward)"})[:2]
+    rows += describe(RewardConfig, "reward", shown)
+    for sec, cls in SECTIONS.items():
+        rows += describe(cls, sec, shown)
+    rows += list(extra)
+    note = ("Each option is also SECTION.NAME (reward.c_tar, grpo.steps); use it with --set NAME=VALUE, "
+            "--grid NAME=V1,V2 or a --config file.\n")
+    return note + table(rows, ("option", "type", "default", "allowed", "help"))
+

@@ -16,8 +16,8 @@ import numpy as np
 import torch
 
 from parasim.batch import TrajectoryBatch
+from parasim.config_fields import opt
 from parasim.protocol.schema import NUM_TOOLS, Tool
-from parasim.training.fields import opt
 from parasim.training.policy import ManagerPolicy
 from parasim.training.rollout import Rollout, collect, derive_seed, make_envs
 

@@ -20,14 +20,15 @@ from typing import Any
 import numpy as np
 import torch
 
+from parasim.config_fields import opt
+from parasim.env_options import ROUND_LIMIT
 from parasim.protocol.schema import MAX_PARALLEL, NUM_TOOLS, Domain, Status, Tool
 from parasim.sim import TARGET_CARRY, TARGET_QUESTION, TARGET_VERIFY
-from parasim.training.fields import opt
 from parasim.training.rollout import collect, derive_seed, make_envs
 
 EMPTY = NUM_TOOLS
 FAILED = (int(Status.EXEC_ERR), int(Status.TIMEOUT))
-PREFERENCES: dict[int, tuple[Tool, ...]] = {  # domain -> tools by how well they suit it (DESIGN.md 3)
+PREFERENCES: dict[int, tuple[Tool, ...]] = {  # domain -> tools by how well they suit it
     Domain.MATH: (Tool.CODE_REASONER, Tool.STANDARD_REASONER, Tool.ENSEMBLE_SOLVER, Tool.PYTHON),
     Domain.SCIENCE: (Tool.STANDARD_REASONER, Tool.KNOWLEDGE_SEARCHER, Tool.ENSEMBLE_SOLVER, Tool.CODE_REASONER),
     Domain.KNOWLEDGE: (Tool.KNOWLEDGE_SEARCHER, Tool.SEARCH, Tool.STANDARD_REASONER, Tool.ENSEMBLE_SOLVER),
@@ -41,7 +42,7 @@ class ExpertConfig:
 
     episodes: int = opt(2048, lo=1, hi=10_000_000, help="episodes played (before filtering to correct ones)")
     explore: float = opt(0.25, lo=0.0, hi=1.0, help="probability of a randomized choice at each decision")
-    max_rounds: int = opt(4, lo=1, hi=12, help="rounds after which the expert always stops")
+    max_rounds: int = opt(4, lo=1, hi=ROUND_LIMIT, help="rounds after which the expert always stops")
     max_tool_share: float = opt(0.3, lo=0.15, hi=1.0, help="balance: no tool above this share of kept calls")
 
 

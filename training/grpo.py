@@ -25,12 +25,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from parasim.advantages import METHODS, group_advantages
+from parasim.advantages import METHODS, SCALES, group_advantages
 from parasim.batch import TrajectoryBatch
-from parasim.training.fields import opt
+from parasim.config_fields import opt
 from parasim.training.policy import ManagerPolicy
 from parasim.training.rollout import Rollout, collect, derive_seed, make_envs
 from parasim.training.store import atomic_write_bytes
+
+ADV_STDS = ("unbiased", "biased")
+ADV_SCALES = ("default", *SCALES)  # "default": the estimator's own scale (parasim.advantages.METHODS)
 
 
 @dataclass(frozen=True)
@@ -40,17 +43,17 @@ class GRPOConfig:
     steps: int = opt(60, lo=0, hi=100_000, help="GRPO updates (0 = evaluate the SFT policy: sft_only)")
     tasks_per_step: int = opt(128, lo=1, hi=65_536, help="distinct tasks per step")
     group_size: int = opt(8, lo=2, hi=256, help="rollouts per task (G)")
-    lr: float = opt(3e-4, lo=0.0, hi=1.0, help="Adam learning rate")
-    update_epochs: int = opt(2, lo=1, hi=64, help="passes over each batch")
+    learning_rate: float = opt(3e-4, lo=0.0, hi=1.0, help="Adam learning rate")
+    ppo_epochs: int = opt(2, lo=1, hi=64, help="passes over each batch")
     minibatches: int = opt(4, lo=1, hi=4096, help="minibatches per pass (split by trajectory)")
     clip_eps: float = opt(0.2, lo=0.0, hi=1.0, help="PPO clip, lower side")
     clip_eps_high: float = opt(0.28, lo=0.0, hi=10.0, help="PPO clip, upper side (DAPO clip-higher)")
     kl_coef: float = opt(0.0, lo=0.0, hi=100.0, help="k3 KL penalty to the SFT policy (0 = off)")
-    ent_coef: float = opt(0.0, lo=0.0, hi=10.0, help="entropy bonus (entropy is logged either way)")
+    entropy_coef: float = opt(0.0, lo=0.0, hi=10.0, help="entropy bonus (entropy is logged either way)")
     max_grad_norm: float = opt(1.0, lo=0.0, hi=1e6, help="gradient clipping (0 = off)")
-    advantage: str = opt("grpo", choices=tuple(METHODS), help="core advantage estimator (parasim.advantages)")
-    adv_std: str = opt("unbiased", choices=("unbiased", "biased"), help="std estimator of grpo")
-    adv_scale: str = opt("default", choices=("default", "group", "batch", "none"), help="advantage scaling")
+    adv_method: str = opt("grpo", choices=tuple(METHODS), help="core advantage estimator (parasim.advantages)")
+    adv_std: str = opt("unbiased", choices=ADV_STDS, help="std estimator of grpo")
+    adv_scale: str = opt("default", choices=ADV_SCALES, help="advantage scaling (default: the method's own)")
     adv_clip: float = opt(0.0, lo=0.0, hi=1e6, help="clip advantages to +-adv_clip (0 = off)")
     min_group_std: float = opt(0.0, lo=0.0, hi=1e6, help="drop groups with reward std below (ToolOrchestra 0.1)")
     checkpoint_every: int = opt(10, lo=1, hi=100_000, help="checkpoint every K steps (with a checkpoint dir)")
@@ -59,7 +62,7 @@ class GRPOConfig:
 def advantages(rewards: np.ndarray, batch: TrajectoryBatch, g: GRPOConfig) -> tuple[np.ndarray, np.ndarray]:
     """The core's group-relative advantages under the config's estimator and filters."""
     return group_advantages(
-        rewards, batch.group_id, g.advantage, std=g.adv_std, role_ids=batch.role_id,
+        rewards, batch.group_id, g.adv_method, std=g.adv_std, role_ids=batch.role_id,
         scale=None if g.adv_scale == "default" else g.adv_scale,
         clip=g.adv_clip or None, min_group_std=g.min_group_std or None,
     )
@@ -72,7 +75,7 @@ def update(policy: ManagerPolicy, ref: ManagerPolicy | None, optim: torch.optim.
     n_mb = min(g.minibatches, max(1, len(lanes)))
     stats: dict[str, list[float]] = {"loss": [], "entropy": [], "kl": [], "clip_frac": [], "approx_kl": []}
     a_lane = torch.as_tensor(adv, dtype=torch.float32)
-    for _ in range(g.update_epochs):
+    for _ in range(g.ppo_epochs):
         perm = lanes[torch.randperm(len(lanes), generator=gen)]
         for mb_lanes in torch.tensor_split(perm, n_mb):
             sel = ro.decisions_of(mb_lanes)
@@ -83,7 +86,7 @@ def update(policy: ManagerPolicy, ref: ManagerPolicy | None, optim: torch.optim.
             logp, ent = policy.evaluate(x, mask, act)
             ratio = torch.exp(logp - old_logp)
             pg = -torch.minimum(ratio * a, torch.clamp(ratio, 1 - g.clip_eps, 1 + g.clip_eps_high) * a)
-            loss = pg.mean() - g.ent_coef * ent.mean()
+            loss = pg.mean() - g.entropy_coef * ent.mean()
             kl = torch.zeros(())
             if ref is not None and g.kl_coef > 0:
                 with torch.no_grad():
@@ -122,7 +125,7 @@ def train(cfg: Any, policy: ManagerPolicy, ckpt: Path | None = None,
     """
     g: GRPOConfig = cfg.grpo
     ref = copy.deepcopy(policy).requires_grad_(False) if g.kl_coef > 0 else None
-    optim = torch.optim.Adam(policy.parameters(), lr=g.lr, eps=1e-5)
+    optim = torch.optim.Adam(policy.parameters(), lr=g.learning_rate, eps=1e-5)
     start, history = 0, []
     if ckpt is not None and ckpt.exists():
         state = torch.load(ckpt, weights_only=False)

@@ -19,9 +19,14 @@ import torch
 from parasim.training import expert, grpo, sft
 from parasim.training.config import TrainConfig
 from parasim.training.evaluate import evaluate
+from parasim.training.loggers import ProgressCallback
 from parasim.training.policy import ManagerPolicy
 from parasim.training.rollout import derive_seed, env_spec
 from parasim.training.store import atomic_write_bytes, atomic_write_json
+
+
+def _quiet(phase: str, done: int, total: int) -> None:
+    """The default progress callback: report nothing."""
 
 
 def build_policy(cfg: TrainConfig) -> ManagerPolicy:
@@ -31,7 +36,8 @@ def build_policy(cfg: TrainConfig) -> ManagerPolicy:
     return ManagerPolicy(spec.obs_dim, spec.nvec, spec.obs_keys, spec.num_agent_tools, cfg.policy)
 
 
-def warm_start(cfg: TrainConfig, policy: ManagerPolicy, workdir: Path | None) -> dict[str, Any]:
+def warm_start(cfg: TrainConfig, policy: ManagerPolicy, workdir: Path | None,
+               progress: ProgressCallback = _quiet) -> dict[str, Any]:
     """Expert demonstrations and SFT, or the stored SFT weights of an interrupted run."""
     path = workdir / "sft.pt" if workdir is not None else None
     if path is not None and path.exists():
@@ -40,10 +46,14 @@ def warm_start(cfg: TrainConfig, policy: ManagerPolicy, workdir: Path | None) ->
         return state["info"]
     info: dict[str, Any] = {"sft_losses": [], "expert": {}}
     if cfg.sft.epochs > 0:
+        progress("expert", 0, 1)
         demos = expert.demonstrations(cfg)
+        progress("expert", 1, 1)
         info["expert"] = demos.stats
+        progress("sft", 0, cfg.sft.epochs)
         info["sft_losses"] = sft.train_sft(policy, demos.x, demos.mask, demos.actions, cfg.sft,
-                                           derive_seed(cfg.seed, "sft"))
+                                           derive_seed(cfg.seed, "sft"),
+                                           on_epoch=lambda e: progress("sft", e, cfg.sft.epochs))
     if path is not None:
         buf = io.BytesIO()
         torch.save({"policy": policy.state_dict(), "info": info}, buf)
@@ -61,27 +71,47 @@ def claim_workdir(wd: Path, cfg: TrainConfig) -> None:
     atomic_write_json(path, mine)
 
 
+def grpo_resume_step(workdir: Path) -> int | None:
+    """The GRPO steps an interrupted run in ``workdir`` has checkpointed (None: none yet), where a resumed run's
+    metric logs continue."""
+    path = workdir / "grpo.pt"
+    return int(torch.load(path, weights_only=False)["step"]) if path.exists() else None
+
+
 def run_pipeline(cfg: TrainConfig, workdir: str | Path | None = None,
                  log: Callable[[dict[str, Any]], None] | None = None,
-                 keep_trajectories: bool = False) -> dict[str, Any]:
+                 keep_trajectories: bool = False, progress: ProgressCallback = _quiet) -> dict[str, Any]:
     """Train and evaluate one config; returns JSON-ready metrics plus the training curve.
 
     ``sft_*`` are the evaluation metrics of the warm-started policy before GRPO (same tasks, same k as
     the final ones), so ``reward - sft_reward`` is what GRPO added; ``train_reward_start`` / ``_end``
-    are the first step's and the last five steps' mean training reward.
+    are the first step's and the last five steps' mean training reward. ``progress(phase, done, total)``
+    follows the phases (expert, sft, eval sft, grpo, eval); it never touches the run's randomness.
     """
     wd = Path(workdir) if workdir is not None else None
     if wd is not None:
         claim_workdir(wd, cfg)
     t0 = time.perf_counter()
     policy = build_policy(cfg)
-    info = warm_start(cfg, policy, wd)
+    info = warm_start(cfg, policy, wd, progress)
+    progress("eval sft", 0, 1)
     start = evaluate(policy, cfg, derive_seed(cfg.seed, "evaluate"))
+    progress("eval sft", 1, 1)
     start.pop("trajectories")
     t_sft = time.perf_counter() - t0
-    history = grpo.train(cfg, policy, wd / "grpo.pt" if wd is not None else None, log)
+
+    def step_log(row: dict[str, Any]) -> None:
+        progress("grpo", row["step"] + 1, cfg.grpo.steps)
+        if log is not None:
+            log(row)
+
+    resumed = grpo_resume_step(wd) if wd is not None else None
+    progress("grpo", resumed or 0, cfg.grpo.steps)
+    history = grpo.train(cfg, policy, wd / "grpo.pt" if wd is not None else None, step_log)
     t_grpo = time.perf_counter() - t0 - t_sft
+    progress("eval", 0, 1)
     metrics = evaluate(policy, cfg, derive_seed(cfg.seed, "evaluate"))
+    progress("eval", 1, 1)
     batch = metrics.pop("trajectories")
     curve = [h["reward"] for h in history]
     result = {

@@ -19,8 +19,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from parasim.config_fields import opt
 from parasim.protocol.schema import NUM_STATUSES
-from parasim.training.fields import opt
 
 MIN_LOGIT = -1e9
 

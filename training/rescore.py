@@ -19,7 +19,7 @@ import numpy as np
 
 from parasim.batch import TrajectoryBatch
 from parasim.protocol.schema import NUM_TOOLS
-from parasim.rewards import RewardConfig, compute_rewards_grid, preset
+from parasim.rewards import FORMULA_FIELDS, RewardConfig, compute_rewards_grid, preset
 
 FIELDS = ("outcome", "format_violations", "ended_with_final", "rounds", "tool_calls", "distinct_tools",
           "tool_counts", "tokens", "cost_units", "usd", "latency_s", "group_id", "role_id")
@@ -43,6 +43,8 @@ def read_parquet(path: str | Path) -> TrajectoryBatch:
     """Load a Parquet file of trajectories; missing optional ids default to 0, others are errors."""
     import pyarrow.parquet as pq
 
+    if not Path(path).is_file():
+        raise ValueError(f"{path}: no such file (expected a Parquet file of trajectories)")
     table = pq.read_table(path)
     n = table.num_rows
     arrays: dict[str, np.ndarray] = {}
@@ -79,7 +81,11 @@ def reward_grid(axes: Sequence[tuple[str, Sequence[str]]], base: str = "paramana
     """(label, RewardConfig) for the base preset followed by every point of the grid.
 
     Axis names are reward fields (``c_tar`` or ``reward.c_tar``) or ``preset`` / ``reward`` to switch
-    the preset; the core's ``RewardConfig.replace`` parses and range-checks each value.
+    the preset; the core's ``RewardConfig.replace`` parses and range-checks each value. Crossing presets
+    with a field applies the field only to the formulas that read it: ``--grid c_tar=4,8 --grid
+    reward=paramanager,xrouter`` scores paramanager at each c_tar and xrouter once, its label saying that
+    it does not read c_tar. A field that no formula on the grid reads is an error (the axis would change
+    nothing).
     """
     fields = {f.name for f in dataclasses.fields(RewardConfig)}
     names = []
@@ -88,12 +94,29 @@ def reward_grid(axes: Sequence[tuple[str, Sequence[str]]], base: str = "paramana
         if short not in fields and short not in ("preset", "reward"):
             raise ValueError(f"--grid {name}: not a reward option; reward fields: {', '.join(sorted(fields))}")
         names.append("preset" if short == "reward" else short)
+        if names.count(names[-1]) > 1:
+            raise ValueError(f"--grid {name}: option {names[-1]!r} appears in two axes")
+    labels = dict(zip(names, (n for n, _ in axes)))
+    points = [dict(zip(names, values)) for values in itertools.product(*(v for _, v in axes))]
+    formulas = {preset(p.get("preset", base)).formula for p in points}
+    for name in names:
+        if name != "preset" and not any(name in FORMULA_FIELDS[f] for f in formulas):
+            raise ValueError(f"--grid {labels[name]}: {name} is not read by formula {' or '.join(sorted(formulas))} "
+                             f"(it reads: {', '.join(FORMULA_FIELDS[sorted(formulas)[0]])})")
     configs = [(f"{base} (base)", preset(base))]
-    for values in itertools.product(*(v for _, v in axes)):
-        point = dict(zip(names, values))
-        cfg = preset(point.pop("preset", base))
-        cfg = cfg.replace(**point) if point else cfg
-        configs.append((",".join(f"{n}={v}" for n, v in zip(names, values)), cfg))
+    seen: set[str] = set()
+    for point in points:
+        cfg = preset(point.get("preset", base))
+        unread = [n for n in names if n != "preset" and n not in FORMULA_FIELDS[cfg.formula]]
+        used = {n: v for n, v in point.items() if n not in unread}
+        label = ",".join(f"{labels[n]}={v}" for n, v in used.items())
+        if unread:
+            label += f" ({', '.join(unread)}: not read by {cfg.formula})"
+        if label in seen:
+            continue
+        seen.add(label)
+        changes = {n: v for n, v in used.items() if n != "preset"}
+        configs.append((label, cfg.replace(**changes) if changes else cfg))
     return configs
 
 

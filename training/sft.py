@@ -6,11 +6,12 @@ or the slots after ``stop`` are not supervised, exactly as they are not reinforc
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
-from parasim.training.fields import opt
+from parasim.config_fields import opt
 from parasim.training.policy import ManagerPolicy
 
 
@@ -19,17 +20,18 @@ class SFTConfig:
     """SFT hyperparameters; ``epochs=0`` skips SFT (the ``rl_from_base`` ablation)."""
 
     epochs: int = opt(30, lo=0, hi=1000, help="passes over the expert decisions (0 = no SFT)")
-    lr: float = opt(3e-3, lo=0.0, hi=1.0, help="Adam learning rate")
+    learning_rate: float = opt(3e-3, lo=0.0, hi=1.0, help="Adam learning rate")
     batch_size: int = opt(256, lo=1, hi=1_000_000, help="decisions per minibatch")
 
 
 def train_sft(policy: ManagerPolicy, x: torch.Tensor, mask: torch.Tensor, actions: torch.Tensor,
-              cfg: SFTConfig, seed: int) -> list[float]:
-    """Fit ``policy`` to (observation, mask, expert action) decisions; returns the mean loss per epoch."""
+              cfg: SFTConfig, seed: int, on_epoch: Callable[[int], None] | None = None) -> list[float]:
+    """Fit ``policy`` to (observation, mask, expert action) decisions; returns the mean loss per epoch.
+    ``on_epoch(epochs_done)`` reports progress."""
     if cfg.epochs == 0 or len(x) == 0:
         return []
     gen = torch.Generator().manual_seed(seed)
-    optim = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
+    optim = torch.optim.Adam(policy.parameters(), lr=cfg.learning_rate)
     losses = []
     for _ in range(cfg.epochs):
         perm = torch.randperm(len(x), generator=gen)
@@ -43,4 +45,6 @@ def train_sft(policy: ManagerPolicy, x: torch.Tensor, mask: torch.Tensor, action
             total += loss.item() * len(idx)
             count += len(idx)
         losses.append(total / count)
+        if on_epoch is not None:
+            on_epoch(len(losses))
     return losses

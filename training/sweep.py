@@ -16,19 +16,15 @@ import itertools
 import json
 import time
 import traceback
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from parasim.training import procgroup, result_schema
-from parasim.training.config import (
-    ABLATIONS,
-    TrainConfig,
-    addressable_names,
-    make_config,
-    resolve,
-)
+from parasim.training.config import ABLATIONS, TrainConfig, make_config, resolve
+from parasim.training.config import options_table as config_options_table
+from parasim.training.loggers import Progress
 from parasim.training.store import ResultsStore, StoreError
 
 DEFAULT_GRID = ("c_tar=4,8,12,16",)
@@ -187,13 +183,17 @@ def run_sweep(points: Sequence[GridPoint], out: str | Path, backend: str = "loca
     else:
         raise ValueError(f"backend={backend!r}: allowed one of local, ray")
     failed = []
-    with contextlib.closing(stream), _Progress(len(points), len(points) - len(todo), enabled=progress) as advance:
+    done = len(points) - len(todo)
+    with contextlib.closing(stream), Progress(enabled=progress) as bar:
+        bar.update("sweep", done, len(points), f"{done} already done" if done else "")
         for result in stream:  # an exception here closes the stream, which kills the workers
             if "error" in result:
                 failed.append(result)
                 continue
             store.put(result)
-            advance(result)
+            done += 1
+            bar.update("sweep", done, len(points), f"{result['label']} seed {result['seed']}: "
+                                                   f"acc {result['accuracy']:.3f}")
     if failed:
         detail = "\n".join(f"--- {r['label']} seed {r['seed']}:\n{r['error']}" for r in failed)
         raise SweepError(f"{len(failed)} of {len(todo)} points failed (finished points are stored; rerun to "
@@ -201,40 +201,8 @@ def run_sweep(points: Sequence[GridPoint], out: str | Path, backend: str = "loca
     return store.results([p.key for p in points])
 
 
-class _Progress:
-    """A rich progress bar over grid points (a no-op when disabled or not a terminal-like run)."""
-
-    def __init__(self, total: int, done: int, enabled: bool) -> None:
-        self.total, self.done, self.enabled = total, done, enabled
-
-    def __enter__(self) -> Callable[[dict[str, Any]], None]:
-        if not self.enabled:
-            return lambda result: None
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-        )
-
-        self._bar = Progress(TextColumn("[bold]sweep"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                             TextColumn("{task.description}"))
-        self._bar.__enter__()
-        task = self._bar.add_task("" if not self.done else f"{self.done} already done", total=self.total,
-                                  completed=self.done)
-
-        def advance(result: dict[str, Any]) -> None:
-            desc = f"{result['label']} seed {result['seed']}: acc {result['accuracy']:.3f}"
-            self._bar.update(task, advance=1, description=desc)
-
-        return advance
-
-    def __exit__(self, *exc: object) -> None:
-        if self.enabled:
-            self._bar.__exit__(*exc)
-
-
-def option_names() -> list[str]:
-    """Every name a grid axis may use (for ``--list-options``)."""
-    return sorted(addressable_names()) + ["preset"]
+def options_table() -> str:
+    """Every option a grid axis may name, once, with type, default, allowed values and help (``--list-options``)."""
+    preset = ("preset", "str", "'default'", "one of " + ", ".join(repr(a) for a in ABLATIONS),
+              "ablation preset (a grid axis over presets: preset=default,serial)")
+    return config_options_table([preset])

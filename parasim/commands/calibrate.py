@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import argparse
 
+from parasim.commands import CommandError
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``calibrate`` parser."""
@@ -31,12 +33,12 @@ def run(args: argparse.Namespace) -> int:
     )
 
     if not 2 <= args.nodes <= 64:
-        raise SystemExit(f"--nodes: expected an integer in [2, 64], got {args.nodes}")
+        raise CommandError(f"--nodes = {args.nodes}: must be an integer in [2, 64]")
     try:
         table = read_calls(args.calls)
+        cal = calibrate(table, args.base, nodes=args.nodes)
     except (OSError, ValueError) as err:
-        raise SystemExit(f"parasim calibrate: {err}") from None
-    cal = calibrate(table, args.base, nodes=args.nodes)
+        raise CommandError(str(err)) from None
     pool, clipped = fitted_pool(cal, source=f"fit:{Path(args.calls).name}")
     Path(args.output).write_text(json.dumps(pool, indent=1) + "\n", encoding="utf-8")
     if args.report:

@@ -1,13 +1,21 @@
-"""``parasim rescore``: score stored trajectories under a grid of reward configs in one batched call."""
+"""parasim rescore: score stored trajectories under a grid of reward configs in one batched call.
+
+Crossing reward presets with a field (--grid c_tar=4,8,16 --grid reward=paramanager,xrouter) applies
+the field to the formulas that read it; a formula that does not is scored once, its row saying so.
+"""
 from __future__ import annotations
 
 import argparse
+
+from parasim.commands import CommandError
+
+OUTPUT_FORMATS = (".json", ".csv")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``rescore`` parser."""
     p = subparsers.add_parser("rescore", help="re-score Parquet trajectories under a grid of reward configs",
-                              description=__doc__)
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("trajectories", help="Parquet file, one row per trajectory (TrajectoryBatch fields)")
     p.add_argument("--grid", action="append", default=[], metavar="NAME=V1,V2,...",
                    help="a reward option axis (repeatable), e.g. c_tar=4,8,16 or reward=paramanager,xrouter")
@@ -24,17 +32,21 @@ def run(args: argparse.Namespace) -> int:
 
     from parasim.training import rescore
 
+    out = Path(args.out) if args.out else None
+    if out is not None and out.suffix.lower() not in OUTPUT_FORMATS:
+        raise CommandError(f"--out {args.out!r}: unknown output format {out.suffix or '(no suffix)'!r}; "
+                           f"writes {' or '.join(OUTPUT_FORMATS)}")
+    if args.top_k < 1:
+        raise CommandError(f"--top-k = {args.top_k}: must be an integer >= 1")
     try:
-        batch = rescore.read_parquet(args.trajectories)
         configs = rescore.reward_grid(rescore.parse_axes(args.grid), args.preset)
+        batch = rescore.read_parquet(args.trajectories)
     except (ValueError, OSError) as err:
-        print(f"parasim rescore: error: {err}")
-        return 2
+        raise CommandError(str(err)) from None
     rows = rescore.rescore(batch, configs, args.top_k)
     rescore.print_rescore(rows, len(batch.outcome))
-    if args.out:
-        out = Path(args.out)
-        if out.suffix == ".csv":
+    if out is not None:
+        if out.suffix.lower() == ".csv":
             import pandas as pd
 
             pd.DataFrame([{k: v for k, v in r.items() if k != "reward_config"} for r in rows]).to_csv(out, index=False)

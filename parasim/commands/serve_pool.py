@@ -1,7 +1,7 @@
-"""``parasim serve-pool``: one vLLM OpenAI server per pool model, until SIGINT / SIGTERM.
+"""parasim serve-pool: one vLLM OpenAI server per pool model, until SIGINT / SIGTERM.
 
-Prints the endpoint map (JSON) on stdout once every server is healthy, and writes it to ``--endpoints-out``,
-so that ``tools="real"`` runs and trainers read the same file. Progress goes to stderr. Exit code 0 after a
+Prints the endpoint map (JSON) on stdout once every server is healthy, and writes it to --endpoints-out,
+so that tools="real" runs and trainers read the same file. Progress goes to stderr. Exit code 0 after a
 clean shutdown on a signal, 1 when a server fails to start or dies while serving (the others are stopped).
 """
 from __future__ import annotations

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import argparse
 
+from parasim.commands import CommandError
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``simulate-log`` parser."""
@@ -29,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
         records = simulated_records(args.pool, args.suite, args.calls, calls_per_task=args.calls_per_task,
                                     carry_prob=args.carry_prob, with_difficulty=args.with_difficulty, seed=args.seed)
     except ValueError as err:
-        raise SystemExit(f"parasim simulate-log: {err}") from None
+        raise CommandError(str(err)) from None
     with open(args.output, "w", encoding="utf-8") as handle:
         handle.writelines(json.dumps(rec, separators=(",", ":")) + "\n" for rec in records)
     print(f"wrote {len(records)} calls to {args.output}")

@@ -1,6 +1,6 @@
 """The endpoint map: which OpenAI-compatible server answers for each pool model id.
 
-One file (YAML or JSON) maps a pool model id (the name the manager writes in ``"model"``) to a server
+One file (YAML, JSON or TOML) maps a pool model id (the name the manager writes in ``"model"``) to a server
 and its call policy. ``parasim serve-pool`` prints exactly this shape, so its output can be saved and
 read back here; users with their own servers (vLLM, SGLang, a hosted API) write it by hand::
 
@@ -19,39 +19,51 @@ read back here; users with their own servers (vLLM, SGLang, a hosted API) write 
         output_per_mtok: 0.4
     termination: {model: qwen3-30b-a3b, max_tokens: 256}   # optional; default: the first endpoint
 
-A bare mapping without the ``endpoints`` key is accepted too. Errors name the field and the allowed range.
+A bare mapping without the ``endpoints`` key is accepted too. The fields are declared once (``Endpoint``,
+``TerminationSpec``, with ``parasim.config_fields``); errors name the field, the value and the allowed range.
 """
 from __future__ import annotations
 
-import json
-import math
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+from parasim.config_fields import ConfigError, build, load_file, opt, validate
+
+T = TypeVar("T")
 
 
-class EndpointError(ValueError):
+class EndpointError(ConfigError):
     """An invalid endpoint map; the message names the field path and the allowed values."""
+
+
+_URL = r"https?://\S+"
+_NAME = r"\S(.*\S)?"
 
 
 @dataclass(frozen=True)
 class Endpoint:
     """One pool model's server and the policy its calls follow."""
 
-    model_id: str
-    base_url: str
-    model: str
-    max_concurrency: int = 8
-    timeout_s: float = 120.0
-    retries: int = 2
-    backoff_s: float = 0.5
-    max_tokens: int = 1024
-    temperature: float = 0.7
-    api_key_env: str | None = None
-    input_per_mtok: float | None = None
-    output_per_mtok: float | None = None
+    model_id: str = opt(pattern=_NAME, what="a non-empty string", help="the pool model id the manager names")
+    base_url: str = opt(pattern=_URL, what="an http(s) URL", help='the server\'s URL ("/v1" is appended when missing)')
+    model: str = opt(pattern=_NAME, what="a non-empty string", help="the name the server serves")
+    max_concurrency: int = opt(8, lo=1, hi=4096, help="calls in flight to this server, all episodes together")
+    timeout_s: float = opt(120.0, lo=0.01, hi=86400, help="per attempt")
+    retries: int = opt(2, lo=0, hi=20, help="extra attempts after a timeout / 5xx / dropped connection")
+    backoff_s: float = opt(0.5, lo=0, hi=600, help="first retry delay, doubled each retry")
+    max_tokens: int = opt(1024, lo=1, hi=1 << 20, help="completion tokens per call")
+    temperature: float = opt(0.7, lo=0, hi=10, help="sampling temperature")
+    api_key_env: str | None = opt(None, pattern=_NAME, what="a non-empty string",
+                                  help="read the API key from this environment variable")
+    input_per_mtok: float | None = opt(None, lo=0, hi=1e4, help="USD per million input tokens (default: the pool's)")
+    output_per_mtok: float | None = opt(None, lo=0, hi=1e4, help="USD per million output tokens (default: the pool's)")
+
+    def __post_init__(self) -> None:
+        _checked(validate, self, f"endpoints.{self.model_id}")
+        object.__setattr__(self, "base_url", normalize_base_url(self.base_url))
 
     @property
     def server_root(self) -> str:
@@ -74,9 +86,12 @@ class Endpoint:
 class TerminationSpec:
     """Which endpoint synthesizes the final answer, and how long it may write."""
 
-    model: str
-    max_tokens: int = 256
-    temperature: float = 0.0
+    model: str = opt(pattern=_NAME, what="a non-empty string", help="the pool model id that writes final answers")
+    max_tokens: int = opt(256, lo=1, hi=1 << 20, help="tokens of the final answer")
+    temperature: float = opt(0.0, lo=0, hi=10, help="sampling temperature of the final answer")
+
+    def __post_init__(self) -> None:
+        _checked(validate, self, "termination")
 
 
 @dataclass(frozen=True)
@@ -99,59 +114,28 @@ class EndpointMap:
                 "termination": asdict(self.termination), **self.extra}
 
 
+def _checked(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """``fn(*args, **kwargs)`` with the shared checker's errors raised as ``EndpointError``."""
+    try:
+        return fn(*args, **kwargs)
+    except EndpointError:
+        raise
+    except ConfigError as err:
+        raise EndpointError(str(err)) from None
+
+
 def normalize_base_url(url: str) -> str:
     """``http://h:p`` or ``http://h:p/v1/`` -> ``http://h:p/v1`` (the OpenAI client convention)."""
     url = url.rstrip("/")
     return url if url.endswith("/v1") else url + "/v1"
 
 
-def _number(raw: Mapping[str, Any], key: str, path: str, lo: float, hi: float, default: Any, integer: bool) -> Any:
-    value = raw.get(key, default)
-    if value is None:
-        return None
-    kind = "an integer" if integer else "a number"
-    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
-            or not lo <= value <= hi or (integer and value != int(value))):
-        raise EndpointError(f"{path}.{key}: expected {kind} in [{lo:g}, {hi:g}], got {value!r}")
-    return int(value) if integer else float(value)
-
-
-def _string(raw: Mapping[str, Any], key: str, path: str, default: str | None) -> str | None:
-    value = raw.get(key, default)
-    if value is not None and (not isinstance(value, str) or not value.strip()):
-        raise EndpointError(f"{path}.{key}: expected a non-empty string, got {value!r}")
-    return value
-
-
-_KEYS = {"base_url", "model", "max_concurrency", "timeout_s", "retries", "backoff_s", "max_tokens", "temperature",
-         "api_key_env", "input_per_mtok", "output_per_mtok"}
-
-
 def parse_endpoint(model_id: str, raw: Any) -> Endpoint:
-    """Validate one entry of the map."""
+    """Validate one entry of the map (unknown keys refused, each value checked against ``Endpoint``'s fields)."""
     path = f"endpoints.{model_id}"
     if not isinstance(raw, Mapping):
         raise EndpointError(f"{path}: expected a mapping with at least 'base_url', got {type(raw).__name__}")
-    unknown = sorted(set(raw) - _KEYS)
-    if unknown:
-        raise EndpointError(f"{path}.{unknown[0]}: unknown key; allowed: {sorted(_KEYS)}")
-    base_url = _string(raw, "base_url", path, None)
-    if base_url is None or not base_url.startswith(("http://", "https://")):
-        raise EndpointError(f"{path}.base_url: expected an http(s) URL, got {raw.get('base_url')!r}")
-    return Endpoint(
-        model_id=model_id,
-        base_url=normalize_base_url(base_url),
-        model=_string(raw, "model", path, model_id) or model_id,
-        max_concurrency=_number(raw, "max_concurrency", path, 1, 4096, 8, True),
-        timeout_s=_number(raw, "timeout_s", path, 0.01, 86400, 120.0, False),
-        retries=_number(raw, "retries", path, 0, 20, 2, True),
-        backoff_s=_number(raw, "backoff_s", path, 0, 600, 0.5, False),
-        max_tokens=_number(raw, "max_tokens", path, 1, 1 << 20, 1024, True),
-        temperature=_number(raw, "temperature", path, 0, 10, 0.7, False),
-        api_key_env=_string(raw, "api_key_env", path, None),
-        input_per_mtok=_number(raw, "input_per_mtok", path, 0, 1e4, None, False),
-        output_per_mtok=_number(raw, "output_per_mtok", path, 0, 1e4, None, False),
-    )
+    return _checked(build, Endpoint, {"model": model_id, **raw}, path, fixed={"model_id": model_id})
 
 
 def parse_endpoint_map(raw: Any, name: str = "endpoints") -> EndpointMap:
@@ -166,40 +150,16 @@ def parse_endpoint_map(raw: Any, name: str = "endpoints") -> EndpointMap:
     term_raw = raw.get("termination", {}) if "endpoints" in raw else {}
     if not isinstance(term_raw, Mapping):
         raise EndpointError(f"{name}.termination: expected a mapping, got {type(term_raw).__name__}")
-    term_model = _string(term_raw, "model", "termination", next(iter(endpoints)))
-    if term_model not in endpoints:
-        raise EndpointError(f"termination.model: expected one of {sorted(endpoints)}, got {term_model!r}")
-    termination = TerminationSpec(
-        model=term_model,
-        max_tokens=_number(term_raw, "max_tokens", "termination", 1, 1 << 20, 256, True),
-        temperature=_number(term_raw, "temperature", "termination", 0, 10, 0.0, False),
-    )
+    termination = _checked(build, TerminationSpec, {"model": next(iter(endpoints)), **term_raw}, "termination")
+    if termination.model not in endpoints:
+        raise EndpointError(f"termination.model = {termination.model!r}: must be one of {sorted(endpoints)}")
     return EndpointMap(endpoints=endpoints, termination=termination, extra=extra)
 
 
 def load_endpoint_map(source: str | Path | Mapping[str, Any] | EndpointMap) -> EndpointMap:
-    """An endpoint map from a YAML / JSON file, a parsed mapping, or an ``EndpointMap`` (returned as is)."""
+    """An endpoint map from a YAML / JSON / TOML file, a parsed mapping, or an ``EndpointMap`` (returned as is)."""
     if isinstance(source, EndpointMap):
         return source
     if isinstance(source, Mapping):
         return parse_endpoint_map(source)
-    path = Path(source)
-    return parse_endpoint_map(read_config_file(path, "endpoints"), name=str(path))
-
-
-def read_config_file(path: Path, what: str) -> Any:
-    """The parsed content of a YAML (``.yaml`` / ``.yml``) or JSON file; errors name the file and the problem."""
-    if not path.is_file():
-        raise EndpointError(f"{what}: no such file {str(path)!r}")
-    text = path.read_text(encoding="utf-8")
-    if path.suffix in (".yaml", ".yml"):
-        import yaml
-
-        try:
-            return yaml.safe_load(text)
-        except yaml.YAMLError as err:
-            raise EndpointError(f"{path}: not valid YAML ({err})") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as err:
-        raise EndpointError(f"{path}: not valid JSON (line {err.lineno}: {err.msg})") from None
+    return parse_endpoint_map(_checked(load_file, source, "endpoints"), name=str(source))

@@ -1,7 +1,8 @@
 """Start one vLLM OpenAI-compatible server per pool model, wait until each is healthy, stop them cleanly.
 
 ``parasim serve-pool --config pool_serving.yaml`` runs this and prints the endpoint map that the real
-backend reads (``parasim.real.endpoints``). The config (YAML or JSON)::
+backend reads (``parasim.real.endpoints``). The config (YAML, JSON or TOML; fields declared in ``ServeFile`` and
+``ModelEntry``)::
 
     python: .venv-vllm/bin/python      # an interpreter with vLLM installed (default: this one)
     host: 127.0.0.1
@@ -34,12 +35,46 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from parasim.real.endpoints import EndpointError, parse_endpoint, parse_endpoint_map, read_config_file
+from parasim.config_fields import ConfigError, build, load_file, opt
+from parasim.real.endpoints import EndpointError, parse_endpoint, parse_endpoint_map
 from parasim.real.vllm_client import is_ready, reloadable_server_args
 
-_MODEL_KEYS = {"id", "path", "served_name", "port", "gpus", "num_gpus", "args", "env", "reloadable", "endpoint"}
-_TOP_KEYS = {"python", "host", "base_port", "gpus", "log_dir", "startup_timeout_s", "grace_s", "env", "endpoint",
-             "termination", "models"}
+_NAME = r"\S(.*\S)?"
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    """One item of ``models:`` in the serving file (the fields are what the module docstring shows)."""
+
+    id: str = opt(pattern=_NAME, what="a non-empty string", help="the pool model id the manager names")
+    path: str = opt(pattern=_NAME, what="a non-empty string", help="the model's weights (an HF directory)")
+    served_name: str | None = opt(None, pattern=_NAME, what="a non-empty string",
+                                  help="the name the server serves (default: id)")
+    port: int | None = opt(None, lo=1, hi=65535, help="the server's port (default: base_port + index)")
+    gpus: tuple[int, ...] | None = opt(None, lo=0, hi=4095, help="GPU indices (default: num_gpus from gpus:)")
+    num_gpus: int = opt(1, lo=1, hi=64, help="GPUs taken in order from the file's gpus list")
+    args: tuple[str, ...] = opt((), help="extra vLLM command-line arguments (strings)")
+    env: dict[str, str] = opt(default_factory=dict, help="environment variables of this server")
+    reloadable: bool = opt(False, help="VLLM_SERVER_DEV_MODE=1 so that trainers can reload weights")
+    endpoint: dict[str, Any] = opt(default_factory=dict, help="call policy written to the endpoint map")
+
+
+@dataclass(frozen=True)
+class ServeFile:
+    """The serving file as written (see the module docstring); ``parse_serve_config`` derives the servers."""
+
+    models: tuple[ModelEntry, ...] = opt(help="the servers, one per pool model")
+    python: str | None = opt(None, pattern=_NAME, what="a non-empty string",
+                             help="an interpreter with vLLM installed (default: this one)")
+    host: str = opt("127.0.0.1", pattern=_NAME, what="a non-empty string", help="where every server listens")
+    base_port: int = opt(8100, lo=1, hi=65535, help="model i listens on base_port + i unless it sets port")
+    gpus: tuple[int, ...] = opt((), lo=0, hi=4095, help="GPUs handed out in order (num_gpus per model)")
+    log_dir: str = opt("runs/serve_pool", help="one log file per server")
+    startup_timeout_s: float = opt(900.0, lo=0.0, hi=1e6, lo_open=True, help="seconds until every server is ready")
+    grace_s: float = opt(30.0, lo=0.0, hi=3600.0, help="seconds between SIGTERM and SIGKILL at shutdown")
+    env: dict[str, str] = opt(default_factory=dict, help="environment variables of every server")
+    endpoint: dict[str, Any] = opt(default_factory=dict, help="call policy of every model in the endpoint map")
+    termination: dict[str, Any] = opt(default_factory=dict, help="the endpoint map's termination entry")
 
 
 @dataclass(frozen=True)
@@ -71,89 +106,53 @@ class ServePoolConfig:
     termination: dict[str, Any] = field(default_factory=dict)
 
 
-def _str_map(raw: Any, path: str) -> tuple[tuple[str, str], ...]:
-    if raw is None:
-        return ()
-    if not isinstance(raw, Mapping):
-        raise EndpointError(f"{path}: expected a mapping of variable -> value, got {type(raw).__name__}")
-    return tuple((str(k), str(v)) for k, v in raw.items())
-
-
-def _int(raw: Mapping[str, Any], key: str, path: str, lo: int, hi: int, default: int | None) -> int | None:
-    value = raw.get(key, default)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-        where = f"{path}.{key}" if path else key
-        raise EndpointError(f"{where}: expected an integer in [{lo}, {hi}], got {value!r}")
-    return value
-
-
 def parse_serve_config(raw: Any, name: str = "serve config") -> ServePoolConfig:
-    """Validate a parsed serving config; errors name the field and the allowed values."""
+    """Validate a parsed serving config; errors name the field, the value and the allowed values."""
     if not isinstance(raw, Mapping):
         raise EndpointError(f"{name}: expected a mapping, got {type(raw).__name__}")
-    unknown = sorted(set(raw) - _TOP_KEYS)
-    if unknown:
-        raise EndpointError(f"{unknown[0]}: unknown key; allowed: {sorted(_TOP_KEYS)}")
-    models_raw = raw.get("models")
-    if not isinstance(models_raw, list) or not models_raw:
+    try:
+        spec = build(ServeFile, raw)
+    except EndpointError:
+        raise
+    except ConfigError as err:
+        raise EndpointError(str(err)) from None
+    if not spec.models:
         raise EndpointError("models: expected a non-empty list of {id, path, ...}")
-    base_port = _int(raw, "base_port", "", 1, 65535, 8100)
-    free_gpus = list(raw.get("gpus") or [])
-    policy = raw.get("endpoint", {}) or {}
+    free_gpus = list(spec.gpus)
     models, ports, ids = [], set(), set()
-    for i, m in enumerate(models_raw):
+    for i, m in enumerate(spec.models):
         path = f"models[{i}]"
-        if not isinstance(m, Mapping):
-            raise EndpointError(f"{path}: expected a mapping, got {type(m).__name__}")
-        bad = sorted(set(m) - _MODEL_KEYS)
-        if bad:
-            raise EndpointError(f"{path}.{bad[0]}: unknown key; allowed: {sorted(_MODEL_KEYS)}")
-        for key in ("id", "path"):
-            if not isinstance(m.get(key), str) or not m[key].strip():
-                raise EndpointError(f"{path}.{key}: expected a non-empty string, got {m.get(key)!r}")
-        if m["id"] in ids:
-            raise EndpointError(f"{path}.id: duplicate model id {m['id']!r}")
-        ids.add(m["id"])
-        port = _int(m, "port", path, 1, 65535, base_port + i)
-        if port in ports:
-            raise EndpointError(f"{path}.port: port {port} is used by another model")
+        if m.id in ids:
+            raise EndpointError(f"{path}.id: duplicate model id {m.id!r}")
+        ids.add(m.id)
+        port = m.port if m.port is not None else spec.base_port + i
+        if port in ports or not 1 <= port <= 65535:
+            raise EndpointError(f"{path}.port = {port}: used by another model or outside [1, 65535]")
         ports.add(port)
-        gpus = m.get("gpus")
+        gpus = m.gpus
         if gpus is None and free_gpus:
-            count = _int(m, "num_gpus", path, 1, 64, 1)
-            if count > len(free_gpus):
-                raise EndpointError(f"{path}.num_gpus: {count} requested, {len(free_gpus)} left in gpus")
-            gpus, free_gpus = free_gpus[:count], free_gpus[count:]
-        if gpus is not None and (not isinstance(gpus, list) or not all(isinstance(g, int) for g in gpus)):
-            raise EndpointError(f"{path}.gpus: expected a list of GPU indices, got {gpus!r}")
-        args = m.get("args", [])
-        if not isinstance(args, list):
-            raise EndpointError(f"{path}.args: expected a list of command-line arguments, got {args!r}")
-        entry = {**policy, **(m.get("endpoint") or {}), "base_url": f"http://{raw.get('host', '127.0.0.1')}:{port}"}
-        parse_endpoint(m["id"], entry)  # the policy must be valid before anything starts
+            if m.num_gpus > len(free_gpus):
+                raise EndpointError(f"{path}.num_gpus = {m.num_gpus}: only {len(free_gpus)} left in gpus")
+            gpus, free_gpus = tuple(free_gpus[:m.num_gpus]), free_gpus[m.num_gpus:]
+        entry = {**spec.endpoint, **m.endpoint, "base_url": f"http://{spec.host}:{port}"}
+        parse_endpoint(m.id, entry)  # the policy must be valid before anything starts
         models.append(ModelServer(
-            model_id=m["id"], path=m["path"], served_name=str(m.get("served_name") or m["id"]), port=port,
-            gpus=None if gpus is None else tuple(gpus), args=tuple(str(a) for a in args),
-            env=_str_map(m.get("env"), f"{path}.env"), reloadable=bool(m.get("reloadable", False)),
+            model_id=m.id, path=m.path, served_name=m.served_name or m.id, port=port, gpus=gpus, args=m.args,
+            env=tuple(m.env.items()), reloadable=m.reloadable,
             endpoint=tuple((k, v) for k, v in entry.items() if k != "base_url")))
-    startup = raw.get("startup_timeout_s", 900.0)
-    if isinstance(startup, bool) or not isinstance(startup, (int, float)) or startup <= 0:
-        raise EndpointError(f"startup_timeout_s: expected a positive number of seconds, got {startup!r}")
-    term = raw.get("termination") or {}
-    if not isinstance(term, Mapping):
-        raise EndpointError(f"termination: expected a mapping, got {type(term).__name__}")
     return ServePoolConfig(
-        models=tuple(models), python=str(raw.get("python") or sys.executable), host=str(raw.get("host", "127.0.0.1")),
-        log_dir=str(raw.get("log_dir", "runs/serve_pool")), startup_timeout_s=float(startup),
-        grace_s=float(raw.get("grace_s", 30.0)), env=_str_map(raw.get("env"), "env"), termination=dict(term))
+        models=tuple(models), python=spec.python or sys.executable, host=spec.host, log_dir=spec.log_dir,
+        startup_timeout_s=spec.startup_timeout_s, grace_s=spec.grace_s, env=tuple(spec.env.items()),
+        termination=dict(spec.termination))
 
 
 def load_serve_config(path: str | Path) -> ServePoolConfig:
-    """Read a serving config from YAML or JSON."""
-    path = Path(path)
-    return parse_serve_config(read_config_file(path, "config"), str(path))
+    """Read a serving config from YAML, JSON or TOML."""
+    try:
+        raw = load_file(path, "config")
+    except ConfigError as err:
+        raise EndpointError(str(err)) from None
+    return parse_serve_config(raw, str(path))
 
 
 def server_command(config: ServePoolConfig, server: ModelServer) -> list[str]:

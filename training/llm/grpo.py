@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -27,82 +28,98 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from parasim.advantages import METHODS
+from parasim.config_fields import ConfigError, load_mapping, opt, validate
 from parasim.masks import LOSS_AGG_MODES
+from parasim.rewards import PRESETS
+from parasim.training.grpo import ADV_SCALES, ADV_STDS
 from parasim.training.llm import runtime
 from parasim.training.llm.data import TokenTrajectory, pad_batch, pad_rows, token_mask
 from parasim.training.llm.rollout import HFEngine, RolloutConfig, VLLMEngine, collect, rollout_summary
+from parasim.training.llm.runtime import DTYPES
+from parasim.training.loggers import parse_loggers
 
 
 @dataclass
 class GRPOArgs:
-    """GRPO of an LLM manager on ParaOrchText-v0."""
+    """GRPO of an LLM manager on ParaOrchText-v0.
 
-    model_path: str = ""  # HF directory: the SFT result, or a base model
-    ref_model_path: str = ""  # reference for the KL term (default: model_path); loaded only when kl_coef > 0
-    output_dir: str = "runs/llm_grpo"
-    seed: int = 0
+    Every setting is a flag (--learning_rate 1e-6) and a key of the --config file; flags override the file.
+    Settings shared with the small trainer (parasim train) have its names: learning_rate, ppo_epochs, entropy_coef,
+    adv_method, adv_std, adv_scale, adv_clip, min_group_std, clip_eps, clip_eps_high, kl_coef, group_size.
+    """
+
+    model_path: str = opt("", help="HF model directory: the SFT result, or a base model (required)")
+    ref_model_path: str = opt("", help="reference of the KL term (default: model_path); loaded only when "
+                                       "kl_coef > 0")
+    output_dir: str = opt("runs/llm_grpo", help="checkpoints, metrics and rollouts")
+    seed: int = opt(0, lo=0, hi=2**32 - 1, help="seeds task order, tool randomness, sampling, torch")
     # environment
-    env_id: str = "ParaOrchText-v0"
-    env_kwargs: str = '{"pool": "paramanager"}'  # JSON, passed to gym.make
-    tools: str = "sim"  # sim | real
-    endpoints: str = ""  # real tools: the endpoint map (JSON) that `parasim serve-pool` writes
-    tasks: str = ""  # real tools: JSONL of tasks with gold answers (parasim.real.tasks)
-    call_log: str = ""  # real tools: append every call to this calibration JSONL (for `parasim calibrate`)
+    env_id: str = opt("ParaOrchText-v0", help="gymnasium id of the text env")
+    env_kwargs: str = opt('{"pool": "paramanager"}', help="JSON object of keyword arguments of gym.make")
+    tools: str = opt("sim", choices=("sim", "real"), help="simulated tools or real endpoints")
+    endpoints: str = opt("", help="real tools: the endpoint map (YAML / JSON) that `parasim serve-pool` writes")
+    tasks: str = opt("", help="real tools: JSONL of tasks with gold answers (parasim.real.tasks)")
+    call_log: str = opt("", help="real tools: append every call to this calibration JSONL ({rank}: the rank)")
     # rollouts
-    engine: str = "hf"  # hf | vllm
-    vllm_url: str = "http://127.0.0.1:8000"
-    vllm_model: str = ""  # the served model name (default: model_path)
-    total_steps: int = 100
-    tasks_per_step: int = 8  # over all ranks; each task gets group_size rollouts
-    group_size: int = 8
-    max_tokens: int = 8192
-    max_turn_tokens: int = 512
-    temperature: float = 1.0
-    top_p: float = 1.0
+    engine: str = opt("hf", choices=("hf", "vllm"), help="rollout engine: HF generate in the trainer, or a vLLM "
+                                                          "server")
+    vllm_url: str = opt("http://127.0.0.1:8000", help="the vLLM server of --engine vllm")
+    vllm_model: str = opt("", help="the served model name (default: model_path)")
+    total_steps: int = opt(100, lo=0, help="optimizer steps (each: collect, score, update, sync)")
+    tasks_per_step: int = opt(8, lo=1, help="tasks per step over all ranks; each gets group_size rollouts")
+    group_size: int = opt(8, lo=1, help="rollouts per task (G)")
+    max_tokens: int = opt(8192, lo=2, help="trajectory length limit in tokens")
+    max_turn_tokens: int = opt(512, lo=1, help="tokens per manager turn")
+    temperature: float = opt(1.0, lo=1e-6, hi=100.0, help="sampling temperature")
+    top_p: float = opt(1.0, lo=1e-6, hi=1.0, help="nucleus sampling threshold")
     # rewards and advantages (parasim core)
-    reward: str = "paramanager"  # a preset name in parasim.rewards.PRESETS, or a RewardConfig JSON file
-    adv_method: str = "grpo"  # grpo | dr_grpo | rloo | per_role
-    adv_std: str = "unbiased"
-    adv_scale: str = ""  # group | batch | none; empty: the method's default
-    adv_clip: float = 0.0  # 0: no clipping
-    min_group_std: float = 0.0  # ToolOrchestra's filter (0.1 there): drop groups whose reward std is below
-    loss_agg: str = "token-mean"  # parasim.masks.LOSS_AGG_MODES: token-mean, seq-mean-token-mean, ...
-    mask_truncated: bool = False
+    reward: str = opt("paramanager", help="a preset of parasim.rewards.PRESETS, or a RewardConfig file "
+                                          "(YAML / JSON / TOML)")
+    adv_method: str = opt("grpo", choices=tuple(METHODS), help="core advantage estimator (parasim.advantages)")
+    adv_std: str = opt("unbiased", choices=ADV_STDS, help="std estimator of grpo")
+    adv_scale: str = opt("default", choices=ADV_SCALES, help="advantage scaling (default: the method's own)")
+    adv_clip: float = opt(0.0, lo=0.0, help="clip advantages to +-adv_clip (0: off)")
+    min_group_std: float = opt(0.0, lo=0.0, help="drop groups whose reward std is below (ToolOrchestra: 0.1)")
+    loss_agg: str = opt("token-mean", choices=LOSS_AGG_MODES, help="loss normalization (parasim.masks)")
+    mask_truncated: bool = opt(False, help="drop the loss of cut trajectories entirely")
     # update
-    ppo_epochs: int = 1
-    old_logprobs: str = "sampler"  # sampler: the rollout engine's logprobs; recompute: the trainer's, before the update
-    minibatch_size: int = 64  # trajectories per optimizer step, over all ranks
-    micro_batch_size: int = 4  # trajectories per forward on one rank
-    learning_rate: float = 1e-6
-    weight_decay: float = 0.0
-    warmup_steps: int = 0
-    max_grad_norm: float = 1.0
-    clip_eps: float = 0.2
-    clip_eps_high: float = 0.28
-    kl_coef: float = 0.0
-    entropy_coef: float = 0.0
-    compute_dtype: str = "bfloat16"
-    gradient_checkpointing: bool = False
+    ppo_epochs: int = opt(1, lo=1, help="passes over each batch")
+    old_logprobs: str = opt("sampler", choices=("sampler", "recompute"),
+                            help="behaviour logprobs: the rollout engine's, or the trainer's before the update")
+    minibatch_size: int = opt(64, lo=1, help="trajectories per optimizer step, over all ranks")
+    micro_batch_size: int = opt(4, lo=1, help="trajectories per forward on one rank")
+    learning_rate: float = opt(1e-6, lo=0.0, hi=1.0, help="AdamW learning rate (after warmup)")
+    weight_decay: float = opt(0.0, lo=0.0, hi=1.0, help="AdamW weight decay")
+    warmup_steps: int = opt(0, lo=0, help="linear learning-rate warmup steps")
+    max_grad_norm: float = opt(1.0, lo=1e-12, help="gradient clipping norm")
+    clip_eps: float = opt(0.2, lo=0.0, hi=1.0, help="PPO clip, lower side")
+    clip_eps_high: float = opt(0.28, lo=0.0, help="PPO clip, upper side (DAPO clip-higher)")
+    kl_coef: float = opt(0.0, lo=0.0, help="k3 KL penalty to the reference (0: off, no reference loaded)")
+    entropy_coef: float = opt(0.0, lo=0.0, help="entropy bonus (entropy is logged either way)")
+    compute_dtype: str = opt("bfloat16", choices=DTYPES, help="compute dtype on GPUs; CPU runs stay fp32")
+    gradient_checkpointing: bool = opt(False, help="recompute activations in backward (less memory)")
     # bookkeeping
-    save_every: int = 10  # steps; the last step always saves; 0: never (benchmarks)
-    keep_checkpoints: int = 2
-    resume: bool = True
-    dump_rollouts: bool = False  # append every trajectory (ids, spans, logprobs, record) to rollouts[_rankR].jsonl
+    save_every: int = opt(10, lo=0, help="checkpoint every K steps; the last step always saves; 0: never")
+    keep_checkpoints: int = opt(2, lo=1, help="checkpoints kept")
+    resume: bool = opt(True, help="continue from output_dir/checkpoints/latest when present")
+    dump_rollouts: bool = opt(False, help="append every trajectory (ids, spans, logprobs, record) to "
+                                          "rollouts[_rankR].jsonl")
+    loggers: str = opt("jsonl", help="metric loggers, comma-separated: jsonl (grpo_metrics.jsonl), tensorboard, "
+                                     "wandb (offline)")
 
     def __post_init__(self) -> None:
-        big = float(2**62)
-        runtime.check_fields(self, {
-            "total_steps": (0, big), "tasks_per_step": (1, big), "group_size": (1, big), "max_tokens": (2, big),
-            "max_turn_tokens": (1, big), "ppo_epochs": (1, big), "minibatch_size": (1, big),
-            "micro_batch_size": (1, big), "temperature": (1e-6, 100.0), "top_p": (1e-6, 1.0),
-            "learning_rate": (0.0, 1.0), "weight_decay": (0.0, 1.0), "warmup_steps": (0, big),
-            "max_grad_norm": (1e-12, big), "clip_eps": (0.0, 1.0), "clip_eps_high": (0.0, big),
-            "kl_coef": (0.0, big), "entropy_coef": (0.0, big), "adv_clip": (0.0, big), "min_group_std": (0.0, big),
-            "save_every": (0, big), "keep_checkpoints": (1, big)},
-            {"engine": ("hf", "vllm"), "tools": ("sim", "real"), "adv_method": ("grpo", "dr_grpo", "rloo", "per_role"),
-             "adv_std": ("unbiased", "biased"), "adv_scale": ("", "group", "batch", "none"),
-             "loss_agg": LOSS_AGG_MODES, "old_logprobs": ("sampler", "recompute"),
-             "compute_dtype": ("bfloat16", "float16", "float32")})
+        validate(self)
+        parse_loggers(self.loggers)
+        try:
+            kwargs = json.loads(self.env_kwargs) if self.env_kwargs else {}
+        except json.JSONDecodeError as err:
+            raise ConfigError(f"GRPOArgs.env_kwargs = {self.env_kwargs!r}: not valid JSON ({err.msg})") from None
+        if not isinstance(kwargs, dict):
+            raise ConfigError(f"GRPOArgs.env_kwargs = {self.env_kwargs!r}: must be a JSON object")
+        if self.reward not in PRESETS and not Path(self.reward).is_file():
+            raise ConfigError(f"GRPOArgs.reward = {self.reward!r}: must be a preset ({', '.join(PRESETS)}) or a "
+                              "RewardConfig file")
 
 
 def ppo_token_loss(new_lp: torch.Tensor, old_lp: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor,
@@ -155,7 +172,8 @@ def score(records: Sequence[dict[str, Any]], args: GRPOArgs) -> tuple[np.ndarray
     reward_cfg = _reward_config(args.reward)
     result = compute_rewards(batch, reward_cfg)
     adv, keep = group_advantages(
-        result.total, batch.group_id, args.adv_method, std=args.adv_std, scale=args.adv_scale or None,
+        result.total, batch.group_id, args.adv_method, std=args.adv_std,
+        scale=None if args.adv_scale == "default" else args.adv_scale,
         clip=args.adv_clip or None, role_ids=batch.role_id, min_group_std=args.min_group_std or None)
     log = {"reward_mean": float(result.total.mean()), "reward_std": float(result.total.std()),
            "kept_frac": float(np.mean(keep))}
@@ -171,14 +189,11 @@ def score(records: Sequence[dict[str, Any]], args: GRPOArgs) -> tuple[np.ndarray
 
 
 def _reward_config(spec: str) -> Any:
-    path = Path(spec)
-    if path.suffix == ".json" and path.exists():
-        from parasim import RewardConfig
-
-        return RewardConfig.from_dict(json.loads(path.read_text()))
+    """The ``--reward`` preset, or the RewardConfig file (validated by ``RewardConfig.from_dict``)."""
+    from parasim import RewardConfig
     from parasim.rewards import preset
 
-    return preset(spec)
+    return preset(spec) if spec in PRESETS else RewardConfig.from_dict(load_mapping(spec, "reward"))
 
 
 def make_engine(args: GRPOArgs, policy: runtime.TokenLogprobs, model_dir: Path, tokenizer: Any,
@@ -203,6 +218,8 @@ def main(args: GRPOArgs) -> Path:
     import parasim  # noqa: F401  (registers the environments)
     from parasim import broadcast_to_tokens, loss_normalizers
 
+    if args.kl_coef > 0 and args.ref_model_path:
+        runtime.check_model_dir(args.ref_model_path, "ref_model_path")
     info = runtime.init_distributed()
     if args.tasks_per_step % info.world_size or args.minibatch_size % info.world_size:
         raise ValueError(f"tasks_per_step={args.tasks_per_step} and minibatch_size={args.minibatch_size} must be "
@@ -226,7 +243,8 @@ def main(args: GRPOArgs) -> Path:
     local_tasks = args.tasks_per_step // info.world_size
     envs = make_envs(args, local_tasks * args.group_size, info)
     rollout_cfg = RolloutConfig(args.max_tokens, args.max_turn_tokens, args.temperature, args.top_p)
-    logger = runtime.JsonlLogger(out / "grpo_metrics.jsonl", info)
+    logger = runtime.StepLog(out, "grpo_metrics", args.loggers, info, resume_step=start if ckpt else None,
+                             config=asdict(args))
 
     for step in range(start, args.total_steps):
         t0 = time.perf_counter()
@@ -306,6 +324,7 @@ def main(args: GRPOArgs) -> Path:
         if args.save_every > 0 and ((step + 1) % args.save_every == 0 or step + 1 == args.total_steps):
             runtime.save_checkpoint(ckpt_root, step + 1, policy, optimizer, info, {"args": asdict(args)},
                                     tokenizer, keep=args.keep_checkpoints)
+    logger.close()
     final = runtime.latest_checkpoint(ckpt_root)
     runtime.barrier(info)
     return final / "model" if final else model_dir
@@ -407,4 +426,4 @@ def _all_gather(info: runtime.DistInfo, items: list[Any]) -> list[Any]:
 
 
 if __name__ == "__main__":
-    main(runtime.parse_config(GRPOArgs))
+    sys.exit(runtime.cli(GRPOArgs, main, "python -m parasim.training.llm.grpo"))

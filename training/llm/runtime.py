@@ -4,15 +4,14 @@ Kept out of ``sft.py`` / ``grpo.py`` so that those read as the algorithm only. N
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
+import inspect
 import json
 import os
 import random
 import shutil
 import sys
-import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -22,78 +21,64 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from parasim import config_fields
+from parasim.config_fields import ConfigError
+
 T = TypeVar("T")
+DTYPES = ("bfloat16", "float16", "float32")  # compute dtypes of the trainers on GPUs
 
 
 # ----------------------------------------------------------------------------------------------- config
-def parse_config(cls: type[T], argv: Sequence[str] | None = None) -> T:
-    """Build the dataclass ``cls`` from defaults, then ``--config FILE`` (YAML or JSON), then ``--field value`` flags.
-
-    Every field is a flag (``--learning_rate 1e-6``); later sources win. Unknown keys in the file are an error that
-    names the key, so a typo never silently trains with a default.
-    """
-    parser = argparse.ArgumentParser(description=(cls.__doc__ or "").splitlines()[0])
-    parser.add_argument("--config", default=None, help="YAML or JSON file of field values")
-    for f in dataclasses.fields(cls):
-        parser.add_argument(f"--{f.name}", default=None, help=f"(default: {f.default!r})")
-    ns = parser.parse_args(argv)
-    values: dict[str, Any] = {}
-    if ns.config:
-        values.update(load_config_file(ns.config, cls))
-    for f in dataclasses.fields(cls):
-        raw = getattr(ns, f.name)
-        if raw is not None:
-            values[f.name] = _coerce(f, raw)
-    return cls(**values)
+def parse_config(cls: type[T], argv: Sequence[str] | None = None, prog: str | None = None) -> T:
+    """Build the dataclass ``cls`` from defaults, then ``--config FILE`` (YAML, JSON or TOML), then ``--field value``
+    flags (``parasim.config_fields``: every field is a flag with its help, type, range and default; unknown keys
+    and abbreviated flags are errors, so a typo never silently trains with a default)."""
+    return config_fields.parse_args(cls, argv, prog or _prog(cls), _description(cls))[0]
 
 
-def check_fields(obj: Any, ranges: dict[str, tuple[float, float]], choices: dict[str, Sequence[str]]) -> None:
-    """Validate a hyperparameter dataclass once, at construction: numbers within [lo, hi], strings among choices;
-    the error names the field, its value and what is allowed."""
-    name = type(obj).__name__
-    for field_name, (lo, hi) in ranges.items():
-        value = getattr(obj, field_name)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not lo <= value <= hi:
-            raise ValueError(f"{name}.{field_name} = {value!r}: must be a number in [{lo}, {hi}]")
-    for field_name, allowed in choices.items():
-        value = getattr(obj, field_name)
-        if value not in allowed:
-            raise ValueError(f"{name}.{field_name} = {value!r}: must be one of {list(allowed)}")
+def cli(cls: type[T], main: Callable[[T], Any], prog: str, argv: Sequence[str] | None = None) -> int:
+    """A trainer's command line: parse, ``--print-config`` or run ``main``; a bad flag, value, file or path is one
+    line on stderr and exit code 2 (argparse's own errors too), a failed run a traceback and exit code 1."""
+    try:
+        args, ns = config_fields.parse_args(cls, argv, prog, _description(cls))
+        if ns.print_config:
+            print(config_fields.to_toml(dataclasses.asdict(args)), end="")
+            return 0
+        main(args)
+    except ConfigError as err:
+        print(f"{prog}: error: {err}", file=sys.stderr, flush=True)
+        return 2
+    return 0
 
 
-def load_config_file(path: str | Path, cls: type) -> dict[str, Any]:
-    """Read a YAML/JSON mapping and check its keys against ``cls``'s fields."""
-    text = Path(path).read_text()
-    if str(path).endswith((".yaml", ".yml")):
-        import yaml
-
-        data = yaml.safe_load(text) or {}
-    else:
-        data = json.loads(text)
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a mapping of field names to values, got {type(data).__name__}")
-    known = {f.name: f for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - set(known))
-    if unknown:
-        raise ValueError(f"{path}: unknown field(s) {unknown}; allowed: {sorted(known)}")
-    return {k: _coerce(known[k], v) if isinstance(v, str) else v for k, v in data.items()}
+def _prog(cls: type) -> str:
+    return f"python -m {cls.__module__}"
 
 
-def _coerce(f: dataclasses.Field, raw: str) -> Any:
-    default = f.default if f.default is not dataclasses.MISSING else None
-    if isinstance(default, bool):
-        if raw.lower() in ("1", "true", "yes", "on"):
-            return True
-        if raw.lower() in ("0", "false", "no", "off"):
-            return False
-        raise ValueError(f"--{f.name}: expected true/false, got {raw!r}")
-    if isinstance(default, int):
-        return int(raw)
-    if isinstance(default, float):
-        return float(raw)
-    if raw.lower() == "none":
-        return None
-    return raw
+def _description(cls: type) -> str:
+    return inspect.cleandoc(cls.__doc__ or "")
+
+
+def check_model_dir(path: str, name: str = "model_path") -> Path:
+    """``path`` as an existing HF model directory, or a ``ConfigError`` saying what is missing: a run must not
+    end in a tokenizer's or the Hub's message about a path that was never there."""
+    if not path:
+        raise ConfigError(f"{name}: required (an HF model directory: a base model, or a checkpoint's model/)")
+    p = Path(path)
+    if not p.is_dir():
+        raise ConfigError(f"{name} = {path!r}: no such directory")
+    if not (p / "config.json").is_file():
+        raise ConfigError(f"{name} = {path!r}: not an HF model directory (no config.json)")
+    return p
+
+
+def check_file(path: str, name: str, what: str) -> Path:
+    """``path`` as an existing file, or a ``ConfigError`` naming the setting."""
+    if not path:
+        raise ConfigError(f"{name}: required ({what})")
+    if not Path(path).is_file():
+        raise ConfigError(f"{name} = {path!r}: no such file ({what})")
+    return Path(path)
 
 
 # ------------------------------------------------------------------------------------------ distributed
@@ -299,7 +284,7 @@ def run_start(output_dir: str | Path, model_path: str | Path, resume: bool) -> R
 
     ckpt_root = Path(output_dir) / "checkpoints"
     ckpt = latest_checkpoint(ckpt_root) if resume else None
-    model_dir = ckpt / "model" if ckpt else Path(model_path)
+    model_dir = ckpt / "model" if ckpt else check_model_dir(str(model_path))
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     return RunStart(ckpt_root, ckpt, model_dir, tokenizer, pad_token_id(tokenizer))
 
@@ -374,21 +359,24 @@ def barrier(info: DistInfo) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- logging
-class JsonlLogger:
-    """One JSON object per step to ``path`` (appended, so a resumed run continues the file) and a line to stdout."""
+class StepLog:
+    """A trainer's per-step record: to the metric loggers (``parasim.training.loggers``) and one line on stdout,
+    from the main process only. A resumed run passes the checkpoint's step, so steps after it are logged once."""
 
-    def __init__(self, path: str | Path | None, info: DistInfo, echo: bool = True) -> None:
-        self.path = Path(path) if path and info.is_main else None
+    def __init__(self, out: str | Path, name: str, loggers: str, info: DistInfo, *, resume_step: int | None,
+                 config: dict[str, Any] | None = None, echo: bool = True) -> None:
+        from parasim.training.loggers import MetricLoggers, parse_loggers
+
         self.echo = echo and info.is_main
-        if self.path:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.sinks = MetricLoggers(out, name, parse_loggers(loggers), resume_step=resume_step, config=config,
+                                   enabled=info.is_main)
 
     def log(self, record: dict[str, Any]) -> None:
-        record = {"time": round(time.time(), 3), **record}
-        if self.path:
-            with self.path.open("a") as fh:
-                fh.write(json.dumps(record, default=float) + "\n")
+        self.sinks.log(record, int(record["step"]))
         if self.echo:
             brief = " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                             for k, v in record.items() if not isinstance(v, (dict, list)) and k != "time")
+                             for k, v in record.items() if not isinstance(v, (dict, list)))
             print(brief, file=sys.stdout, flush=True)
+
+    def close(self) -> None:
+        self.sinks.close()

@@ -2,7 +2,7 @@
 
 The data are trajectories (JSONL, see ``data.py``) from the simulator's scripted expert or from logged real runs,
 recoverable failures included (a failed call, then the repair): the manager should learn to repair, so those
-trajectories stay, and their tool outputs, like all environment text, carry no loss (shared/DESIGN.md 4, 5).
+trajectories stay, and their tool outputs, like all environment text, carry no loss.
 
     python -m parasim.training.llm.sft --model_path MODEL --data sft.jsonl --output_dir runs/sft
     torchrun --nproc_per_node 8 -m parasim.training.llm.sft --config sft.yaml     # FSDP2
@@ -10,6 +10,7 @@ trajectories stay, and their tool outputs, like all environment text, carry no l
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -17,43 +18,46 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from parasim.config_fields import opt, validate
 from parasim.masks import LOSS_AGG_MODES
 from parasim.training.llm import runtime
 from parasim.training.llm.data import TokenTrajectory, pad_batch, read_jsonl, token_mask
+from parasim.training.llm.runtime import DTYPES
+from parasim.training.loggers import parse_loggers
 
 
 @dataclass
 class SFTArgs:
-    """Masked SFT of an LLM manager on trajectories (JSONL)."""
+    """Masked SFT of an LLM manager on trajectories (JSONL).
 
-    model_path: str = ""  # HF directory (a base model, or a checkpoint's model/)
-    data: str = ""  # JSONL of trajectories
-    output_dir: str = "runs/llm_sft"
-    seed: int = 0
-    total_steps: int = 100
-    batch_size: int = 16  # trajectories per optimizer step, over all ranks
-    micro_batch_size: int = 4  # trajectories per forward on one rank
-    learning_rate: float = 1e-5
-    weight_decay: float = 0.0
-    warmup_steps: int = 0
-    max_grad_norm: float = 1.0
-    max_tokens: int = 16384  # longer trajectories are cut (and marked truncated)
-    loss_agg: str = "token-mean"  # token-mean | seq-mean-token-sum | seq-mean-token-mean (parasim.loss_normalizers)
-    mask_truncated: bool = False  # drop the loss of cut trajectories entirely
-    compute_dtype: str = "bfloat16"  # on GPUs; CPU runs stay fp32
-    gradient_checkpointing: bool = False
-    save_every: int = 50  # steps; the last step always saves; 0: never
-    keep_checkpoints: int = 2
-    resume: bool = True  # continue from output_dir/checkpoints/latest when present
+    Every setting is a flag (--learning_rate 1e-5) and a key of the --config file; flags override the file.
+    """
+
+    model_path: str = opt("", help="HF model directory: a base model, or a checkpoint's model/ (required)")
+    data: str = opt("", help="JSONL of trajectories (required)")
+    output_dir: str = opt("runs/llm_sft", help="checkpoints and metrics")
+    seed: int = opt(0, lo=0, hi=2**32 - 1, help="seeds the data order, torch and numpy")
+    total_steps: int = opt(100, lo=0, help="optimizer steps")
+    batch_size: int = opt(16, lo=1, help="trajectories per optimizer step, over all ranks")
+    micro_batch_size: int = opt(4, lo=1, help="trajectories per forward on one rank")
+    learning_rate: float = opt(1e-5, lo=0.0, hi=1.0, help="AdamW learning rate (after warmup)")
+    weight_decay: float = opt(0.0, lo=0.0, hi=1.0, help="AdamW weight decay")
+    warmup_steps: int = opt(0, lo=0, help="linear learning-rate warmup steps")
+    max_grad_norm: float = opt(1.0, lo=1e-12, help="gradient clipping norm")
+    max_tokens: int = opt(16384, lo=2, help="longer trajectories are cut (and marked truncated)")
+    loss_agg: str = opt("token-mean", choices=LOSS_AGG_MODES, help="loss normalization (parasim.loss_normalizers)")
+    mask_truncated: bool = opt(False, help="drop the loss of cut trajectories entirely")
+    compute_dtype: str = opt("bfloat16", choices=DTYPES, help="compute dtype on GPUs; CPU runs stay fp32")
+    gradient_checkpointing: bool = opt(False, help="recompute activations in backward (less memory)")
+    save_every: int = opt(50, lo=0, help="checkpoint every K steps; the last step always saves; 0: never")
+    keep_checkpoints: int = opt(2, lo=1, help="checkpoints kept")
+    resume: bool = opt(True, help="continue from output_dir/checkpoints/latest when present")
+    loggers: str = opt("jsonl", help="metric loggers, comma-separated: jsonl (sft_metrics.jsonl), tensorboard, "
+                                     "wandb (offline)")
 
     def __post_init__(self) -> None:
-        big = float(2**62)
-        runtime.check_fields(self, {
-            "total_steps": (0, big), "batch_size": (1, big), "micro_batch_size": (1, big),
-            "learning_rate": (0.0, 1.0), "weight_decay": (0.0, 1.0), "warmup_steps": (0, big),
-            "max_grad_norm": (1e-12, big), "max_tokens": (2, big), "save_every": (0, big),
-            "keep_checkpoints": (1, big)},
-            {"loss_agg": LOSS_AGG_MODES, "compute_dtype": ("bfloat16", "float16", "float32")})
+        validate(self)
+        parse_loggers(self.loggers)
 
 
 def batch_indices(step: int, n: int, batch_size: int, seed: int) -> np.ndarray:
@@ -85,6 +89,7 @@ def masked_nll(policy: runtime.TokenLogprobs, trajs: Sequence[TokenTrajectory], 
 
 
 def main(args: SFTArgs) -> Path:
+    runtime.check_file(args.data, "data", "a JSONL of trajectories")
     info = runtime.init_distributed()
     out = Path(args.output_dir)
     start_at = runtime.run_start(args.output_dir, args.model_path, args.resume)
@@ -100,7 +105,8 @@ def main(args: SFTArgs) -> Path:
                                  gradient_checkpointing=args.gradient_checkpointing)
     optimizer = torch.optim.AdamW(policy.parameters(), lr=args.learning_rate, weight_decay=args.weight_decay)
     start = runtime.load_training_state(ckpt, policy, optimizer, info)["step"] if ckpt else 0
-    logger = runtime.JsonlLogger(out / "sft_metrics.jsonl", info)
+    logger = runtime.StepLog(out, "sft_metrics", args.loggers, info, resume_step=start if ckpt else None,
+                             config=asdict(args))
 
     for step in range(start, args.total_steps):
         rows = batch_indices(step, len(data), args.batch_size, args.seed)[info.rank::info.world_size]
@@ -131,10 +137,11 @@ def main(args: SFTArgs) -> Path:
         if args.save_every > 0 and ((step + 1) % args.save_every == 0 or step + 1 == args.total_steps):
             runtime.save_checkpoint(ckpt_root, step + 1, policy, optimizer, info, {"args": asdict(args)},
                                     tokenizer, keep=args.keep_checkpoints)
+    logger.close()
     final = runtime.latest_checkpoint(ckpt_root)
     runtime.barrier(info)
     return final / "model" if final else model_dir
 
 
 if __name__ == "__main__":
-    main(runtime.parse_config(SFTArgs))
+    sys.exit(runtime.cli(SFTArgs, main, "python -m parasim.training.llm.sft"))
