@@ -70,7 +70,7 @@ an index into ``parasim.tasks.BENCHMARKS``); empty otherwise.
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
@@ -210,19 +210,15 @@ class ParaOrchEnv(gym.Env):
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": list(RENDER_MODES), "render_fps": RENDER_FPS}
 
-    def __new__(cls, *args: Any, tools: str = "sim", **kwargs: Any) -> Self:
-        """``tools="real"`` builds the real-tools subclass (same spaces, engine-driven episodes)."""
-        if tools == "real" and cls is ParaOrchEnv:
-            from parasim.envs.paraorch_real import ParaOrchRealEnv
-
-            return super().__new__(ParaOrchRealEnv)
-        return super().__new__(cls)
-
     def __init__(self, pool: Any = "paramanager", suite: Any = "paramanager", max_rounds: int = 12,
                  max_parallel: int = 4, serial: bool = False, reward: Any = "paramanager", tools: str = "sim",
                  token_budget: float | None = None, seed: int | None = None, render_mode: str | None = None,
                  engine: Any = None) -> None:
         self.render_mode = check_render_mode(render_mode)
+        if tools == "real":
+            raise ValueError("tools='real': ParaOrchEnv runs the compiled simulator; make the real-tools env with "
+                             "gym.make('ParaOrch-v0', tools='real', engine=...) or "
+                             "parasim.envs.paraorch_real.ParaOrchRealEnv(engine=...)")
         if engine is not None:
             raise ValueError("engine: only with tools='real'; tools='sim' runs the compiled simulator")
         self.sim = make_simulator(tools, 1, pool=pool, suite=suite, max_rounds=max_rounds, max_parallel=max_parallel,

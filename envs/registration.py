@@ -6,7 +6,24 @@ registering costs nothing until an environment is made.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import gymnasium as gym
+
+
+def make_paraorch(*, tools: str = "sim", **options: Any) -> gym.Env:
+    """ParaOrch-v0's entry point: the simulated env, or with ``tools="real"`` the real-tools env (same spaces)."""
+    if tools == "real":
+        from parasim.envs.paraorch_real import ParaOrchRealEnv
+
+        return ParaOrchRealEnv(tools="real", **options)
+    from parasim.envs.paraorch import ParaOrchEnv
+
+    return ParaOrchEnv(tools=tools, **options)
+
+
+# gym.make reads the entry point's render modes before building the env (to add its render wrappers)
+make_paraorch.metadata = {"render_modes": ["ansi", "rgb_array"], "render_fps": 4}  # type: ignore[attr-defined]
 
 
 def register_envs() -> None:
@@ -15,7 +32,7 @@ def register_envs() -> None:
         return
     gym.register(
         id="ParaOrch-v0",
-        entry_point="parasim.envs.paraorch:ParaOrchEnv",
+        entry_point="parasim.envs.registration:make_paraorch",
         vector_entry_point="parasim.envs.paraorch_vector:ParaOrchVectorEnv",
         max_episode_steps=None,
     )
