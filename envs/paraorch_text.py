@@ -12,6 +12,23 @@ trainer can tokenize it incrementally, until one of the episode limits below cut
 Characters outside the Basic Multilingual Plane and control characters are replaced by U+FFFD in the
 observation (the Text space's character set); parsing always sees the full text.
 
+Chat templates (``tokenizer=``, optionally ``chat_template=``): the rendering above is the default, Qwen3's / Hermes'
+form written by hand. Models of other families expect their own template, so with a ``tokenizer`` (a Hugging Face
+tokenizer, or a local path ``AutoTokenizer`` loads) the conversation is rendered by
+``tokenizer.apply_chat_template(messages, tools=env.tools, add_generation_prompt=True)``, the convention of
+``transformers`` (``chat_template=`` is passed on: a Jinja string or the name of one of the tokenizer's templates).
+Then the tool list is not in the system prompt (which keeps the rules and the models) but in ``env.tools``, the
+JSON schemas of ``parasim.protocol.tool_schema.tool_list``, for the template to place; and each call's result is
+its own ``{"role": "tool", "tool_call_id": "call_<id>", "name": <tool>, "content": <the JSON above>}`` message
+(``block_<n>`` ids for rejected and unreadable blocks, which have no call id), followed by one ``user`` message
+with the turn's notes (rounds left, repairs, responses not shown), so that user and assistant turns alternate
+as strict templates require. The manager's turn is its text as written (an assistant message with ``content``
+only), since that is what the model generated and the parser reads. ``render_conversation`` is the one
+rendering function for both forms; the SFT data (``parasim.training.llm.data``) render through it too. The
+observation extends the previous one for templates that render a conversation's prefix as a prefix (ChatML-like
+templates do; templates that rewrite earlier turns, e.g. by dropping reasoning, do not).
+``render_mode="ansi"``: ``render()`` returns the observation, the conversation as text (Gymnasium's ansi mode).
+
 Limits, so that no manager text and no tool output grows the observation or ``info["messages"]`` without bound
 (constructor options; each is range-checked, and the error names the option, the value and the range):
   - ``max_turn_chars`` (16,384; 1 to 65,536): a manager turn is shown cut after this many characters, with a
@@ -26,7 +43,10 @@ Limits, so that no manager text and no tool output grows the observation or ``in
     observation (the observation space's ``max_length``). Past it the oldest whole turns are dropped: the
     system prompt and the question (first user message) are always kept, then a marker message counting
     the dropped turns, then the most recent turns, so the observation never starts inside a message. The
-    question itself is cut (with the marker) only if it would not fit beside the latest turn.
+    question itself is cut (with the marker) only if it would not fit beside the latest turn. With a chat
+    template the rendered length is measured, the room for the question leaves out what the template adds
+    around the system prompt, the tool list and one turn's messages (measured at reset, where a template that
+    cannot render these roles fails), and the marker is appended to the question instead of following it.
 Per turn at most ``MAX_ERRORS_SHOWN`` unreadable blocks and as many calls beyond ``max_parallel`` get their
 own ``<tool_response>``; a line counts the others.
 
@@ -53,9 +73,14 @@ while each env's tool calls keep its own seed (GRPO groups; see ``ParaOrchEnv``)
 NumPy integers are passed on as ints. ``num_tasks`` and ``task_weights()`` give the valid indices and the
 probabilities the engine draws tasks with by itself (uniform over a real engine's task list).
 
-Info: on the terminal step ``reward_components``, ``trajectory``, ``answer``, ``correct``,
-``final_answer_text``, ``messages``, and ``task_index`` / ``benchmark`` as ParaOrch-v0 names them (the task
-played and its index in ``parasim.tasks.BENCHMARKS``; for real engines see ``paraorch_real.real_task_info``).
+Info: on reset ``task`` (the TaskView), ``messages`` and ``task_index`` / ``benchmark``; on the terminal step
+``reward_components``, ``trajectory``, ``answer``, ``correct``, ``final_answer_text``, ``messages``, and
+``task_index`` / ``benchmark`` as ParaOrch-v0 names them (the task played and its index in
+``parasim.tasks.BENCHMARKS``; for real engines see ``paraorch_real.real_task_info``).
+
+``end_episode()`` ends a running episode at once as one that never answered, for a trainer whose token limit cut
+the manager off: the termination model answers from the evidence so far, no round or format violation is added,
+``ended_with_final`` is 0, and the step tuple it returns has ``truncated`` True.
 
 Backends: ``tools="sim"`` (default) runs ``SimEpisodeEngine`` over ParaOrch-v0's simulator, so the same
 seed and the same calls give the same episode, statuses and reward as ParaOrch-v0. A call maps to one
@@ -71,8 +96,9 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import gymnasium as gym
@@ -91,7 +117,7 @@ from parasim.protocol.schema import (
     Tool,
     ToolCall,
 )
-from parasim.protocol.tool_schema import render_system_prompt
+from parasim.protocol.tool_schema import render_system_prompt, tool_list
 
 CHARSET = "\t\n\r" + "".join(map(chr, range(0x20, 0xD800))) + "".join(map(chr, range(0xE000, 0xFFFE)))
 _ALLOWED = frozenset(CHARSET)
@@ -104,6 +130,7 @@ MIN_QUESTION_CHARS = 1_024  # the least room for the question that reset() accep
 _OVERHEAD = 1_024  # ChatML wrapping, the cut marker message and the truncation markers around the latest turn
 _NOTE_RESERVE = 256  # room kept in one turn's feedback for the "more tool responses not shown" line
 _GENERATION_PROMPT = "<|im_start|>assistant\n"
+_TOOL_BLOCK = "\n\n# Tools\n"  # where render_system_prompt's tool list starts (left to the template's tools=)
 
 
 def clip(text: str, limit: int) -> str:
@@ -129,23 +156,34 @@ def _check_limit(name: str, value: Any, low: int, high: int, why: str = "") -> i
 
 @dataclass
 class _Turn:
-    """One manager turn as shown: its text, and the tool responses answering it (None after ``final_answer``)."""
+    """One manager turn as shown: its text, and the tool responses answering it (None after ``final_answer``).
+
+    ``feedback`` is the responses and notes as one user message (the default rendering, and the length that
+    ``max_feedback_chars`` bounds); ``tool_messages`` holds the same as role "tool" messages and a notes message
+    for chat templates (empty without one, and once the round's responses are elided).
+    """
 
     text: str
     feedback: str | None
     round: int
     elided: bool = False
+    tool_messages: list[dict[str, str]] = field(default_factory=list)
 
     @property
     def chars(self) -> int:
-        """Its rendered length (the assistant message and the feedback message)."""
+        """Its length in the default rendering (the assistant message and the feedback message)."""
         own = _message_chars("assistant", self.text)
         return own if self.feedback is None else own + _message_chars("user", self.feedback)
 
-    def messages(self) -> list[dict[str, str]]:
-        """Its chat messages, as ``info["messages"]`` holds them."""
+    def messages(self, tool_role: bool = False) -> list[dict[str, str]]:
+        """Its chat messages, as ``info["messages"]`` holds them: the feedback as role "tool" messages when
+        ``tool_role`` (chat templates) and the round is not elided, else as one user message."""
         out = [{"role": "assistant", "content": self.text}]
-        return out if self.feedback is None else out + [{"role": "user", "content": self.feedback}]
+        if self.feedback is None:
+            return out
+        if tool_role and self.tool_messages:
+            return out + self.tool_messages
+        return out + [{"role": "user", "content": self.feedback}]
 
 
 class ChatText(spaces.Text):
@@ -162,10 +200,57 @@ def to_charset(text: str) -> str:
     return "".join(c if c in _ALLOWED else "\ufffd" for c in text)
 
 
-def render_chatml(messages: Sequence[dict[str, str]]) -> str:
-    """Messages in Qwen3's ChatML form, ending with the assistant generation prompt."""
+def render_chatml(messages: Sequence[dict[str, str]], add_generation_prompt: bool = True) -> str:
+    """Messages in Qwen3's ChatML form, ending with the assistant generation prompt (unless told not to)."""
     body = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages)
-    return body + "<|im_start|>assistant\n"
+    return body + _GENERATION_PROMPT if add_generation_prompt else body
+
+
+def render_conversation(messages: Sequence[dict[str, Any]], tokenizer: Any = None,
+                        tools: Sequence[dict[str, Any]] | None = None, chat_template: str | None = None,
+                        add_generation_prompt: bool = True) -> str:
+    """The conversation as the model reads it: ``render_chatml`` without a tokenizer (the Hermes / Qwen3 default,
+    whose system prompt already lists the tools), else the tokenizer's chat template (``chat_template`` if given)
+    with ``tools`` as JSON schemas. The text env and the SFT data render through this one function, so what a
+    model is fine-tuned on and what it later reads cannot differ in form."""
+    if tokenizer is None:
+        if chat_template is not None or tools:
+            raise ValueError("chat_template / tools: the default (Hermes) rendering has the tool list in the system "
+                             "prompt and no template; pass tokenizer= to render through a chat template")
+        return render_chatml(messages, add_generation_prompt)
+    if not messages:
+        return ""
+    try:
+        return tokenizer.apply_chat_template(list(messages), tools=list(tools) if tools else None,
+                                             chat_template=chat_template, tokenize=False,
+                                             add_generation_prompt=add_generation_prompt)
+    except Exception as err:  # a template's own raise_exception() or a missing template
+        raise ValueError(f"chat_template: {type(tokenizer).__name__}.apply_chat_template failed on messages with "
+                         f"roles {sorted({m.get('role') for m in messages})}: {err}") from err
+
+
+def load_tokenizer(tokenizer: Any, chat_template: str | None) -> Any:
+    """``tokenizer`` as an object with ``apply_chat_template`` (a str or path is loaded with ``AutoTokenizer``),
+    checked to have a template to render with; None stays None (the default rendering)."""
+    if chat_template is not None and not isinstance(chat_template, str):
+        raise TypeError(f"chat_template: expected None or a str (a Jinja template or a template name), got "
+                        f"{type(chat_template).__name__}")
+    if tokenizer is None:
+        if chat_template is not None:
+            raise ValueError(f"chat_template: needs tokenizer= (the template renders through the tokenizer's "
+                             f"apply_chat_template), got chat_template={chat_template[:80]!r} and tokenizer=None")
+        return None
+    if isinstance(tokenizer, (str, os.PathLike)):
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer)
+    if not callable(getattr(tokenizer, "apply_chat_template", None)):
+        raise TypeError(f"tokenizer: expected None, a path, or a tokenizer with apply_chat_template, got "
+                        f"{type(tokenizer).__name__}")
+    if chat_template is None and not getattr(tokenizer, "chat_template", None):
+        raise ValueError(f"tokenizer: {type(tokenizer).__name__} has no chat_template; pass chat_template= (a Jinja "
+                         "string) or leave tokenizer=None for the default Hermes rendering")
+    return tokenizer
 
 
 def describe_models(pool: Any) -> dict[str, str]:
@@ -216,9 +301,11 @@ class ParaOrchTextEnv(gym.Env[str, str]):
                  tools: str = "sim", engine: EpisodeEngine | None = None, token_budget: float | None = None,
                  seed: int | None = None, max_turn_chars: int = 16_384, max_result_chars: int = 4_096,
                  max_feedback_chars: int = 262_144, max_obs_chars: int = OBS_MAX_CHARS,
-                 render_mode: str | None = None) -> None:
+                 render_mode: str | None = None, tokenizer: Any = None, chat_template: str | None = None) -> None:
         if render_mode not in (None, "ansi"):
             raise ValueError(f"render_mode: expected None or 'ansi', got {render_mode!r}")
+        self.tokenizer = load_tokenizer(tokenizer, chat_template)
+        self.chat_template = chat_template
         self.max_turn_chars = _check_limit("max_turn_chars", max_turn_chars, 1, ACTION_MAX_CHARS)
         self.max_result_chars = _check_limit("max_result_chars", max_result_chars, 64, ACTION_MAX_CHARS)
         self.max_feedback_chars = _check_limit(
@@ -254,6 +341,7 @@ class ParaOrchTextEnv(gym.Env[str, str]):
         self._descriptions = describe_models(pool) if pool is not None else {}
         self.model_names: tuple[str, ...] = ()
         self.system_prompt = ""
+        self.tools: list[dict[str, Any]] | None = None  # the tool schemas a chat template renders (None: default)
         self._build_prompt()
         self.observation_space = ChatText(self.max_obs_chars, min_length=0, charset=CHARSET)
         self.action_space = ChatText(ACTION_MAX_CHARS, min_length=0, charset=CHARSET)
@@ -263,6 +351,7 @@ class ParaOrchTextEnv(gym.Env[str, str]):
         self._dropped = 0
         self._feedback_chars = 0
         self._seed_next = seed
+        self._rendered = ""
         self._task: TaskView | None = None
         self._rounds = 0
         self._violations = 0
@@ -279,8 +368,12 @@ class ParaOrchTextEnv(gym.Env[str, str]):
         if not self.model_names:
             self._build_prompt()
         self._head = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
-        room = self.max_obs_chars - self.max_turn_chars - self.max_feedback_chars - _OVERHEAD - sum(
-            _message_chars(m["role"], m["content"]) for m in self._head)
+        if self.tokenizer is None:
+            fixed = sum(_message_chars(m["role"], m["content"]) for m in self._head)
+        else:
+            head = [*self._head, {"role": "user", "content": ""}]
+            fixed = len(self._render(head)) + self._template_overhead(head)
+        room = self.max_obs_chars - self.max_turn_chars - self.max_feedback_chars - _OVERHEAD - fixed
         if room < MIN_QUESTION_CHARS:
             raise ValueError(
                 f"max_obs_chars: {self.max_obs_chars} leaves {room} characters for the question beside the system "
@@ -291,9 +384,10 @@ class ParaOrchTextEnv(gym.Env[str, str]):
         self._head.append({"role": "user", "content": to_charset(clip(self._question(task), room))})
         self._turns, self._dropped, self._feedback_chars = [], 0, 0
         self.messages = list(self._head)
+        self._rendered = self._render(self.messages)
         self._rounds = self._violations = self._manager_chars = self._next_id = 0
         self._done = False
-        return self._observation(), {"task": task, "messages": list(self.messages)}
+        return self._observation(), {"task": task, "messages": list(self.messages), **self._task_info()}
 
     @property
     def num_tasks(self) -> int | None:
@@ -324,11 +418,30 @@ class ParaOrchTextEnv(gym.Env[str, str]):
         return real_task_info(self.engine, self._task)
 
     def _build_prompt(self) -> None:
-        """System prompt from the engine's model ids (a real-tools engine may know them only after reset)."""
+        """System prompt from the engine's model ids (a real-tools engine may know them only after reset); with a
+        chat template the tool list goes to ``self.tools`` instead, for the template to render."""
         self.model_names = tuple(getattr(self.engine, "model_names", ()))
         models = {m: self._descriptions.get(m, "") for m in self.model_names}
         self.system_prompt = render_system_prompt(models, max_parallel=self.max_parallel,
                                                   max_rounds=self.max_rounds) if models else ""
+        if self.tokenizer is not None and models:
+            cut = self.system_prompt.find(_TOOL_BLOCK)
+            if cut < 0:
+                raise RuntimeError("render_system_prompt no longer has a '# Tools' section to leave to the template")
+            self.system_prompt = self.system_prompt[:cut]
+            self.tools = tool_list(list(models))
+
+    def _render(self, messages: Sequence[dict[str, Any]]) -> str:
+        """``messages`` as the observation shows them (``render_conversation`` with this env's template)."""
+        return render_conversation(messages, self.tokenizer, self.tools, self.chat_template)
+
+    def _template_overhead(self, head: list[dict[str, str]]) -> int:
+        """What the chat template writes around one turn's messages beyond their contents: a turn with as many
+        tool messages as a turn can show, all contents empty, rendered after ``head``."""
+        probe = [{"role": "tool", "tool_call_id": f"block_{10**9}", "name": "knowledge_searcher", "content": ""}
+                 for _ in range(self.max_parallel + 2 * MAX_ERRORS_SHOWN)]
+        turn = [{"role": "assistant", "content": ""}, *probe, {"role": "user", "content": ""}]
+        return len(self._render(head + turn)) - len(self._render(head))
 
     @staticmethod
     def _question(task: TaskView) -> str:
@@ -358,7 +471,8 @@ class ParaOrchTextEnv(gym.Env[str, str]):
         bad = (not run or bool(parsed.errors) or bool(extra)
                or any(r.status in PROTOCOL_FAILURES for r in results))
         self._violations += int(bad)
-        self._add_turn(_Turn(shown, self._feedback(parsed, run, results, extra, first_id), self._rounds))
+        feedback, tool_messages = self._feedback(parsed, run, results, extra, first_id)
+        self._add_turn(_Turn(shown, feedback, self._rounds, tool_messages=tool_messages))
         if self._rounds >= self.max_rounds:
             return self._terminate(parsed, None)
         return self._observation(), 0.0, False, False, {"parsed": parsed, "results": results}
@@ -369,9 +483,10 @@ class ParaOrchTextEnv(gym.Env[str, str]):
         return to_charset(clip(text, self.max_result_chars))
 
     def _feedback(self, parsed: ParsedRound, run: list[ToolCall], results: list[CallResult], extra: list[ToolCall],
-                  first_id: int) -> str:
+                  first_id: int) -> tuple[str, list[dict[str, str]]]:
         """The turn's ``<tool_response>`` blocks in the order the manager wrote them, then notes; at most
-        ``max_feedback_chars`` characters (results of run calls have priority over rejected or unreadable ones)."""
+        ``max_feedback_chars`` characters (results of run calls have priority over rejected or unreadable ones).
+        With a chat template also the same as role "tool" messages and a notes message (else an empty list)."""
         ran: list[tuple[int, dict[str, Any]]] = []
         for j, (call, res) in enumerate(zip(run, results)):
             entry: dict[str, Any] = {"id": first_id + j, "tool": call.tool.wire_name}
@@ -399,19 +514,26 @@ class ParaOrchTextEnv(gym.Env[str, str]):
             notes.append(self._text("Note: repaired your tool-call format (" + "; ".join(parsed.repairs) + ")."))
         notes.append(f"Rounds left: {self.max_rounds - self._rounds}.")
         room = self.max_feedback_chars - sum(len(n) + 1 for n in notes) - _NOTE_RESERVE
-        shown: list[tuple[int, str]] = []
+        shown: list[tuple[int, str, dict[str, str]]] = []
         for block, entry in ran + rejected + unreadable:
-            response = f"<tool_response>\n{json.dumps(entry, ensure_ascii=False)}\n</tool_response>"
+            body = json.dumps(entry, ensure_ascii=False)
+            response = f"<tool_response>\n{body}\n</tool_response>"
             room -= len(response) + 1
             if room < 0:
                 break
-            shown.append((block, response))
+            message = {"role": "tool", "tool_call_id": f"call_{entry['id']}" if "id" in entry else f"block_{block}"}
+            if "tool" in entry:
+                message["name"] = entry["tool"]
+            shown.append((block, response, {**message, "content": body}))
         hidden = len(ran) + len(rejected) + len(unreadable) - len(shown)
         if hidden:
             notes.insert(0, f"({hidden} more tool responses not shown: one turn's feedback is limited to "
                             f"max_feedback_chars={self.max_feedback_chars} characters)")
         shown.sort(key=lambda e: e[0])
-        return "\n".join([response for _, response in shown] + notes)
+        text = "\n".join([response for _, response, _ in shown] + notes)
+        if self.tokenizer is None:
+            return text, []
+        return text, [message for _, _, message in shown] + [{"role": "user", "content": "\n".join(notes)}]
 
     def _add_turn(self, turn: _Turn) -> None:
         """Append a turn, then keep the conversation within its limits: past ``max_feedback_chars`` the oldest
@@ -428,15 +550,44 @@ class ParaOrchTextEnv(gym.Env[str, str]):
                                 f"conversation keeps at most max_feedback_chars={self.max_feedback_chars} characters "
                                 "of tool responses, the latest ones]")
                 old.elided = True
-        fixed = sum(_message_chars(m["role"], m["content"]) for m in self._head) + len(_GENERATION_PROMPT)
-        turns = sum(t.chars for t in self._turns)
-        while len(self._turns) > 1 and fixed + self._cut_marker_chars() + turns > self.max_obs_chars:
-            old = self._turns.pop(0)
-            turns -= old.chars
-            if old.feedback is not None and not old.elided:
-                self._feedback_chars -= len(old.feedback)
-            self._dropped += 1
-        self.messages = list(self._head) + self._cut_marker() + [m for t in self._turns for m in t.messages()]
+                old.tool_messages = []
+        if self.tokenizer is None:
+            fixed = sum(_message_chars(m["role"], m["content"]) for m in self._head) + len(_GENERATION_PROMPT)
+            turns = sum(t.chars for t in self._turns)
+            while len(self._turns) > 1 and fixed + self._cut_marker_chars() + turns > self.max_obs_chars:
+                turns -= self._drop_oldest().chars
+            self.messages = list(self._head) + self._cut_marker() + [m for t in self._turns for m in t.messages()]
+            self._rendered = render_chatml(self.messages)
+            return
+        while True:  # a template's length is measured: render, and drop the oldest turn while it does not fit
+            self.messages = self._template_messages()
+            self._rendered = self._render(self.messages)
+            if len(self._rendered) <= self.max_obs_chars or len(self._turns) == 1:
+                break
+            self._drop_oldest()
+        if len(self._rendered) > self.max_obs_chars:
+            raise RuntimeError(
+                f"max_obs_chars: the chat template renders the system prompt, the question and the latest turn in "
+                f"{len(self._rendered)} characters, over max_obs_chars={self.max_obs_chars}: it writes more around "
+                "the messages' contents than reset() measured with empty contents")
+
+    def _drop_oldest(self) -> _Turn:
+        """Remove the oldest kept turn (past ``max_obs_chars``) and count it for the cut marker."""
+        old = self._turns.pop(0)
+        if old.feedback is not None and not old.elided:
+            self._feedback_chars -= len(old.feedback)
+        self._dropped += 1
+        return old
+
+    def _template_messages(self) -> list[dict[str, str]]:
+        """The messages a chat template renders: the head, with the cut marker appended to the question (two user
+        messages in a row would break templates that require user and assistant turns to alternate), then the
+        turns with their results as role "tool" messages."""
+        head = list(self._head)
+        marker = self._cut_marker()
+        if marker:
+            head[-1] = {"role": "user", "content": head[-1]["content"] + "\n\n" + marker[0]["content"]}
+        return head + [m for t in self._turns for m in t.messages(tool_role=True)]
 
     def _cut_marker(self) -> list[dict[str, str]]:
         """The message standing for the dropped turns, between the question and the kept turns (none if none)."""
@@ -450,7 +601,19 @@ class ParaOrchTextEnv(gym.Env[str, str]):
         """The rendered length of ``_cut_marker()``."""
         return sum(_message_chars(m["role"], m["content"]) for m in self._cut_marker())
 
-    def _terminate(self, parsed: ParsedRound, final_text: str | None) -> tuple[str, float, bool, bool, dict]:
+    def end_episode(self) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        """End the running episode now, as one that never answered: for a trainer whose token limit cut the manager
+        off mid-episode (playing empty turns to the round limit instead would charge a format violation per turn).
+        The engine's termination model answers from the evidence so far, as at the round limit; no round and no
+        format violation is added, and ``ended_with_final`` is 0. Returns the terminal step's tuple (observation,
+        reward, terminated False, truncated True, info with ``reward_components``), as ``step`` does."""
+        if self._done:
+            raise RuntimeError("ParaOrchText-v0: the episode is over; call reset() before end_episode()")
+        obs, reward, _terminated, _truncated, info = self._terminate(ParsedRound(), None, cut=True)
+        return obs, reward, False, True, info
+
+    def _terminate(self, parsed: ParsedRound, final_text: str | None,
+                   cut: bool = False) -> tuple[str, float, bool, bool, dict]:
         from parasim import TrajectoryBatch, compute_rewards
 
         outcome = _finish(self.engine, final_text)
@@ -458,6 +621,8 @@ class ParaOrchTextEnv(gym.Env[str, str]):
         traj["format_violations"] = self._violations
         if not getattr(self.engine, "counts_manager_tokens", False):
             traj["tokens"] = float(traj.get("tokens", 0.0)) + self._manager_chars / 4.0
+        if cut:  # the engine's finish() stops the episode as a final answer would; this one never answered
+            traj["ended_with_final"] = 0
         traj.setdefault("ended_with_final", int(final_text is not None))
         traj.setdefault("group_id", 0)
         traj.setdefault("role_id", 0)
@@ -471,7 +636,8 @@ class ParaOrchTextEnv(gym.Env[str, str]):
         return self._observation(), components["total"], True, False, info
 
     def _observation(self) -> str:
-        return render_chatml(self.messages)
+        return self._rendered
 
     def render(self) -> str | None:
-        return render_chatml(self.messages) if self.render_mode == "ansi" else None
+        """With ``render_mode="ansi"``, the conversation as text: the current observation."""
+        return self._rendered if self.render_mode == "ansi" else None

@@ -1,13 +1,17 @@
 """Trajectory formats for LLM manager training: role spans over token ids, JSONL conversations, padded batches.
 
 A trajectory is the token stream the model saw (prompt, manager turns, tool feedback, ...) with role spans saying
-who wrote each token. Only manager spans are trained (shared/DESIGN.md 4: manager tokens 1, tool and environment
-tokens 0). Token ids are the ones generated or tokenized once, never re-derived from text, so the logprobs the
-sampler reported stay aligned with the tokens the trainer scores.
+who wrote each token. Only manager spans are trained (manager tokens 1, tool and environment tokens 0). Token ids
+are the ones generated or tokenized once, never re-derived from text, so the logprobs the sampler reported stay
+aligned with the tokens the trainer scores.
 
 On disk (SFT data, logged trajectories) a trajectory is one JSON line, either
   ``{"messages": [...OpenAI chat messages...], "tools": [...], "group_id": 3, "record": {...}}``
-(assistant messages are the manager's; rendered by the tokenizer's chat template) or
+(assistant messages are the manager's, tool results are ``role: "tool"`` messages; rendered by the tokenizer's chat
+template, or by ``chat_template`` when given, through ``parasim.envs.paraorch_text.render_conversation``, the function
+ParaOrchText-v0 renders its observations with, so that SFT text and the environment's text have one form:
+``{"messages": info["messages"], "tools": env.tools}`` of a ParaOrchText-v0 episode with ``tokenizer=`` is a valid
+line) or
   ``{"segments": [{"role": "manager" | "env", "text": "..."}, ...]}``
 (text already rendered, e.g. a log of the raw stream). ``record`` optionally carries TrajectoryBatch fields.
 """
@@ -83,8 +87,9 @@ class TokenTrajectory:
 
 
 def render_segments(tokenizer: Any, messages: Sequence[dict[str, Any]],
-                    tools: Sequence[dict[str, Any]] | None = None) -> list[tuple[str, int]]:
-    """Split a chat rendered by the tokenizer's template into (text, role) segments.
+                    tools: Sequence[dict[str, Any]] | None = None,
+                    chat_template: str | None = None) -> list[tuple[str, int]]:
+    """Split a chat rendered by the tokenizer's template (or ``chat_template``) into (text, role) segments.
 
     Each assistant turn's own text (content, tool-call blocks and the end-of-turn token) is a manager segment; the
     template glue before it (``<|im_start|>assistant\\n``) and everything else are environment text. Found by rendering
@@ -96,8 +101,8 @@ def render_segments(tokenizer: Any, messages: Sequence[dict[str, Any]],
     for i, message in enumerate(messages):
         if message.get("role") != "assistant":
             continue
-        head = _render(tokenizer, messages[:i], tools, generation_prompt=True)
-        full = _render(tokenizer, messages[:i + 1], tools, generation_prompt=False)
+        head = _render(tokenizer, messages[:i], tools, chat_template, generation_prompt=True)
+        full = _render(tokenizer, messages[:i + 1], tools, chat_template, generation_prompt=False)
         if not head.startswith(done) or not full.startswith(head):
             raise ValueError(f"messages[{i}]: the chat template is not prefix-stable here, so the manager's span "
                              "cannot be located; pass pre-rendered 'segments' instead")
@@ -105,7 +110,7 @@ def render_segments(tokenizer: Any, messages: Sequence[dict[str, Any]],
         cut = tail.rfind(eos) + len(eos) if eos and eos in tail else len(tail)
         segments += [(head[len(done):], ROLE_ENV), (tail[:cut], ROLE_MANAGER)]
         done = head + tail[:cut]
-    final = _render(tokenizer, messages, tools, generation_prompt=False)
+    final = _render(tokenizer, messages, tools, chat_template, generation_prompt=False)
     if not final.startswith(done):
         raise ValueError("the chat template is not prefix-stable at the end of the conversation")
     segments.append((final[len(done):], ROLE_ENV))
@@ -113,11 +118,10 @@ def render_segments(tokenizer: Any, messages: Sequence[dict[str, Any]],
 
 
 def _render(tokenizer: Any, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None,
-            generation_prompt: bool) -> str:
-    if not messages:
-        return ""
-    return tokenizer.apply_chat_template(list(messages), tools=tools or None, tokenize=False,
-                                         add_generation_prompt=generation_prompt)
+            chat_template: str | None, generation_prompt: bool) -> str:
+    from parasim.envs.paraorch_text import render_conversation
+
+    return render_conversation(messages, tokenizer, tools, chat_template, add_generation_prompt=generation_prompt)
 
 
 def tokenize_segments(tokenizer: Any, segments: Iterable[tuple[str, int]], max_tokens: int | None = None,
@@ -138,21 +142,24 @@ def truncate(traj: TokenTrajectory, max_tokens: int) -> TokenTrajectory:
     return TokenTrajectory(traj.input_ids[:max_tokens], spans, lps, True, traj.group_id, traj.record)
 
 
-def read_jsonl(path: str | Path, tokenizer: Any, max_tokens: int | None = None) -> list[TokenTrajectory]:
-    """Load SFT / logged trajectories; errors name the file and line."""
+def read_jsonl(path: str | Path, tokenizer: Any, max_tokens: int | None = None,
+               chat_template: str | None = None) -> list[TokenTrajectory]:
+    """Load SFT / logged trajectories (``messages`` lines rendered with ``chat_template`` if given, else the
+    tokenizer's own); errors name the file and line."""
     out = []
     with Path(path).open() as fh:
         for n, line in enumerate(fh, 1):
             if not line.strip():
                 continue
             try:
-                out.append(trajectory_from_json(json.loads(line), tokenizer, max_tokens))
+                out.append(trajectory_from_json(json.loads(line), tokenizer, max_tokens, chat_template))
             except (ValueError, KeyError, TypeError) as err:
                 raise ValueError(f"{path}:{n}: {err}") from err
     return out
 
 
-def trajectory_from_json(obj: dict[str, Any], tokenizer: Any, max_tokens: int | None = None) -> TokenTrajectory:
+def trajectory_from_json(obj: dict[str, Any], tokenizer: Any, max_tokens: int | None = None,
+                         chat_template: str | None = None) -> TokenTrajectory:
     """One JSONL line (``messages``, ``segments`` or ``input_ids``+``spans``) as a TokenTrajectory."""
     group_id, record = int(obj.get("group_id", 0)), obj.get("record") or {}
     if "input_ids" in obj:
@@ -160,7 +167,7 @@ def trajectory_from_json(obj: dict[str, Any], tokenizer: Any, max_tokens: int | 
                                bool(obj.get("truncated", False)), group_id, record)
         return truncate(traj, max_tokens) if max_tokens and len(traj.input_ids) > max_tokens else traj
     if "messages" in obj:
-        segments = render_segments(tokenizer, obj["messages"], obj.get("tools"))
+        segments = render_segments(tokenizer, obj["messages"], obj.get("tools"), chat_template)
     elif "segments" in obj:
         segments = []
         for i, seg in enumerate(obj["segments"]):
