@@ -478,3 +478,37 @@ def test_fsdp2_two_processes_match_single_process_sft(tiny: Path, sft_data: Path
     assert log["kl_ref"] >= 0.0 and log["sampler_abs_logprob_gap"] < 1e-4
     assert (tmp_path / "grpo" / "rollouts.jsonl").exists() and (tmp_path / "grpo" / "rollouts_rank1.jsonl").exists()
     assert runtime.latest_checkpoint(tmp_path / "grpo" / "checkpoints").name == "step_00000001"
+
+
+
+def test_a_cut_off_episode_is_scored_by_the_env_as_the_trainer_scores_it(tokenizer) -> None:
+    """When the token stream is full the env ends the episode as cut off (``end_episode``): no forced empty rounds
+    to patch out of the record afterwards, so the env's ``reward_components`` and the trainer's score of the
+    record under the same config agree."""
+    import gymnasium as gym
+
+    from parasim import TrajectoryBatch, compute_rewards
+    from parasim.rewards import PRESETS
+    from parasim.training.llm.rollout import RolloutConfig, collect
+
+    block = tokenizer('<tool_call>\n{"name": "search", "arguments": {"query": "x"}}\n</tool_call>')["input_ids"]
+
+    class Scripted:
+        def generate(self, prompts, params, seed):
+            ids = block[:params.max_new_tokens]
+            return [Generation(ids, [0.0] * len(ids), False) for _ in prompts]
+
+    reward = PRESETS["paramanager"].replace(c_tar=4.0)
+    envs = [gym.make("ParaOrchText-v0", reward=reward) for _ in range(2)]
+    ended: list[dict] = []
+    for env in envs:
+        end = env.unwrapped.end_episode
+        env.unwrapped.end_episode = lambda end=end: ended.append(end()[4]) or (None, 0.0, False, True, ended[-1])
+    prompt_len = len(tokenizer(envs[0].reset(seed=0)[0])["input_ids"])
+    trajs = collect(envs, Scripted(), tokenizer, [(1, 2), (1, 3)], [0, 0],
+                    RolloutConfig(max_tokens=prompt_len + 3 * len(block), max_turn_tokens=len(block)), seed=0)
+    assert len(ended) == 2 and all(t.truncated for t in trajs)
+    records = [t.record for t in trajs]
+    assert all(r["ended_with_final"] == 0 and r["format_violations"] == 0 and r["rounds"] >= 1 for r in records)
+    scored = compute_rewards(TrajectoryBatch.from_records(records), reward).total
+    np.testing.assert_array_equal(scored, [info["reward_components"]["total"] for info in ended])

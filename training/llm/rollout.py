@@ -320,7 +320,7 @@ def collect(envs: Sequence[Any], engine: Engine, tokenizer: Any, seeds: Sequence
         room = [i for i in active if streams[i].room > 0]
         for i in sorted(set(active) - set(room)):
             streams[i].traj.truncated = True
-            infos[i] = end_episode(envs[i])
+            infos[i] = envs[i].unwrapped.end_episode()[4]  # cut off: the env scores it as never answered
         active = room
         if not active:
             break
@@ -340,23 +340,6 @@ def collect(envs: Sequence[Any], engine: Engine, tokenizer: Any, seeds: Sequence
         active = still
         turn += 1
     return [_finish(s, info) for s, info in zip(streams, infos)]
-
-
-def end_episode(env: Any, max_turns: int = 10_000) -> dict[str, Any]:
-    """End an episode whose token stream is full: the environment plays empty turns until its round limit, so it
-    terminates as an episode that never answered (the termination model still synthesizes from the evidence).
-    The empty turns are not the manager's: they are taken back out of ``rounds`` and ``format_violations``."""
-    forced, info, done = 0, {}, False
-    while not done and forced < max_turns:
-        _obs, _r, terminated, truncated, info = env.step("")
-        forced += 1
-        done = terminated or truncated
-    record = dict(info.get("trajectory") or {})
-    if record:
-        record["rounds"] = max(0, int(record.get("rounds", 0)) - forced)
-        record["format_violations"] = max(0, int(record.get("format_violations", 0)) - forced)
-        record["ended_with_final"] = 0
-    return {**info, "trajectory": record}
 
 
 def reset_for_group(env: Any, task_seed: int, tool_seed: int | None) -> tuple[Any, dict[str, Any]]:
