@@ -104,7 +104,7 @@ def test_sft_fits_expert_actions():
     expert = torch.tensor([0, 2, 1, 4, 0, 0, 0]).repeat(512, 1)
     expert[x[:, 0] > 0, 1] = 3  # the expert's tool depends on the observation
     before = policy.evaluate(x, mask, expert)[0].mean().item()
-    losses = train_sft(policy, x, mask, expert, SFTConfig(epochs=12, lr=2e-2, batch_size=128), seed=0)
+    losses = train_sft(policy, x, mask, expert, SFTConfig(epochs=12, learning_rate=2e-2, batch_size=128), seed=0)
     after = policy.evaluate(x, mask, expert)[0].mean().item()
     assert losses[-1] < losses[0] and after > before and after > -0.5
     greedy, _ = policy.act(x, mask, gen, greedy=True)
