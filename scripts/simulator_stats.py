@@ -1,0 +1,406 @@
+"""Tool-level statistics of the shipped pools, simulated with the env's own per-call model, as Markdown tables.
+
+Why a script: docs/simulator.md states what the simulator does to single calls (direct-call accuracy against each
+pool's published targets, wrong-answer agreement between models, the per-query oracle and majority-vote gains,
+output lengths against the generation cap, the latency of parallel calls). Every simulated figure on that page is
+written here from ``parasim.sim.simulate_calls`` (the kernel's own ``sample_call``) with fixed seeds, each with its
+Monte Carlo standard error, and tests/test_simulator_doc.py re-simulates a smaller sample and checks the page's
+figures against it within their joint error. A developer's generator, not part of the installed package::
+
+    python scripts/simulator_stats.py                             # print the section
+    python scripts/simulator_stats.py --update docs/simulator.md  # rewrite it between the markers
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import math
+import re
+import sys
+import zlib
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from parasim.pools import PoolSpec, expected_accuracy, load_pool, parse_pool, pool_file, read_pool_file
+from parasim.protocol.schema import Domain, Status, Tool
+from parasim.sim import simulate_calls
+from parasim.tasks import BENCHMARK_INDEX, BENCHMARKS, FREE_FORM, SUITES
+
+BEGIN, END = "<!-- stats:begin -->", "<!-- stats:end -->"
+POOLS = ("paramanager", "paramanager_mono", "toolorchestra")
+SUITE = "paramanager"  # the seven benchmarks every pool's accuracy table covers, in equal weights
+BENCHES = SUITES[SUITE]
+MULTIPLE_CHOICE = tuple(b for b in BENCHES if BENCHMARKS[BENCHMARK_INDEX[b]].options != FREE_FORM)
+GEN_CAP = 24_576  # ParaManager's harness: max generation tokens of every model invocation
+MAX_PARALLEL = 4
+VOTES = (3, 5)
+# Tasks per estimate at --scale 1 (each estimate's standard error is printed beside it).
+SAMPLES = {"accuracy": 200_000, "agreement": 500_000, "oracle": 200_000, "vote": 200_000}
+CHUNK_CALLS = 1_000_000  # calls per simulate_calls call (its buffers are about 150 bytes a call)
+Z_TOLERANCE = 5.0  # a page figure and a fresh one may differ by this many joint standard errors
+# Published figures shown as context (no pool parameter is fitted to them).
+KIM_AGREEMENT = "about 60% on 4-option MMLU, 33% by chance (Kim et al. 2025)"
+ROUTERBENCH_ORACLE = "+29.9% over the best single model, 13 flagship models (LLMRouterBench)"
+# Mean call latency shown to ToolOrchestra's orchestrator (source TOc); the pool's tokens/s are set from it.
+TOC_MEAN_LATENCY_S = {"GPT-5": 96.0, "GPT-5-mini": 27.0, "Llama-3.3-70B-Instruct": 15.0, "Qwen3-32B": 11.0,
+                      "Qwen2.5-Math-72B-Instruct": 13.0, "Qwen2.5-Math-7B-Instruct": 9.0,
+                      "Qwen2.5-Coder-32B-Instruct": 9.0}
+NO_TARGET = "no target in this pool"
+_SR = int(Tool.STANDARD_REASONER)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A simulated figure and its Monte Carlo standard error, printed as ``value ± se``."""
+
+    value: float
+    se: float
+
+    def __str__(self) -> str:
+        digits = 2 if self.se <= 0 else min(4, max(0, 1 - math.floor(math.log10(self.se))))  # two digits of se
+        return f"{self.value:.{digits}f} ± {self.se:.{digits}f}"
+
+
+@dataclass(frozen=True)
+class Table:
+    """A Markdown table with a heading and a note under it."""
+
+    title: str
+    note: str
+    header: Sequence[str]
+    rows: Sequence[Sequence[object]]
+
+    def markdown(self) -> str:
+        lines = [f"#### {self.title}", "", self.note, "", "| " + " | ".join(self.header) + " |",
+                 "| " + " | ".join("---" for _ in self.header) + " |"]
+        lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in self.rows]
+        return "\n".join(lines)
+
+
+def share(x: np.ndarray) -> Estimate:
+    """A percentage of a boolean sample, with the binomial standard error."""
+    if x.size == 0:
+        raise ValueError("share: empty sample (raise the sample size)")
+    p = float(np.mean(x))
+    return Estimate(100.0 * p, 100.0 * math.sqrt(p * (1.0 - p) / x.size))
+
+
+def mean(x: np.ndarray, factor: float = 1.0) -> Estimate:
+    """The mean of i.i.d. values (one per task), with its standard error."""
+    if x.size < 2:
+        raise ValueError("mean: fewer than two values (raise the sample size)")
+    return Estimate(factor * float(np.mean(x)), factor * float(np.std(x, ddof=1)) / math.sqrt(x.size))
+
+
+def ratio(a: np.ndarray, b: np.ndarray, factor: float = 1.0) -> Estimate:
+    """mean(a) / mean(b) over paired per-task values, with the delta-method standard error."""
+    ma, mb = float(np.mean(a)), float(np.mean(b))
+    r = ma / mb
+    cov = np.cov(a, b, ddof=1)
+    var = (cov[0, 0] - 2.0 * r * cov[0, 1] + r * r * cov[1, 1]) / (mb * mb * a.size)
+    return Estimate(factor * r, factor * math.sqrt(max(var, 0.0)))
+
+
+def _seed(seed: int, key: str) -> int:
+    """A stable seed per simulation, so that each table's figures do not depend on which others were computed."""
+    return zlib.crc32(f"{seed}/{key}".encode())
+
+
+def simulate(pool: PoolSpec, suite: str, n_tasks: int, per_task: int, tools: Sequence[str], models: Sequence[int],
+             seed: int, key: str, fields: Sequence[str]) -> dict[str, np.ndarray]:
+    """``simulate_calls`` in chunks of at most CHUNK_CALLS calls, keeping ``fields``, each shaped [n_tasks,
+    per_task] (calls of one task share its difficulty and preferred wrong answers)."""
+    per_chunk = max(1, CHUNK_CALLS // per_task)
+    parts: list[dict[str, np.ndarray]] = []
+    for c, start in enumerate(range(0, n_tasks, per_chunk)):
+        cols = simulate_calls(pool, suite, n_tasks=min(per_chunk, n_tasks - start), calls_per_task=per_task,
+                              tools=list(tools), models=list(models), seed=_seed(seed, f"{key}/{c}"))
+        parts.append({f: cols[f] for f in fields})
+    return {f: np.concatenate([p[f] for p in parts]).reshape(n_tasks, per_task) for f in fields}
+
+
+def with_manager_callable(name: str) -> PoolSpec:
+    """The pool with its manager also listed as a callable model (the last one): the manager's direct answer,
+    the termination model's fallback when a trajectory has no evidence, uses the same p as a standard_reasoner
+    call, so its accuracy is simulated as that model's calls."""
+    raw = copy.deepcopy(read_pool_file(pool_file(name))[0])
+    raw["models"].append(copy.deepcopy(raw["manager"]))
+    return parse_pool(raw, name=name)
+
+
+def expected_direct(pool: PoolSpec) -> np.ndarray:
+    """Expected accuracy [model, benchmark of BENCHES] of one direct standard_reasoner call (z integrated out)."""
+    idx = [BENCHMARK_INDEX[b] for b in BENCHES]
+    dom = np.array([BENCHMARKS[i].domain for i in idx])
+    mu = np.array([BENCHMARKS[i].mu for i in idx])
+    sigma = np.array([BENCHMARKS[i].sigma for i in idx])
+    theta = pool.skill[:-1][:, idx] + pool.bonus[_SR, dom]
+    return expected_accuracy(theta, np.broadcast_to(mu, theta.shape), np.broadcast_to(sigma, theta.shape))
+
+
+def source_table(name: str) -> Table:
+    """Which source keys each parameter group of the pool file cites, with how many models or tools cite each."""
+    groups: dict[str, Counter] = {}
+    for path, src in load_pool(name).sources.items():
+        owner, _, rest = path.partition(".")
+        if owner.startswith("models["):
+            group = f"models[*].{rest.split('.')[0]}"
+        elif owner == "manager":
+            group = f"manager.{rest.split('.')[0]}"
+        elif owner == "tools":
+            group = f"tools.*.{rest.split('.')[1]}"
+        else:
+            group = owner
+        groups.setdefault(group, Counter())[src] += 1
+    rows = [(f"`{g}`", ", ".join(f"{s} x{n}" for s, n in sorted(c.items()))) for g, c in sorted(groups.items())]
+    return Table("Parameter sources", "Source keys cited by each parameter group of the pool file (`x N`: how many "
+                 "models, benchmarks or tools cite it; `accuracy` counts targets). Keys are described above.",
+                 ("group", "sources"), rows)
+
+
+def accuracy_tables(name: str, scale: float, seed: int) -> tuple[Table, Table]:
+    """Direct-call accuracy against the pool's targets, and output-length truncation, from the same calls."""
+    pool = with_manager_callable(name)
+    n = _n("accuracy", scale)
+    acc_rows, cap_rows = [], []
+    for m, model in enumerate(pool.model_names[:-1]):
+        manager = m == pool.num_models - 1
+        acc_row: list[object] = [f"{model} (manager)" if manager else model]
+        cap_row: list[object] = [model]
+        clipped, timeouts = [], []
+        for b in BENCHES:
+            calls = simulate(pool, b, n, 1, ["standard_reasoner"], [m], seed, f"{name}/accuracy/{model}/{b}",
+                             ("correct", "tokens_out", "status"))
+            answered = calls["correct"] >= 0
+            target = pool.accuracy_target[m, BENCHMARK_INDEX[b]]
+            acc_row.append(f"{'—' if math.isnan(target) else f'{100 * target:.1f}'} / "
+                           f"{share(calls['correct'][answered] == 1)}")
+            clipped.append(calls["tokens_out"] >= pool.max_output_tokens)
+            timeouts.append(calls["status"] == Status.TIMEOUT)
+        acc_rows.append(acc_row)
+        if not manager:
+            cap_rows.append(cap_row + [share(c) for c in clipped] + [share(np.concatenate(clipped)),
+                                                                       share(np.concatenate(timeouts))])
+    acc = Table("Direct-call accuracy", "Target / simulated accuracy (%) of one `standard_reasoner` call on a fresh "
+                f"question, among calls that returned an answer ({n:,} tasks per cell, ± one standard error). `—`: "
+                f"{NO_TARGET}; the skill is then the model's per-domain skill. The manager row is its own direct "
+                "answer, the termination model's fallback when a trajectory has no evidence.",
+                ("model", *BENCHES), acc_rows)
+    cap = Table("Output tokens against the 24,576-token cap",
+                f"Share (%) of `standard_reasoner` calls whose sampled output reached the pool's `max_output_tokens` "
+                f"({GEN_CAP:,}): the token count is clipped there, the answer is drawn as for any other call. The "
+                "last column is the share of calls that timed out (their token counts are cut by the timeout and not "
+                f"counted as clipped). {NO_TARGET.capitalize()}.",
+                ("model", *BENCHES, "all", "timeouts"), cap_rows)
+    return acc, cap
+
+
+def _zipf_sq(options: int, s: float) -> float:
+    """sum_j q_j^2 of the Zipf(s) distractor weights over the options - 1 wrong answers (``tables.build_tables``)."""
+    w = np.arange(1, options, dtype=np.float64) ** -s
+    q = w / w.sum()
+    return float((q * q).sum())
+
+
+def agreement_table(name: str, scale: float, seed: int) -> Table:
+    """How often two erring calls on one multiple-choice task pick the same wrong option."""
+    pool = load_pool(name)
+    n = _n("agreement", scale)
+    rows = []
+    for b in MULTIPLE_CHOICE:
+        bench = BENCHMARKS[BENCHMARK_INDEX[b]]
+        calls = simulate(pool, b, n, 2, ["standard_reasoner"], range(pool.num_models), seed,
+                         f"{name}/agreement/{b}", ("correct", "answer", "model"))
+        both_wrong = (calls["correct"] == 0).all(1)
+        same_answer = calls["answer"][:, 0] == calls["answer"][:, 1]
+        same_model = calls["model"][:, 0] == calls["model"][:, 1]
+        cross = (share(same_answer[both_wrong & ~same_model]) if pool.num_models > 1
+                 else "no pair (one model)")
+        rows.append((b, bench.options, f"{100 / (bench.options - 1):.1f}", cross,
+                     f"{100 * _zipf_sq(bench.options, bench.zipf_s):.1f}", share(same_answer[both_wrong & same_model]),
+                     KIM_AGREEMENT if bench.options == 4 else NO_TARGET))
+    return Table("Wrong-answer agreement",
+                 "When two `standard_reasoner` calls on one task both answer wrong, the share (%) that picked the same "
+                 f"wrong option: two different pool models, and two calls of one model ({n:,} tasks of two calls, "
+                 "models drawn uniformly). `formula`: the cross-model value the model implies, sum_j q_j^2 of the "
+                 "task's distractor weights.",
+                 ("benchmark", "options", "chance", "cross-model", "formula", "same model", "published"), rows)
+
+
+def oracle_table(name: str, scale: float, seed: int) -> Table:
+    """Per-query oracle over the pool's models (one direct call each) against the best single model."""
+    pool = load_pool(name)
+    m = pool.num_models
+    if m == 1:
+        return Table("Per-query oracle", f"One model: the oracle is that model ({NO_TARGET}).",
+                     ("best single model", "oracle"), [(pool.model_names[0], "the same model")])
+    n = _n("oracle", scale)
+    per_task = 6 * m  # models are drawn per call: a task keeps each model's first call, tasks missing one are dropped
+    calls = simulate(pool, SUITE, n, per_task, ["standard_reasoner"], range(m), seed, f"{name}/oracle",
+                     ("model", "correct", "benchmark"))
+    first = np.stack([np.argmax(calls["model"] == j, axis=1) for j in range(m)], 1)
+    keep = (np.take_along_axis(calls["model"], first, 1) == np.arange(m)).all(1)
+    right = np.take_along_axis(calls["correct"], first, 1)[keep] == 1  # [tasks, model]; no answer counts as wrong
+    bench = np.array([BENCHES.index(BENCHMARKS[i].name) for i in calls["benchmark"][keep, 0]])
+    expected = expected_direct(pool)
+    best = int(np.argmax(expected.mean(1)))
+    single = right[:, best].astype(float)
+    per_bench = right[np.arange(len(bench)), np.argmax(expected, 0)[bench]].astype(float)
+    oracle = right.any(1).astype(float)
+    return Table("Per-query oracle",
+                 f"Accuracy (%) on the `{SUITE}` suite (its seven benchmarks in equal weights) of one direct call per "
+                 f"model ({int(keep.sum()):,} tasks): the best single model by expected accuracy, the best model of "
+                 "each benchmark (a router that knows the benchmark), and the per-query oracle (right when any model "
+                 "is right); the gain is the oracle's over the best single model, in points and relative.",
+                 ("best single model", "single", "best per benchmark", "oracle", "gain (points)", "gain (relative %)",
+                  "published"),
+                 [(pool.model_names[best], mean(single, 100.0), mean(per_bench, 100.0), mean(oracle, 100.0),
+                   mean(oracle - single, 100.0), ratio(oracle - single, single, 100.0), ROUTERBENCH_ORACLE)])
+
+
+def vote_and_latency_tables(name: str, scale: float, seed: int) -> tuple[Table, Table]:
+    """Majority votes over same-model samples, and the latency of rounds of parallel calls, from the same calls."""
+    pool = load_pool(name)
+    n = _n("vote", scale)
+    k_max = max(*VOTES, MAX_PARALLEL)
+    vote_rows, lat_rows = [], []
+    for m, model in enumerate(pool.model_names[:-1]):
+        calls = simulate(pool, SUITE, n, k_max, ["standard_reasoner"], [m], seed, f"{name}/vote/{model}",
+                         ("correct", "answer", "latency_s", "benchmark"))
+        ens = simulate(pool, SUITE, n, 1, ["ensemble_solver"], [m], seed, f"{name}/ensemble/{model}", ("correct",))
+        single = (calls["correct"][:, 0] == 1).astype(float)
+        votes = [plurality_right(calls["answer"][:, :k]).astype(float) for k in VOTES]
+        vote_rows.append([model, mean(single, 100.0), *(mean(v, 100.0) for v in votes),
+                          *(mean(v - single, 100.0) for v in votes), share(ens["correct"][:, 0] == 1)])
+        lat = calls["latency_s"]
+        rounds = [lat[:, :k].max(1) for k in range(1, MAX_PARALLEL + 1)]
+        math_tasks = np.array([BENCHMARKS[b].domain == Domain.MATH for b in calls["benchmark"][:, 0]])
+        published = TOC_MEAN_LATENCY_S.get(model) if pool.sources.get(f"models[{m}].latency") == "TOc" else None
+        lat_rows.append([model, *(mean(r) for r in rounds), ratio(rounds[-1], rounds[0]), mean(lat[:, :MAX_PARALLEL]
+                         .sum(1)), mean(lat[math_tasks, 0]), NO_TARGET if published is None else f"{published:g}"])
+    votes_table = Table("Majority vote",
+                        f"Accuracy (%) on the `{SUITE}` suite of one `standard_reasoner` call and of the plurality "
+                        f"of {' and '.join(map(str, VOTES))} calls of the same model on the same task (ties to the "
+                        "earliest sample, as `ensemble_solver` votes), the gains in points, and the simulated "
+                        f"`ensemble_solver` (k = {pool.ensemble_k}) itself ({n:,} tasks). {NO_TARGET.capitalize()}.",
+                        ("model", "single", *(f"vote@{k}" for k in VOTES), *(f"gain@{k}" for k in VOTES),
+                         "ensemble_solver"), vote_rows)
+    lat_table = Table("Latency of parallel calls",
+                      f"Mean round latency (s) of 1..{MAX_PARALLEL} parallel `standard_reasoner` calls of one model on "
+                      "one task (the slowest call: the critical path), its ratio to one call, the serial sum of "
+                      f"{MAX_PARALLEL} calls, the mean latency of one call on math tasks and the published mean call "
+                      "latency the pool's speed was set from (TOc). Each call's latency is drawn independently given "
+                      "the task: a call is as fast in a round of four as alone.",
+                      ("model", *(f"{k} call{'s' * (k > 1)}" for k in range(1, MAX_PARALLEL + 1)),
+                       f"{MAX_PARALLEL} / 1", f"serial {MAX_PARALLEL}", "math call", "published mean"), lat_rows)
+    return votes_table, lat_table
+
+
+def plurality_right(answers: np.ndarray) -> np.ndarray:
+    """Whether the plurality answer of each row is the gold answer 0; -1 (no answer) never votes, ties go to the
+    earliest sample, a row with no answer at all is wrong."""
+    valid = answers >= 0
+    counts = ((answers[:, :, None] == answers[:, None, :]) & valid[:, None, :]).sum(2) * valid
+    pick = np.take_along_axis(answers, counts.argmax(1)[:, None], 1)[:, 0]
+    return valid.any(1) & (pick == 0)
+
+
+def suite_table() -> Table:
+    """The benchmarks' task parameters (all assumed, ``parasim.tasks.BENCHMARKS``)."""
+    rows = []
+    for b in BENCHES:
+        bb = BENCHMARKS[BENCHMARK_INDEX[b]]
+        rows.append((b, bb.domain.name.lower(), "free-form" if bb.options == FREE_FORM else bb.options, f"{bb.mu:g}",
+                     f"{bb.sigma:g}", f"{bb.zipf_s:g}", f"{bb.question_tokens:g}"))
+    return Table("Task suite", "The `paramanager` suite's benchmarks (equal weights), from `parasim.tasks.BENCHMARKS`; "
+                 "every value is assumed (no public item-level figures).",
+                 ("benchmark", "domain", "options", "mu_b", "sigma_b", "Zipf s", "question tokens"), rows)
+
+
+def _n(stat: str, scale: float) -> int:
+    return max(2, round(SAMPLES[stat] * scale))
+
+
+def section(scale: float = 1.0, seed: int = 0) -> str:
+    """The generated part of docs/simulator.md (without its markers)."""
+    if not scale > 0:
+        raise ValueError(f"scale: expected a positive number, got {scale!r}")
+    parts = [f"<!-- written by scripts/simulator_stats.py --seed {seed} --scale {scale:g}: edit the script, "
+             "not this section -->", suite_table().markdown()]
+    for name in POOLS:
+        acc, cap = accuracy_tables(name, scale, seed)
+        votes, lat = vote_and_latency_tables(name, scale, seed)
+        parts += [f"### Pool `{name}`", source_table(name).markdown(), acc.markdown(),
+                  agreement_table(name, scale, seed).markdown(), oracle_table(name, scale, seed).markdown(),
+                  votes.markdown(), cap.markdown(), lat.markdown()]
+    return "\n\n".join(parts) + "\n"
+
+
+def extract_section(text: str) -> str:
+    """The text between the markers; ``ValueError`` when they are missing or out of order."""
+    start, end = text.find(BEGIN), text.find(END)
+    if start < 0 or end < start:
+        raise ValueError(f"expected a section between {BEGIN!r} and {END!r}")
+    return text[start + len(BEGIN):end].strip("\n") + "\n"
+
+
+def replace_section(text: str, new: str) -> str:
+    """``text`` with its marked section replaced by ``new``."""
+    extract_section(text)
+    start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
+    return text[:start] + "\n" + new + text[end:]
+
+
+_ESTIMATE = re.compile(r"(-?\d+(?:\.\d+)?) ± (\d+(?:\.\d+)?)")
+
+
+def _estimates(line: str) -> tuple[str, list[tuple[float, float, float]]]:
+    """A table line with its estimates replaced by ``#``, and each estimate's (value, se, rounding step)."""
+    found = [(float(v), float(s), 10.0 ** -len(v.partition(".")[2])) for v, s in _ESTIMATE.findall(line)]
+    return _ESTIMATE.sub("#", line), found
+
+
+def compare_sections(page: str, fresh: str, z: float = Z_TOLERANCE) -> list[str]:
+    """Differences between a page's section and a fresh simulation's: headings and table text must be equal, and
+    every ``value ± se`` within ``z`` joint standard errors (plus rounding) of the fresh one. Notes and the
+    settings comment are not compared (they name sample sizes)."""
+
+    def lines(text: str) -> list[str]:
+        return [ln for ln in text.splitlines() if ln.startswith(("|", "#"))]
+
+    a, b = lines(page), lines(fresh)
+    if len(a) != len(b):
+        return [f"the page has {len(a)} heading and table lines, a fresh simulation {len(b)}"]
+    problems = []
+    for la, lb in zip(a, b, strict=True):
+        ta, ea = _estimates(la)
+        tb, eb = _estimates(lb)
+        if ta != tb or len(ea) != len(eb):
+            problems.append(f"text differs:\n  page:  {la}\n  fresh: {lb}")
+            continue
+        for (va, sa, ra), (vb, sb, rb) in zip(ea, eb, strict=True):
+            if abs(va - vb) > z * math.hypot(sa, sb) + (ra + rb) / 2:
+                problems.append(f"{va} ± {sa} on the page vs {vb} ± {sb} fresh, in: {la}")
+    return problems
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--update", type=Path, help="rewrite this file's section between the stats markers")
+    parser.add_argument("--scale", type=float, default=1.0, help="multiplies every sample size (default 1)")
+    parser.add_argument("--seed", type=int, default=0, help="base seed (default 0)")
+    args = parser.parse_args(argv)
+    text = section(args.scale, args.seed)
+    if args.update is None:
+        sys.stdout.write(text)
+    else:
+        args.update.write_text(replace_section(args.update.read_text(), text))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,112 @@
+"""docs/simulator.md's simulated figures agree with a fresh simulation of the shipped pools.
+
+``scripts/simulator_stats.py`` writes the page's marked section from ``parasim.sim.simulate_calls``. Here a smaller
+sample with another seed is simulated and every ``value ± se`` on the page must lie within the script's tolerance
+(``Z_TOLERANCE`` joint standard errors, plus rounding) of the fresh figure, while every other cell of every table
+(targets, formulas, chance levels, published figures, names) must be equal. A pool or simulator change that moves a
+figure fails here until the page is regenerated: ``python scripts/simulator_stats.py --update docs/simulator.md``.
+"""
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+import pytest
+
+from parasim.pools import KNOWN_SOURCES
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGE = ROOT / "docs" / "simulator.md"
+FRESH_SCALE = 0.05  # about 5% of the page's samples: a few seconds of simulation after numba's compile
+
+
+def _stats() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("simulator_stats", ROOT / "scripts" / "simulator_stats.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["simulator_stats"] = module  # dataclasses look their module up while the file executes
+    spec.loader.exec_module(module)
+    return module
+
+
+stats = _stats()
+
+
+@pytest.fixture(scope="module")
+def page_section() -> str:
+    return stats.extract_section(PAGE.read_text(encoding="utf-8"))
+
+
+@pytest.mark.timeout(300)
+def test_page_figures_match_a_fresh_simulation(page_section: str) -> None:
+    fresh = stats.section(scale=FRESH_SCALE, seed=1)
+    problems = stats.compare_sections(page_section, fresh)
+    hint = "regenerate it with `python scripts/simulator_stats.py --update docs/simulator.md`"
+    assert not problems, f"docs/simulator.md disagrees with a fresh simulation; {hint}:\n" + "\n".join(problems[:20])
+
+
+def test_page_has_every_table_of_every_pool(page_section: str) -> None:
+    for pool in stats.POOLS:
+        assert f"### Pool `{pool}`" in page_section
+    titles = re.findall(r"^#### (.+)$", page_section, re.M)
+    per_pool = ["Parameter sources", "Direct-call accuracy", "Wrong-answer agreement", "Per-query oracle",
+                "Majority vote", "Output tokens against the 24,576-token cap", "Latency of parallel calls"]
+    assert titles == ["Task suite"] + per_pool * len(stats.POOLS)
+    assert "±" in page_section
+
+
+def test_comparison_catches_a_moved_figure_and_changed_text(page_section: str) -> None:
+    assert stats.compare_sections(page_section, page_section) == []
+    line = next(ln for ln in page_section.splitlines() if ln.startswith("| GPT-5 |") and "±" in ln)
+    value, se = re.search(r"(\d+\.\d+) ± (\d+\.\d+)", line).groups()
+    moved = line.replace(f"{value} ± {se}", f"{float(value) + 20 * float(se) + 1:.2f} ± {se}", 1)
+    problems = stats.compare_sections(page_section.replace(line, moved), page_section)
+    assert len(problems) == 1 and "on the page vs" in problems[0]
+    renamed = page_section.replace("| GPT-5 |", "| GPT-6 |", 1)
+    assert "text differs" in stats.compare_sections(renamed, page_section)[0]
+    assert "heading and table lines" in stats.compare_sections(page_section + "| extra |\n", page_section)[0]
+
+
+def test_update_rewrites_only_the_marked_section(tmp_path: Path) -> None:
+    doc = tmp_path / "page.md"
+    doc.write_text(f"before\n{stats.BEGIN}\nold\n{stats.END}\nafter\n", encoding="utf-8")
+    text = stats.replace_section(doc.read_text(encoding="utf-8"), "new table\n")
+    assert text == f"before\n{stats.BEGIN}\nnew table\n{stats.END}\nafter\n"
+    with pytest.raises(ValueError, match="stats:begin"):
+        stats.extract_section("no markers here")
+
+
+def test_plurality_votes_like_the_ensemble_solver() -> None:
+    answers = np.array([[0, 0, 1],     # majority right
+                        [1, 0, 0],     # majority right, first sample wrong
+                        [2, 0, 1],     # three-way tie: the earliest sample (wrong) wins
+                        [0, 1, 2],     # three-way tie: the earliest sample (right) wins
+                        [-1, -1, 0],   # unanswered samples do not vote
+                        [-1, -1, -1],  # nothing answered: wrong
+                        [1, 1, 0]])    # majority wrong
+    assert stats.plurality_right(answers).tolist() == [True, True, False, True, True, False, False]
+
+
+def test_estimates_print_two_digits_of_their_standard_error() -> None:
+    assert str(stats.Estimate(61.2345, 0.1234)) == "61.23 ± 0.12"
+    assert str(stats.Estimate(93.4, 1.6)) == "93.4 ± 1.6"
+    assert str(stats.Estimate(0.0, 0.0)) == "0.00 ± 0.00"
+    est = stats.share(np.array([True, False, False, False]))
+    assert est.value == 25.0 and est.se == pytest.approx(100 * (0.25 * 0.75 / 4) ** 0.5)
+
+
+def test_page_describes_every_source_key() -> None:
+    text = PAGE.read_text(encoding="utf-8")
+    missing = [key for key in sorted(KNOWN_SOURCES) if f"| `{key}` |" not in text]
+    assert not missing, f"docs/simulator.md has no row for the source keys {missing}"
+
+
+def test_page_cites_nothing_outside_the_repository() -> None:
+    text = PAGE.read_text(encoding="utf-8")
+    for link in re.findall(r"\]\(([^)#]+)", text):
+        if "://" not in link:
+            assert (PAGE.parent / link).exists(), f"docs/simulator.md links to {link}, which is not in the repository"
+    assert "shared/" not in text
