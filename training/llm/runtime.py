@@ -4,6 +4,7 @@ Kept out of ``sft.py`` / ``grpo.py`` so that those read as the algorithm only. N
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import json
@@ -11,7 +12,8 @@ import os
 import random
 import shutil
 import sys
-from collections.abc import Callable, Sequence
+import warnings
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -220,14 +222,20 @@ def full_state_dict(policy: TokenLogprobs, info: DistInfo, *, all_ranks: bool = 
 
 
 # ---------------------------------------------------------------------------------------------- checkpoints
+TRAIN_STATE = "train_state"  # the DCP directory of a checkpoint: fp32 model and optimizer states, sharded per rank
+
+
 def save_checkpoint(root: str | Path, step: int, policy: TokenLogprobs, optimizer: torch.optim.Optimizer,
                     info: DistInfo, state: dict[str, Any], tokenizer: Any = None, keep: int = 2) -> Path | None:
     """Write ``root/step_XXXXXXXX`` atomically: everything goes to a ``.tmp`` directory that is renamed at the end,
     and ``root/latest`` is replaced last, so a crash mid-save leaves the previous checkpoint intact.
 
-    Contents: ``model/`` (an HF directory, servable by vLLM), ``optimizer.pt`` (full, unsharded),
-    ``rng_rank{r}.pt`` (every rank's RNG states), ``state.json`` (step and trainer state).
+    Contents: ``model/`` (an HF directory written by rank 0, servable by vLLM), ``train_state/`` (model and optimizer
+    states through ``torch.distributed.checkpoint``: each rank writes its own shards, so no rank ever holds the whole
+    optimizer state), ``rng_rank{r}.pt`` (every rank's RNG states), ``state.json`` (step and trainer state).
     """
+    import torch.distributed.checkpoint as dcp
+
     root = Path(root)
     final = root / f"step_{step:08d}"
     tmp = root / f"step_{step:08d}.tmp"
@@ -236,13 +244,13 @@ def save_checkpoint(root: str | Path, step: int, policy: TokenLogprobs, optimize
         (tmp / "model").mkdir(parents=True)
     barrier(info)
     torch.save(rng_state(), tmp / f"rng_rank{info.rank}.pt")
+    with _single_process_dcp():
+        dcp.save(_train_state(policy, optimizer), checkpoint_id=tmp / TRAIN_STATE)
     model_sd = full_state_dict(policy, info)
-    optim_sd = _full_optimizer_state(policy, optimizer, info)
     if info.is_main:
         policy.lm.save_pretrained(tmp / "model", state_dict=model_sd, safe_serialization=True)
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp / "model")
-        torch.save(optim_sd, tmp / "optimizer.pt")
         (tmp / "state.json").write_text(json.dumps({"step": step, **state}, indent=1, default=str))
     barrier(info)
     if info.is_main:
@@ -296,46 +304,42 @@ def pad_token_id(tokenizer: Any) -> int:
 
 def load_training_state(ckpt: Path, policy: TokenLogprobs, optimizer: torch.optim.Optimizer,
                         info: DistInfo) -> dict[str, Any]:
-    """Restore optimizer and RNG states (the model was loaded from ``ckpt/model``); returns state.json."""
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+    """Restore the fp32 model and optimizer states from ``ckpt/train_state`` (each rank reads the shards it needs;
+    DCP reshards, so the world size may differ from the saving run's) and this rank's RNG states; returns
+    state.json. The model was already built from ``ckpt/model``; its training state is reloaded here so that a
+    resume never depends on the HF export."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import set_state_dict
 
-    optim_sd = torch.load(ckpt / "optimizer.pt", map_location="cpu", weights_only=False)
-    if info.world_size == 1:
-        optimizer.load_state_dict(_optimizer_ids_from_names(optim_sd, policy))
-    else:
-        set_optimizer_state_dict(policy.lm, optimizer, optim_sd,
-                                 options=StateDictOptions(full_state_dict=True))
+    saved = len(list(ckpt.glob("rng_rank*.pt")))
+    if info.world_size > saved:  # checked by every rank, before any collective
+        raise ConfigError(f"world size = {info.world_size}: checkpoint {ckpt} holds the RNG states of {saved} ranks "
+                          f"(resume with a world size in [1, {saved}])")
+    train_state = _train_state(policy, optimizer)
+    with _single_process_dcp():
+        dcp.load(train_state, checkpoint_id=ckpt / TRAIN_STATE)
+    set_state_dict(policy.lm, optimizer, model_state_dict=train_state["model"],
+                   optim_state_dict=train_state["optim"])
     set_rng_state(torch.load(ckpt / f"rng_rank{info.rank}.pt", weights_only=False))
     return json.loads((ckpt / "state.json").read_text())
 
 
-def _full_optimizer_state(policy: TokenLogprobs, optimizer: torch.optim.Optimizer,
-                          info: DistInfo) -> dict[str, Any]:
-    """Optimizer state keyed by parameter *names* (world-size independent), the shape torch.distributed.checkpoint
-    uses; a single process builds it directly, FSDP2 gathers it."""
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+def _train_state(policy: TokenLogprobs, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """Model and optimizer states keyed by parameter names, as DTensor shards under FSDP2 and whole tensors in one
+    process: the layout DCP saves without gathering and loads in place (a fresh optimizer gets zero states first)."""
+    from torch.distributed.checkpoint.state_dict import get_state_dict
 
-    if info.world_size == 1:
-        names = {id(p): n for n, p in policy.lm.named_parameters()}
-        sd = optimizer.state_dict()
-        params = [p for g in optimizer.param_groups for p in g["params"]]
-        id_to_name = {i: names[id(p)] for i, p in enumerate(params)}
-        return {
-            "state": {id_to_name[i]: {k: v.clone() if torch.is_tensor(v) else v for k, v in s.items()}
-                      for i, s in sd["state"].items()},
-            "param_groups": [{**g, "params": [id_to_name[i] for i in g["params"]]} for g in sd["param_groups"]],
-        }
-    return get_optimizer_state_dict(policy.lm, optimizer,
-                                    options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    model_sd, optim_sd = get_state_dict(policy.lm, optimizer)
+    return {"model": model_sd, "optim": optim_sd}
 
 
-def _optimizer_ids_from_names(sd: dict[str, Any], policy: TokenLogprobs) -> dict[str, Any]:
-    order = [n for n, _ in policy.lm.named_parameters()]
-    index = {n: i for i, n in enumerate(order)}
-    return {
-        "state": {index[n]: s for n, s in sd["state"].items()},
-        "param_groups": [{**g, "params": [index[n] for n in g["params"]]} for g in sd["param_groups"]],
-    }
+@contextlib.contextmanager
+def _single_process_dcp() -> Iterator[None]:
+    """DCP runs without a process group as a single process (what a plain run is) and warns that it does so on
+    every call; that warning is silenced here, nothing else."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
+        yield
 
 
 def rng_state() -> dict[str, Any]:
