@@ -78,3 +78,16 @@ def test_cli(tmp_path, capsys):
     assert [r["config"] for r in rows] == ["paramanager (base)", "c_tar=4", "c_tar=16"]
     assert "rescore of 400 trajectories" in capsys.readouterr().out
     assert main(["rescore", str(path), "--grid", "nope=1"]) == 2
+
+
+def test_cli_writes_csv_with_the_json_rows(tmp_path):
+    import csv
+
+    path = rescore.write_parquet(_batch(), tmp_path / "t.parquet")
+    assert main(["rescore", str(path), "--grid", "c_tar=4,16", "--out", str(tmp_path / "r.json")]) == 0
+    assert main(["rescore", str(path), "--grid", "c_tar=4,16", "--out", str(tmp_path / "r.csv")]) == 0
+    rows = json.loads((tmp_path / "r.json").read_text())
+    with open(tmp_path / "r.csv", newline="") as f:
+        table = list(csv.DictReader(f))
+    assert [r["config"] for r in table] == [r["config"] for r in rows]
+    assert "reward_config" not in table[0] and float(table[1]["mean_reward"]) == pytest.approx(rows[1]["mean_reward"])

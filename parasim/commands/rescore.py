@@ -6,6 +6,8 @@ the field to the formulas that read it; a formula that does not is scored once, 
 from __future__ import annotations
 
 import argparse
+import csv
+import io
 
 from parasim.commands import CommandError
 
@@ -46,11 +48,16 @@ def run(args: argparse.Namespace) -> int:
     rows = rescore.rescore(batch, configs, args.top_k)
     rescore.print_rescore(rows, len(batch.outcome))
     if out is not None:
-        if out.suffix.lower() == ".csv":
-            import pandas as pd
+        from parasim.training.store import atomic_write_bytes
 
-            pd.DataFrame([{k: v for k, v in r.items() if k != "reward_config"} for r in rows]).to_csv(out, index=False)
+        if out.suffix.lower() == ".csv":
+            table = [{k: v for k, v in r.items() if k != "reward_config"} for r in rows]
+            text = io.StringIO()
+            writer = csv.DictWriter(text, fieldnames=list(dict.fromkeys(k for r in table for k in r)))
+            writer.writeheader()
+            writer.writerows(table)
+            atomic_write_bytes(out, text.getvalue().encode())
         else:
-            out.write_text(json.dumps(rows, indent=1))
+            atomic_write_bytes(out, json.dumps(rows, indent=1).encode())
         print(f"wrote {out}")
     return 0
