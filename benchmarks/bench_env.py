@@ -6,7 +6,10 @@ ensemble vote to one draw and leaves out exec-error repair and token budgets, so
 Goals on a 2-core machine: >= 2M steps/s batched at 4,096 lanes, >= 50k steps/s single.
 
 Run: ``pytest benchmarks/bench_env.py --benchmark-only`` (steps/s and the speedup over NumPy land in
-``extra_info``), or ``python benchmarks/bench_env.py`` for a table.
+``extra_info``), ``python benchmarks/bench_env.py`` for a table (and the per-lane cost from 1,024 to 4,096 lanes),
+or ``python benchmarks/bench_env.py --profile`` for where a vector env step's time goes (CPU time per phase: the
+compiled kernel, the trajectory gather, the reward scoring, the observation copies, the env's own Python) and the
+kernel's cost with and without the per-call model. ``bench_vector_env.py`` holds the 4,096-lane comparisons.
 """
 from __future__ import annotations
 
@@ -14,13 +17,14 @@ import argparse
 import statistics
 import time
 from collections.abc import Callable
+from typing import NamedTuple
 
 import gymnasium as gym
 import numpy as np
 import pytest
 
 import parasim  # noqa: F401  (registers the envs)
-from parasim.envs.paraorch import resolve_reward, terminal_info
+from parasim.envs.paraorch import resolve_reward, score_trajectories
 from parasim.protocol.schema import NUM_TOOLS, Status, Tool
 from parasim.sim import Simulator
 from parasim.sim.kernel import (
@@ -35,6 +39,8 @@ from parasim.sim.kernel import (
     I_FINAL,
     I_FMT,
     I_ROUND,
+    NUM_F,
+    NUM_I,
 )
 from parasim.sim.tables import (
     MD_LLR_CONFIRM,
@@ -85,20 +91,32 @@ def policy_actions(nvec: np.ndarray, lanes: int, steps: int, seed: int = 0) -> n
     return acts
 
 
+class ReferenceState(NamedTuple):
+    """The reference env's own lane state: one contiguous array per field, so that the baseline's speed does not
+    depend on how the compiled simulator lays out its state."""
+
+    st_i: np.ndarray  # int64[N, NUM_I]
+    st_f: np.ndarray  # float64[N, NUM_F]
+    counts_t: np.ndarray  # int32[N, T]
+    ev: np.ndarray  # float64[N, 4, NUM_ANSWERS]
+
+
 class NumpyReferenceEnv:
     """The per-call model vectorized with NumPy over lanes (the baseline, not a product; see module doc)."""
 
     def __init__(self, lanes: int, pool: str = "paramanager", suite: str = "paramanager", seed: int = 0) -> None:
-        self.sim = Simulator(pool, suite, lanes)  # reuse the tables and state layout
+        self.sim = Simulator(pool, suite, lanes)  # reuse the tables, action sizes and episode parameters
         self.t = self.sim.tables
         self.n = lanes
+        self.state = ReferenceState(np.zeros((lanes, NUM_I), np.int64), np.zeros((lanes, NUM_F)),
+                                    np.zeros((lanes, NUM_TOOLS), np.int32), np.zeros((lanes, 4, NUM_ANSWERS)))
         self.rng = np.random.default_rng(seed)
         self.reward = resolve_reward("paramanager")
         self.nm = self.sim.pool.num_models
         self.reset(np.ones(lanes, bool))
 
     def reset(self, mask: np.ndarray) -> None:
-        t, s, idx = self.t, self.sim.state, np.flatnonzero(mask)
+        t, s, idx = self.t, self.state, np.flatnonzero(mask)
         rows = np.minimum(np.searchsorted(t.row_cdf, self.rng.random(len(idx)), side="right"), len(t.row_cdf) - 1)
         s.st_i[idx] = 0
         s.st_f[idx] = 0.0
@@ -126,7 +144,7 @@ class NumpyReferenceEnv:
         return np.where(use_pref, self.pref[lanes, mm], self._distractor(lanes))
 
     def step(self, actions: np.ndarray) -> np.ndarray:
-        t, s, n = self.t, self.sim.state, self.n
+        t, s, n = self.t, self.state, self.n
         ev = s.ev
         score, support = ev[:, 0], ev[:, 1]
         has = support > 0
@@ -193,16 +211,27 @@ class NumpyReferenceEnv:
         self._observe()
         if final.any():
             lanes = np.flatnonzero(final)
-            terminal_info(self.sim, lanes, self.reward)
+            score_trajectories(self._trajectory(lanes), self.reward, validate=False)
             self.reset(final)
         return final
 
+    def _trajectory(self, lanes: np.ndarray) -> dict[str, np.ndarray]:
+        """The TrajectoryBatch fields of finished ``lanes``, gathered with NumPy."""
+        st_i, st_f, counts_t = self.state.st_i[lanes], self.state.st_f[lanes], self.state.counts_t[lanes]
+        return {
+            "outcome": st_f[:, F_OUTCOME].copy(), "format_violations": st_i[:, I_FMT].astype(np.int32),
+            "ended_with_final": st_i[:, I_FINAL].astype(np.uint8), "rounds": st_i[:, I_ROUND].astype(np.int32),
+            "tool_calls": st_i[:, I_CALLS].astype(np.int32), "distinct_tools": (counts_t > 0).sum(-1).astype(np.int32),
+            "tool_counts": counts_t, "tokens": st_f[:, F_TOKENS].copy(), "cost_units": st_f[:, F_COST].copy(),
+            "usd": st_f[:, F_USD].copy(), "latency_s": st_f[:, F_LAT].copy(),
+            "group_id": np.zeros(len(lanes), np.int64), "role_id": np.zeros(len(lanes), np.int32)}
+
     def _observe(self) -> dict[str, np.ndarray]:
         """The same observation content: top-4 candidates by score, counts, budgets, a mask."""
-        ev = self.sim.state.ev
+        ev = self.state.ev
         order = np.argsort(-np.where(ev[:, 1] > 0, ev[:, 0], -np.inf), 1)[:, :4]
         cand = np.take_along_axis(ev, order[:, None, :], 2).transpose(0, 2, 1)
-        st = self.sim.state
+        st = self.state
         has = (ev[:, 1] > 0).any(1)
         mask = np.ones((self.n, int(self.sim.nvec.sum())), np.int8)
         mask[:, 2 + int(Tool.CRITICAL_REVIEWER)] = has
@@ -264,6 +293,81 @@ def test_vector_env(benchmark, lanes, threads):
     benchmark.extra_info.update(steps_per_s=rate, numpy_steps_per_s=base, speedup=rate / base)
 
 
+def _timed(fn: Callable, spent: dict[str, float], key: str) -> Callable:
+    """``fn`` adding its CPU time (this thread's) to ``spent[key]``."""
+    def timed(*args, **kwargs):
+        t0 = time.thread_time()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            spent[key] += time.thread_time() - t0
+    return timed
+
+
+PHASES = ("Simulator.step (compiled kernel)", "Simulator.trajectory (gather)", "reward scoring (C++ core)",
+          "Simulator.tasks", "Simulator.observation (copies)")
+
+
+def profile_vector(lanes: int, steps: int) -> dict[str, float]:
+    """CPU seconds per env step of the vector env's phases: the Simulator calls it makes and the reward scoring,
+    timed by wrapping them on this env's instances, and the rest of its ``step`` (Python: masks, infos)."""
+    import parasim.envs.paraorch as paraorch
+
+    env = gym.make_vec("ParaOrch-v0", num_envs=lanes, vectorization_mode="vector_entry_point")
+    env.reset(seed=0)
+    acts = policy_actions(env.unwrapped.sim.nvec, lanes, steps)
+    env.step(acts[0])
+    spent = dict.fromkeys(PHASES, 0.0)
+    sim = env.unwrapped.sim
+    sim.step = _timed(sim.step, spent, PHASES[0])
+    sim.trajectory = _timed(sim.trajectory, spent, PHASES[1])
+    sim.tasks = _timed(sim.tasks, spent, PHASES[3])
+    sim.observation = _timed(sim.observation, spent, PHASES[4])
+    score = paraorch.score_trajectories
+    paraorch.score_trajectories = _timed(score, spent, PHASES[2])
+    try:
+        t0 = time.thread_time()
+        for a in acts:
+            env.step(a)
+        total = time.thread_time() - t0
+    finally:
+        paraorch.score_trajectories = score
+    out = {k: v / steps for k, v in spent.items()}
+    out["rest of env.step (Python)"] = total / steps - sum(out.values())
+    out["total"] = total / steps
+    return out
+
+
+def kernel_ns_per_lane_step(lanes: int, steps: int, calls: int) -> float:
+    """CPU ns per lane-step of ``Simulator.step`` alone under the benchmark policy with its first ``calls`` slots
+    kept (the others emptied; NEXT_STEP resets): the kernel's cost with and without the per-call model."""
+    sim = Simulator("paramanager", "paramanager", lanes)
+    sim.seed(np.arange(lanes))
+    sim.reset()
+    acts = policy_actions(sim.nvec, lanes, steps)
+    acts[..., 1 + 3 * calls::3] = NUM_TOOLS
+    finished = np.zeros(lanes, np.uint8)
+    t0 = time.thread_time()
+    for a in acts:
+        finished = sim.step(a, finished).copy()
+    return (time.thread_time() - t0) / (lanes * steps) * 1e9
+
+
+def print_profile(lanes: int, repeats: int) -> None:
+    """The per-phase profile of a vector env step at ``lanes`` (the fastest of ``repeats`` runs), and the kernel's
+    cost per lane-step with and without the per-call model (best of ``repeats``)."""
+    steps = max(20, 200_000 // lanes)
+    best = min((profile_vector(lanes, steps) for _ in range(repeats)), key=lambda run: run["total"])
+    print(f"{lanes} lanes, CPU us per env step (the fastest of {repeats} runs; {lanes / best['total']:,.0f} "
+          "env-steps/s):")
+    for k, v in best.items():
+        if k != "total":
+            print(f"  {k:36s} {v * 1e6:8.1f} us  {v / best['total'] * 100:5.1f}%")
+    kernel = {calls: min(kernel_ns_per_lane_step(lanes, steps, calls) for _ in range(repeats)) for calls in (4, 1, 0)}
+    print(f"  kernel per lane-step: {kernel[4]:.0f} ns with the policy's 4 slots, {kernel[1]:.0f} ns with slot 0 only, "
+          f"{kernel[0]:.0f} ns with no calls (resets, bookkeeping, observation)")
+
+
 def _spread(measure: Callable[[], float], repeats: int) -> tuple[float, float]:
     """Best and median of ``repeats`` measurements: the machine is shared, so one number says little."""
     rates = [measure() for _ in range(repeats)]
@@ -273,15 +377,23 @@ def _spread(measure: Callable[[], float], repeats: int) -> tuple[float, float]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=3, help="measurements per row (best and median shown)")
-    repeats = parser.parse_args(argv).repeats
+    parser.add_argument("--profile", action="store_true",
+                        help="only the per-phase profile of a vector env step at 1,024 and 4,096 lanes")
+    args = parser.parse_args(argv)
+    repeats = args.repeats
     run_vector(4, 10)  # compile / load the caches outside the timings
+    if args.profile:
+        for lanes in (1024, 4096):
+            print_profile(lanes, repeats)
+        return
     run_vector(1024, 5, threads=True)
     best, med = _spread(lambda: run_single(20_000), repeats)
     print(f"steps/s, best / median of {repeats}")
     print(f"single env via gym.make: {best:12,.0f} / {med:12,.0f}")
+    compiled = {}
     for lanes in LANES:
         steps = _steps_for(lanes)
-        fast = _spread(lambda: run_vector(lanes, steps), repeats)  # noqa: B023 (called within the iteration)
+        fast = compiled[lanes] = _spread(lambda: run_vector(lanes, steps), repeats)  # noqa: B023 (in the iteration)
         base = _spread(lambda: run_numpy(lanes, max(10, steps // 4)), repeats)  # noqa: B023
         line = (f"{lanes:5d} lanes: compiled {fast[0]:12,.0f} / {fast[1]:12,.0f}  numpy {base[0]:12,.0f} / "
                 f"{base[1]:12,.0f}  x{fast[0] / base[0]:5.1f} / x{fast[1] / base[1]:5.1f}")
@@ -289,6 +401,9 @@ def main(argv: list[str] | None = None) -> None:
             thr = _spread(lambda: run_vector(lanes, steps, threads=True), repeats)  # noqa: B023
             line += f"  threaded {thr[0]:12,.0f} / {thr[1]:12,.0f}"
         print(line)
+    ratio = [compiled[1024][k] / compiled[4096][k] for k in (0, 1)]
+    print(f"per-lane cost, 4,096 / 1,024 lanes: x{ratio[0]:.2f} (best) / x{ratio[1]:.2f} (median); goal at 4,096 "
+          f"lanes: 2,000,000 steps/s")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""The batched, compiled simulator of orchestration episodes (shared/DESIGN.md section 3).
+"""The batched, compiled simulator of orchestration episodes.
 
 ``Simulator`` owns the preallocated arrays of N lanes and calls the compiled kernels; both
 ``ParaOrch-v0`` (N = 1) and its vector env (N lanes) run on it, which is why a single env seeded
@@ -24,10 +24,6 @@ from parasim.sim.kernel import (
     C_TOK_IN,
     C_TOK_OUT,
     C_USD,
-    E_MAX_ROUNDS,
-    E_SERIAL,
-    E_SLOTS,
-    E_TOKEN_BUDGET,
     F_COST,
     F_LAT,
     F_OUTCOME,
@@ -42,7 +38,6 @@ from parasim.sim.kernel import (
     I_ROUND,
     I_ROW,
     NO_CALL,
-    NUM_ENV_PARAMS,
     NUM_TARGETS,
     OUT_ANSWER,
     OUT_CONFIRM,
@@ -54,9 +49,18 @@ from parasim.sim.kernel import (
     TASK_ROW,
 )
 from parasim.sim.rng import seed_state
-from parasim.sim.state import ObsBuffers, SimState, action_nvec, allocate_obs, allocate_state
+from parasim.sim.state import ObsBuffers, SimState, action_nvec, allocate_lanes, allocate_obs, lane_views
 from parasim.sim.step import reset_lanes, step_lanes, step_lanes_parallel
-from parasim.sim.tables import SimTables, build_tables
+from parasim.sim.tables import (
+    E_MAX_ROUNDS,
+    E_SERIAL,
+    E_SLOTS,
+    E_TOKEN_BUDGET,
+    NUM_ENV_PARAMS,
+    SimTables,
+    build_tables,
+    kernel_params,
+)
 from parasim.tasks import TaskSuite, load_suite
 
 PARALLEL_MIN_LANES = 1024
@@ -79,18 +83,22 @@ class Simulator:
         self.num_lanes = int(num_lanes)
         self.slots = int(max_parallel)
         self.tables = build_tables(self.pool, self.suite)
-        self.state = allocate_state(self.num_lanes, self.slots, self.pool.num_models)
+        # the lanes' state records (``LANE_DTYPE``) and per-slot arrays; ``state`` shows them as one array per field
+        self._lanes = allocate_lanes(self.num_lanes, self.slots)
+        self.state = lane_views(self._lanes, self.pool.num_models)
         self.obs = allocate_obs(self.num_lanes, self.slots, self.pool.num_models)
         self._obs_items = tuple(self.obs._asdict().items())
         self.env = np.zeros(NUM_ENV_PARAMS)
         self.env[E_MAX_ROUNDS], self.env[E_SLOTS] = max_rounds, max_parallel
         self.env[E_SERIAL] = float(bool(serial))
         self.env[E_TOKEN_BUDGET] = np.inf if token_budget is None else float(token_budget)
+        self.env.flags.writeable = False  # the kernels read a copy in their parameter record (``kernel_params``)
         self.nvec = action_nvec(self.slots, self.pool.num_models)
         self.done = np.zeros(self.num_lanes, np.uint8)
-        # the kernels' trailing arguments, unpacked once: the arrays are allocated here and only ever written in
-        # place, and re-unpacking three named tuples per step was a visible share of a one-lane step
-        self._kernel_args = (*self.state, *self.tables, *self.obs, self.env)
+        # the kernels' trailing arguments, built once: the arrays are allocated here and only ever written in
+        # place, and re-unpacking named tuples per step was a visible share of a one-lane step
+        params, rows = kernel_params(self.tables, self.env, self.slots)
+        self._kernel_args = (*self._lanes, rows, self.tables.row_cdf, params, *self.obs)
         self._all_lanes = np.ones(self.num_lanes, np.uint8)
         # threads (results identical) pay off only with enough lanes and idle cores; opt-in, since sweeps
         # that already run one process per core would oversubscribe them
@@ -165,8 +173,7 @@ class Simulator:
     def trajectory(self, lanes: Any = slice(None)) -> dict[str, np.ndarray]:
         """The TrajectoryBatch fields of the episodes in ``lanes`` (as they stand)."""
         if isinstance(lanes, np.ndarray) and lanes.ndim == 1 and lanes.dtype.kind in "iu":  # the envs' case
-            return trajectory_fields(np.ascontiguousarray(lanes, np.int64), self.state.st_i, self.state.st_f,
-                                     self.state.counts_t)
+            return trajectory_fields(np.ascontiguousarray(lanes, np.int64), self._lanes.lanes)
         st_i, st_f, counts_t = self.state.st_i[lanes], self.state.st_f[lanes], self.state.counts_t[lanes]
         return {
             "outcome": st_f[..., F_OUTCOME].copy(), "format_violations": st_i[..., I_FMT].astype(np.int32),

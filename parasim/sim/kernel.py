@@ -1,10 +1,18 @@
-"""The batched simulator: reset and step of every lane as plain compiled functions over flat arrays.
+"""The batched simulator's per-lane functions: the per-call model, and reset and step of one lane.
 
-PufferLib-Ocean style: all state lives in preallocated arrays (``SimState``), one row per lane; nothing
-is allocated after construction; ``reset_lanes`` and ``step_lanes`` each step all lanes in one numba
-call. The generative model is shared/DESIGN.md section 3 (see ``sample_call``); every number it uses
-comes from the pool tables, and system-level results (what parallel rounds or heterogeneous pools buy)
-are never written here: they emerge from the per-call model and the termination vote.
+PufferLib-Ocean style: all state lives in preallocated arrays, nothing is allocated after construction, and
+``parasim.sim.step`` steps every lane in one numba call. A lane's state is one record of a structured array
+(``parasim.sim.state.LANE_DTYPE``: its counters, evidence and random stream side by side, in a few adjacent
+cache lines instead of lines of fifteen arrays), the pool's parameters are one record too
+(``parasim.sim.tables.PARAMS_DTYPE``), and the per-lane functions below take records, scalars and the
+kernels' borrowed array views (``parasim.sim.step.borrowed``): an array passed to an inlined numba function
+otherwise costs an atomic reference-count increment and decrement per call, which with the two dozen arrays of
+a lane step was a third of the step's time. The lane's random stream is a local for the whole lane step.
+
+The generative model is ``call_outcome``; every number it uses comes from the pool tables, and system-level
+results (what parallel rounds or heterogeneous pools buy) are never written here: they emerge from the
+per-call model and the termination vote. ``sample_call``, ``draw_task`` and ``draw_wrong`` are the same
+model over the ``SimTables`` arrays, for the calibration code's single simulated calls.
 
 Answers are small integers: 0 is the gold answer, 1..A-1 wrong answers (A = the task's options, or
 NUM_ANSWERS for free-form tasks). Only the verifier and the per-call sampler look at which id is gold;
@@ -17,8 +25,12 @@ import math
 from numba import njit
 
 from parasim.protocol.schema import NUM_STATUSES, NUM_TOOLS, Status, Tool
-from parasim.sim.rng import normal, uniform
+from parasim.sim.rng import normal_from, uniform_from
 from parasim.sim.tables import (
+    E_MAX_ROUNDS,
+    E_SERIAL,
+    E_SLOTS,
+    E_TOKEN_BUDGET,
     MD_LLR_CONFIRM,
     MD_LLR_FLAG,
     MD_SENS,
@@ -37,7 +49,6 @@ from parasim.sim.tables import (
     R_DOMAIN,
     R_MU,
     R_OPTIONS,
-    R_QTOK,
     R_SIGMA,
     R_Z,
     TM_LAT_BASE,
@@ -73,17 +84,15 @@ NUM_I = 13
 # st_f columns
 F_Z, F_QTOK, F_TOKENS, F_COST, F_USD, F_LAT, F_OUTCOME = range(7)
 NUM_F = 7
-# task[i, c] columns: the lane's task assignment (see reset_lane)
+# task[c] columns: the lane's task assignment (see reset_lane)
 TASK_ROW, TASK_KEYED = range(2)
-# ev[i, k, answer] planes
+# the evidence per answer: ev[answer, c] in a lane record (the state view ``SimState.ev`` is [lane, c, answer])
 E_SCORE, E_SUPPORT, E_FLAGS, E_CONFIRMS = range(4)
-# last round's per-call records: call_i[i, k, c] and call_f[i, k, c]
+NUM_EVIDENCE = 4
+# last round's per-call records: call_i[k, c] and call_f[k, c]
 C_KIND, C_ANSWER = range(2)
 C_TOK_IN, C_TOK_OUT, C_LAT, C_USD, C_COST = range(5)
 NUM_CALL_F = 5
-# env params
-E_MAX_ROUNDS, E_SLOTS, E_SERIAL, E_TOKEN_BUDGET = range(4)
-NUM_ENV_PARAMS = 4
 
 _SR = int(Tool.STANDARD_REASONER)
 _CR = int(Tool.CRITICAL_REVIEWER)
@@ -99,98 +108,178 @@ def _sigmoid(x: float) -> float:
 
 
 @njit(cache=True, inline="always")
-def draw_wrong(rng, lane, mm, row, nans, pref, kappa, row_dcdf):
-    """A wrong answer: the model's preferred one with prob kappa, else a Zipf-weighted shared distractor."""
-    if pref >= 0 and uniform(rng, lane) < kappa:
-        return pref
-    u = uniform(rng, lane)
+def wrong_answer(s, nans, pref, kappa, dcdf):
+    """A wrong answer: the model's preferred one with prob kappa, else a Zipf-weighted shared distractor
+    (``dcdf``: the row's cumulative distractor weights). Returns (stream state, answer)."""
+    if pref >= 0:
+        s, u = uniform_from(s)
+        if u < kappa:
+            return s, pref
+    s, u = uniform_from(s)
     for j in range(nans - 1):
-        if u < row_dcdf[row, j]:
-            return j + 1
-    return nans - 1
+        if u < dcdf[j]:
+            return s, j + 1
+    return s, nans - 1
 
 
 @njit(cache=True, inline="always")
-def sample_call(rng, lane, tool, mm, target, lead, ctx, exec_before, row, bench, dom, nans, z, qtok, pref,
-                scratch, skill, bonus, tok_mu, tm, tt, mmt, md, proto, row_dcdf):
-    """One OK-able call of ``tool`` by model row ``mm`` on a task; the per-call model of DESIGN.md 3.
+def call_outcome(s, tool, target, lead, ctx, exec_before, nans, z, qtok, pref, dcdf, votes, mu, theta0, tmv, ttv,
+                 mmv, mdv, proto):
+    """One OK-able call of ``tool`` by a model on a task: the per-call model.
 
+    The model's parameters: ``mu`` = the log output tokens' mean (tok_mu + tok_alpha * z), ``theta0`` = the
+    right answer's logit on a fresh question (skill + bonus - z), ``tmv`` / ``ttv`` / ``mmv`` / ``mdv`` the
+    (tool, model), tool, model and (model, domain) columns TM_* / TT_* / MM_* / MD_*, ``proto`` the P_*
+    values; ``dcdf`` the row's distractor weights, ``votes`` room for the ensemble's samples.
     Status: TIMEOUT when the sampled latency passes the tool's timeout, EXEC_ERR at the pool's rate
     (code tools; times ``repair`` when the call carries the trajectory after an exec error), else OK.
-    An OK solver call is right with p = sigmoid(skill[mm, b] + bonus[t, d] - z - lambda * log(1 + ctx /
-    1000)) (ctx = carried context tokens, 0 for a fresh question), copies the carried leading answer
-    with prob rho, and answers wrong with the model's preferred wrong answer (kappa) or a distractor.
-    The reviewer flags a wrong leading answer with prob sens and a right one with prob 1 - spec.
-    Returns (status, kind, answer, tokens_in, tokens_out, latency_s, usd, cost_units).
+    An OK solver call is right with p = sigmoid(theta0 - lambda * log(1 + ctx / 1000)) (ctx = carried
+    context tokens, 0 for a fresh question), copies the carried leading answer with prob rho, and answers
+    wrong with the model's preferred wrong answer (kappa) or a distractor. The reviewer flags a wrong
+    leading answer with prob sens and a right one with prob 1 - spec.
+    Returns (stream state, status, kind, answer, tokens_in, tokens_out, latency_s, usd, cost_units).
     """
     k = int(proto[P_ENSEMBLE_K]) if tool == _ENS else 1
     carried = ctx if target != TARGET_QUESTION else 0.0
     tok_in1 = proto[P_PROMPT] + qtok + carried
-    mu = tok_mu[tool, mm, dom] + tm[TM_TOK_ALPHA, tool, mm] * z
     tok_out = 0.0
     lat = 0.0
     for _ in range(k):
-        t1 = min(math.exp(mu + tm[TM_TOK_SD, tool, mm] * normal(rng, lane)), proto[P_MAX_OUT])
-        l1 = (tm[TM_LAT_BASE, tool, mm] + t1 * tm[TM_LAT_PER_TOK, tool, mm]) * math.exp(
-            tm[TM_LAT_SD, tool, mm] * normal(rng, lane))
+        s, n_tok = normal_from(s)
+        t1 = min(math.exp(mu + tmv[TM_TOK_SD] * n_tok), proto[P_MAX_OUT])
+        s, n_lat = normal_from(s)
+        l1 = (tmv[TM_LAT_BASE] + t1 * tmv[TM_LAT_PER_TOK]) * math.exp(tmv[TM_LAT_SD] * n_lat)
         tok_out += t1
         lat = max(lat, l1)
     tok_in = tok_in1 * k
     status = _OK
-    timeout = tt[TT_TIMEOUT, tool]
+    timeout = ttv[TT_TIMEOUT]
     if lat > timeout:
         tok_out *= timeout / lat
         lat = timeout
         status = _TIMEOUT
     else:
-        p_exec = tm[TM_P_EXEC, tool, mm]
+        p_exec = tmv[TM_P_EXEC]
         if exec_before and target == TARGET_CARRY:
             p_exec *= proto[P_REPAIR]
-        if p_exec > 0.0 and uniform(rng, lane) < p_exec:
-            status = _EXEC
-    usd = tok_in * tm[TM_PRICE_IN, tool, mm] + tok_out * tm[TM_PRICE_OUT, tool, mm] + tt[TT_USD_CALL, tool] \
-        + tt[TT_USD_S, tool] * lat
-    cost = tt[TT_COST, tool]
+        if p_exec > 0.0:
+            s, u = uniform_from(s)
+            if u < p_exec:
+                status = _EXEC
+    usd = tok_in * tmv[TM_PRICE_IN] + tok_out * tmv[TM_PRICE_OUT] + ttv[TT_USD_CALL] + ttv[TT_USD_S] * lat
+    cost = ttv[TT_COST]
     kind = OUT_NONE
     answer = -1
     if status == _OK:
         if tool == _CR:
+            s, u = uniform_from(s)
             if lead == 0:
-                kind = OUT_FLAG if uniform(rng, lane) >= md[MD_SPEC, mm, dom] else OUT_CONFIRM
+                kind = OUT_FLAG if u >= mdv[MD_SPEC] else OUT_CONFIRM
             else:
-                kind = OUT_FLAG if uniform(rng, lane) < md[MD_SENS, mm, dom] else OUT_CONFIRM
+                kind = OUT_FLAG if u < mdv[MD_SENS] else OUT_CONFIRM
             answer = lead
         else:
             kind = OUT_ANSWER
-            theta = skill[mm, bench] + bonus[tool, dom] - z
+            theta = theta0
             if carried > 0.0:
-                theta -= mmt[MM_LAM, mm] * math.log(1.0 + carried / 1000.0)
+                theta -= mmv[MM_LAM] * math.log(1.0 + carried / 1000.0)
             p = _sigmoid(theta)
-            if target == TARGET_CARRY and lead >= 0 and uniform(rng, lane) < mmt[MM_RHO, mm]:
+            copied = False
+            if target == TARGET_CARRY and lead >= 0:
+                s, u = uniform_from(s)
+                copied = u < mmv[MM_RHO]
+            if copied:
                 answer = lead
             elif k == 1:
-                answer = 0 if uniform(rng, lane) < p else draw_wrong(rng, lane, mm, row, nans, pref,
-                                                                      mmt[MM_KAPPA, mm], row_dcdf)
+                s, u = uniform_from(s)
+                if u < p:
+                    answer = 0
+                else:
+                    s, answer = wrong_answer(s, nans, pref, mmv[MM_KAPPA], dcdf)
             else:
                 for j in range(k):
-                    scratch[lane, j] = 0 if uniform(rng, lane) < p else draw_wrong(rng, lane, mm, row, nans, pref,
-                                                                              mmt[MM_KAPPA, mm], row_dcdf)
+                    s, u = uniform_from(s)
+                    vote = 0
+                    if not u < p:
+                        s, vote = wrong_answer(s, nans, pref, mmv[MM_KAPPA], dcdf)
+                    votes[j] = vote
                 best = 0
                 for j in range(k):  # plurality; ties go to the earliest sample
                     c = 0
                     cb = 0
                     for j2 in range(k):
-                        c += scratch[lane, j2] == scratch[lane, j]
-                        cb += scratch[lane, j2] == scratch[lane, best]
+                        c += votes[j2] == votes[j]
+                        cb += votes[j2] == votes[best]
                     if c > cb:
                         best = j
-                answer = scratch[lane, best]
-    return status, kind, answer, tok_in, tok_out, lat, usd, cost
+                answer = votes[best]
+    return s, status, kind, answer, tok_in, tok_out, lat, usd, cost
 
 
 @njit(cache=True, inline="always")
+def pick_row(s, row_cdf):
+    """A suite row drawn by its weights (``row_cdf``: their cumulative sums). Returns (stream state, row)."""
+    s, u = uniform_from(s)
+    row = 0
+    while row < len(row_cdf) - 1 and u >= row_cdf[row]:
+        row += 1
+    return s, row
+
+
+@njit(cache=True, inline="always")
+def difficulty(s, z, mu, sigma):
+    """A task's difficulty: the row's own, or drawn as z ~ N(mu_b, sigma_b) where it has none (NaN)."""
+    if math.isnan(z):
+        s, n = normal_from(s)
+        z = mu + sigma * n
+    return s, z
+
+
+# ---- the same model over the SimTables arrays and a stream array (calibration's simulate_calls) ----
+
+@njit(cache=True, inline="always")
+def draw_wrong(rng, lane, mm, row, nans, pref, kappa, row_dcdf):
+    """``wrong_answer`` on the stream ``rng[lane]`` and row ``row`` of ``row_dcdf`` (``mm``: the model, unused)."""
+    s, answer = wrong_answer(rng[lane], nans, pref, kappa, row_dcdf[row])
+    rng[lane] = s
+    return answer
+
+
+@njit(cache=True, inline="always")
+def task_item(rng, lane, row, row_i, row_f):
+    """The task of suite row ``row``: (row, benchmark, domain, answer ids in play, difficulty)."""
+    opts = row_i[row, R_OPTIONS]
+    nans = NUM_ANSWERS if opts == FREE_FORM else opts
+    s, z = difficulty(rng[lane], row_f[row, R_Z], row_f[row, R_MU], row_f[row, R_SIGMA])
+    rng[lane] = s
+    return row, row_i[row, R_BENCH], row_i[row, R_DOMAIN], nans, z
+
+
+@njit(cache=True, inline="always")
+def draw_task(rng, lane, row_i, row_f, row_cdf):
+    """A task: a suite row by its weights, then its item (``task_item``)."""
+    s, row = pick_row(rng[lane], row_cdf)
+    rng[lane] = s
+    return task_item(rng, lane, row, row_i, row_f)
+
+
+@njit(cache=True, inline="always")
+def sample_call(rng, lane, tool, mm, target, lead, ctx, exec_before, row, bench, dom, nans, z, qtok, pref,
+                scratch, skill, bonus, tok_mu, tm, tt, mmt, md, proto, row_dcdf):
+    """``call_outcome`` of model row ``mm`` on the stream ``rng[lane]``, with the SimTables arrays.
+    Returns (status, kind, answer, tokens_in, tokens_out, latency_s, usd, cost_units)."""
+    s, status, kind, answer, tok_in, tok_out, lat, usd, cost = call_outcome(
+        rng[lane], tool, target, lead, ctx, exec_before, nans, z, qtok, pref, row_dcdf[row], scratch[lane],
+        tok_mu[tool, mm, dom] + tm[TM_TOK_ALPHA, tool, mm] * z, skill[mm, bench] + bonus[tool, dom] - z,
+        tm[:, tool, mm], tt[:, tool], mmt[:, mm], md[:, mm, dom], proto)
+    rng[lane] = s
+    return status, kind, answer, tok_in, tok_out, lat, usd, cost
+
+
+@njit(cache=True)
 def leading_answer(ev, arrival, i, nans):
-    """The termination model's pick: highest score among answers with support, earliest on ties; -1 if none."""
+    """The termination model's pick in lane ``i`` of the state views (``SimState.ev``, ``SimState.arrival``):
+    highest score among answers with support, earliest on ties; -1 if none. ``lane_lead`` in the kernel."""
     best = -1
     for a in range(nans):
         if ev[i, E_SUPPORT, a] > 0 and (best < 0 or ev[i, E_SCORE, a] > ev[i, E_SCORE, best] or (
@@ -199,94 +288,93 @@ def leading_answer(ev, arrival, i, nans):
     return best
 
 
-@njit(cache=True, inline="always")
-def draw_task(rng, lane, row_i, row_f, row_cdf):
-    """A task: a suite row by its weights, then its item (``task_item``)."""
-    u = uniform(rng, lane)
-    row = 0
-    while row < len(row_cdf) - 1 and u >= row_cdf[row]:
-        row += 1
-    return task_item(rng, lane, row, row_i, row_f)
-
+# ---- one lane, over its record L, the parameter record P and its suite row's record R ----
 
 @njit(cache=True, inline="always")
-def task_item(rng, lane, row, row_i, row_f):
-    """The task of suite row ``row``: its difficulty is given, or drawn as z ~ N(mu_b, sigma_b)."""
-    opts = row_i[row, R_OPTIONS]
-    nans = NUM_ANSWERS if opts == FREE_FORM else opts
-    z = row_f[row, R_Z]
-    if math.isnan(z):
-        z = row_f[row, R_MU] + row_f[row, R_SIGMA] * normal(rng, lane)
-    return row, row_i[row, R_BENCH], row_i[row, R_DOMAIN], nans, z
+def lane_lead(L):
+    """``leading_answer`` of lane record ``L``: answers with support are exactly those in ``L.order`` (first-seen
+    order), so the first of the highest score in that order is the pick."""
+    best = -1
+    for j in range(L.st_i[I_SEQ]):
+        a = L.order[j]
+        if best < 0 or L.ev[a, E_SCORE] > L.ev[best, E_SCORE]:
+            best = a
+    return best
 
 
 @njit(cache=True, inline="always")
-def reset_lane(i, st_i, st_f, counts_t, counts_s, last_status, exec_prev, pref, ev, arrival, rng, task, task_rng,
-               row_i, row_f, row_cdf, row_dcdf):
-    """Draw a new task for lane ``i`` and clear its episode accumulators.
+def reset_lane(L, i, last_status, rows, row_cdf, P):
+    """Draw a new task for lane ``i`` (record ``L``) and clear its episode accumulators.
 
-    ``task[i]`` is the lane's task request (``TASK_ROW``: suite row or -1 = drawn by weight; ``TASK_KEYED``: 1 =
+    ``L.task`` is the lane's task request (``TASK_ROW``: suite row or -1 = drawn by weight; ``TASK_KEYED``: 1 =
     the task's own draws, its row when drawn, difficulty and preferred wrong answers, come from the task stream
-    ``task_rng[i]``, so lanes with equal requests play the identical task). The lane's stream is swapped out for
-    those draws and back in after, so its tool randomness stays its own.
+    ``L.task_rng``, so lanes with equal requests play the identical task). Those draws then leave the lane's own
+    stream untouched, so its tool randomness stays its own.
     """
-    keyed = task[i, TASK_KEYED] != 0
-    lane_stream = rng[i]
-    if keyed:
-        rng[i] = task_rng[i]
-    if task[i, TASK_ROW] >= 0:
-        row, bench, dom, nans, z = task_item(rng, i, task[i, TASK_ROW], row_i, row_f)
-    else:
-        row, bench, dom, nans, z = draw_task(rng, i, row_i, row_f, row_cdf)
-    episode = st_i[i, I_EPISODE]
-    for c in range(st_i.shape[1]):
-        st_i[i, c] = 0
-    st_i[i, I_ROW], st_i[i, I_BENCH], st_i[i, I_DOMAIN], st_i[i, I_NANS] = row, bench, dom, nans
-    st_i[i, I_ANSWER] = -1
-    st_i[i, I_EPISODE] = episode + 1
-    for c in range(st_f.shape[1]):
-        st_f[i, c] = 0.0
-    st_f[i, F_Z], st_f[i, F_QTOK] = z, row_f[row, R_QTOK]
-    for c in range(counts_t.shape[1]):
-        counts_t[i, c] = 0
-        exec_prev[i, c] = 0
-    for c in range(counts_s.shape[1]):
-        counts_s[i, c] = 0
-    for c in range(last_status.shape[1]):
-        last_status[i, c] = NO_CALL
-    for a in range(ev.shape[2]):
-        arrival[i, a] = -1
-        for c in range(ev.shape[1]):
-            ev[i, c, a] = 0.0
-    for m in range(pref.shape[1]):
-        pref[i, m] = draw_wrong(rng, i, m, row, nans, -1, 0.0, row_dcdf)
-    if keyed:
-        rng[i] = lane_stream
+    keyed = L.task[TASK_KEYED] != 0
+    s = L.task_rng if keyed else L.rng
+    row = L.task[TASK_ROW]
+    if row < 0:
+        s, row = pick_row(s, row_cdf)
+    R = rows[row]
+    nans = R.nans
+    s, z = difficulty(s, R.z, R.mu, R.sigma)
+    st_i, st_f = L.st_i, L.st_f
+    episode = st_i[I_EPISODE]
+    for c in range(NUM_I):
+        st_i[c] = 0
+    st_i[I_ROW], st_i[I_BENCH], st_i[I_DOMAIN], st_i[I_NANS] = row, R.bench, R.domain, nans
+    st_i[I_ANSWER] = -1
+    st_i[I_EPISODE] = episode + 1
+    for c in range(NUM_F):
+        st_f[c] = 0.0
+    st_f[F_Z], st_f[F_QTOK] = z, R.qtok
+    for c in range(NUM_TOOLS):
+        L.counts_t[c] = 0
+        L.exec_prev[c] = 0
+    for c in range(NUM_STATUSES):
+        L.counts_s[c] = 0
+    for k in range(P.slots):
+        last_status[i, k] = NO_CALL
+    for a in range(NUM_ANSWERS):
+        L.arrival[a] = -1
+        for c in range(NUM_EVIDENCE):
+            L.ev[a, c] = 0.0
+    for m in range(P.nm + 1):
+        s, pref = wrong_answer(s, nans, -1, 0.0, R.dcdf)
+        L.pref[m] = pref
+    if not keyed:
+        L.rng = s
 
 
 @njit(cache=True, inline="always")
-def finalize_lane(i, ended_final, st_i, st_f, pref, ev, arrival, rng, skill, bonus, mmt, proto, row_dcdf):
-    """The termination model answers (vote, else the manager's own direct answer); the verifier scores it."""
-    nans = st_i[i, I_NANS]
-    answer = leading_answer(ev, arrival, i, nans)
+def finalize_lane(L, R, P, s, ended_final):
+    """The termination model answers (vote, else the manager's own direct answer); the verifier scores it.
+    Returns the stream state."""
+    st_i, st_f = L.st_i, L.st_f
+    answer = lane_lead(L)
     if answer < 0:
-        mgr = skill.shape[0] - 1
-        p = _sigmoid(skill[mgr, st_i[i, I_BENCH]] + bonus[_SR, st_i[i, I_DOMAIN]] - st_f[i, F_Z])
-        answer = 0 if uniform(rng, i) < p else draw_wrong(rng, i, mgr, st_i[i, I_ROW], nans, pref[i, mgr],
-                                                           mmt[MM_KAPPA, mgr], row_dcdf)
+        mgr = P.nm
+        p = _sigmoid(P.skill[mgr, st_i[I_BENCH]] + P.bonus[_SR, st_i[I_DOMAIN]] - st_f[F_Z])
+        s, u = uniform_from(s)
+        if u < p:
+            answer = 0
+        else:
+            s, answer = wrong_answer(s, st_i[I_NANS], L.pref[mgr], P.mm[mgr, MM_KAPPA], R.dcdf)
     if ended_final:
-        st_f[i, F_TOKENS] += proto[P_MGR_ROUND]
-    st_i[i, I_FINAL] = ended_final
-    st_i[i, I_ANSWER] = answer
-    st_f[i, F_OUTCOME] = 1.0 if answer == 0 else 0.0
-    st_i[i, I_DONE] = 1
+        st_f[F_TOKENS] += P.proto[P_MGR_ROUND]
+    st_i[I_FINAL] = ended_final
+    st_i[I_ANSWER] = answer
+    st_f[F_OUTCOME] = 1.0 if answer == 0 else 0.0
+    st_i[I_DONE] = 1
+    return s
 
 
 @njit(cache=True, inline="always")
-def step_lane(i, actions, st_i, st_f, counts_t, counts_s, last_status, exec_prev, pref, ev, arrival, rng, scratch,
-              call_i, call_f,
-              skill, bonus, tok_mu, tm, tt, mmt, md, rel_logit, proto, row_dcdf, env):
-    """One manager turn of lane ``i``: ``final_answer`` or a round of up to K isolated parallel calls.
+def step_lane(L, i, last_status, call_i, call_f, R, P, actions):
+    """One manager turn of lane ``i`` (record ``L``, suite row record ``R``, action row ``actions[i]``):
+    ``final_answer`` or a round of up to K isolated parallel calls, recorded per slot in ``last_status[i]``,
+    ``call_i[i]`` and ``call_f[i]``.
 
     Isolation: every call of the round sees the leading answer and context as they were when the round
     began (``lead`` and ``ctx`` are read once), so calls of one round never see each other's outputs.
@@ -297,22 +385,24 @@ def step_lane(i, actions, st_i, st_f, counts_t, counts_s, last_status, exec_prev
     """
     stop = actions[i, 0]
     if stop == 1:
-        finalize_lane(i, 1, st_i, st_f, pref, ev, arrival, rng, skill, bonus, mmt, proto, row_dcdf)
+        L.rng = finalize_lane(L, R, P, L.rng, 1)
         return
-    nm = skill.shape[0] - 1
-    nans = st_i[i, I_NANS]
-    row, bench, dom = st_i[i, I_ROW], st_i[i, I_BENCH], st_i[i, I_DOMAIN]
-    z, qtok = st_f[i, F_Z], st_f[i, F_QTOK]
-    lead = leading_answer(ev, arrival, i, nans)
-    ctx = st_f[i, F_TOKENS]
-    slots = last_status.shape[1]
+    s = L.rng
+    st_i, st_f, ev = L.st_i, L.st_f, L.ev
+    proto, env = P.proto, P.env
+    nm = P.nm
+    nans = st_i[I_NANS]
+    bench, dom = st_i[I_BENCH], st_i[I_DOMAIN]
+    z, qtok = st_f[F_Z], st_f[F_QTOK]
+    lead = lane_lead(L)
+    ctx = st_f[F_TOKENS]
     allowed = int(env[E_SLOTS])
     round_lat = 0.0
     round_tokens = proto[P_MGR_ROUND]
     n_calls = 0
     bad = stop != 0
-    loga = math.log(nans - 1.0)
-    for k in range(slots):
+    loga = R.log_odds
+    for k in range(P.slots):
         tool, model, target = actions[i, 1 + 3 * k], actions[i, 2 + 3 * k], actions[i, 3 + 3 * k]
         call_i[i, k, C_KIND] = OUT_NONE
         call_i[i, k, C_ANSWER] = -1
@@ -334,43 +424,46 @@ def step_lane(i, actions, st_i, st_f, counts_t, counts_s, last_status, exec_prev
             status = _BUDGET
         else:
             mm = model if agent else nm
-            status, kind, answer, tok_in, tok_out, lat, usd, cost = sample_call(
-                rng, i, tool, mm, target, lead, ctx, exec_prev[i, tool] != 0, row, bench, dom, nans, z, qtok,
-                pref[i, mm], scratch, skill, bonus, tok_mu, tm, tt, mmt, md, proto, row_dcdf)
-            exec_prev[i, tool] = status == _EXEC
+            s, status, kind, answer, tok_in, tok_out, lat, usd, cost = call_outcome(
+                s, tool, target, lead, ctx, L.exec_prev[tool] != 0, nans, z, qtok, L.pref[mm], R.dcdf, L.scratch,
+                P.tok_mu[tool, mm, dom] + P.tm[tool, mm, TM_TOK_ALPHA] * z, P.skill[mm, bench] + P.bonus[tool, dom] - z,
+                P.tm[tool, mm], P.tt[tool], P.mm[mm], P.md[mm, dom], proto)
+            L.exec_prev[tool] = status == _EXEC
             call_i[i, k, C_KIND], call_i[i, k, C_ANSWER] = kind, answer
             call_f[i, k, C_TOK_IN], call_f[i, k, C_TOK_OUT], call_f[i, k, C_LAT] = tok_in, tok_out, lat
             call_f[i, k, C_USD], call_f[i, k, C_COST] = usd, cost
-            st_f[i, F_COST] += cost
-            st_f[i, F_USD] += usd
+            st_f[F_COST] += cost
+            st_f[F_USD] += usd
             round_lat = round_lat + lat if env[E_SERIAL] != 0 else max(round_lat, lat)
-            round_tokens += tok_out * tt[TT_FEEDBACK, tool] if status == _OK else proto[P_STATUS]
+            round_tokens += tok_out * P.tt[tool, TT_FEEDBACK] if status == _OK else proto[P_STATUS]
             if kind == OUT_ANSWER:
-                if arrival[i, answer] < 0:
-                    arrival[i, answer] = st_i[i, I_SEQ]
-                    st_i[i, I_SEQ] += 1
-                ev[i, E_SUPPORT, answer] += 1.0
-                ev[i, E_SCORE, answer] += max(0.05, rel_logit[bench, tool, mm] + loga)
-                st_i[i, I_NOK] += 1
+                if L.arrival[answer] < 0:
+                    L.arrival[answer] = st_i[I_SEQ]
+                    L.order[st_i[I_SEQ]] = answer
+                    st_i[I_SEQ] += 1
+                ev[answer, E_SUPPORT] += 1.0
+                ev[answer, E_SCORE] += max(0.05, P.rel_logit[tool, mm, bench] + loga)
+                st_i[I_NOK] += 1
             elif kind == OUT_FLAG:
-                ev[i, E_FLAGS, answer] += 1.0
-                ev[i, E_SCORE, answer] += md[MD_LLR_FLAG, mm, dom]
+                ev[answer, E_FLAGS] += 1.0
+                ev[answer, E_SCORE] += P.md[mm, dom, MD_LLR_FLAG]
             elif kind == OUT_CONFIRM:
-                ev[i, E_CONFIRMS, answer] += 1.0
-                ev[i, E_SCORE, answer] += md[MD_LLR_CONFIRM, mm, dom]
-            counts_t[i, tool] += 1
+                ev[answer, E_CONFIRMS] += 1.0
+                ev[answer, E_SCORE] += P.md[mm, dom, MD_LLR_CONFIRM]
+            L.counts_t[tool] += 1
         if status == _FORMAT or status == _INVALID:
             bad = True
         if status == _FORMAT or status == _INVALID or status == _BUDGET:
             round_tokens += proto[P_STATUS]
         last_status[i, k] = status
-        counts_s[i, status] += 1
+        L.counts_s[status] += 1
     if n_calls == 0:
         bad = True
-    st_i[i, I_CALLS] += n_calls
-    st_i[i, I_FMT] += bad
-    st_i[i, I_ROUND] += 1
-    st_f[i, F_TOKENS] += round_tokens
-    st_f[i, F_LAT] += round_lat
-    if st_i[i, I_ROUND] >= env[E_MAX_ROUNDS]:
-        finalize_lane(i, 0, st_i, st_f, pref, ev, arrival, rng, skill, bonus, mmt, proto, row_dcdf)
+    st_i[I_CALLS] += n_calls
+    st_i[I_FMT] += bad
+    st_i[I_ROUND] += 1
+    st_f[F_TOKENS] += round_tokens
+    st_f[F_LAT] += round_lat
+    if st_i[I_ROUND] >= env[E_MAX_ROUNDS]:
+        s = finalize_lane(L, R, P, s, 0)
+    L.rng = s

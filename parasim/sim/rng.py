@@ -28,18 +28,32 @@ def seed_state(seed: int) -> np.uint64:
 
 
 @njit(cache=True, inline="always")
-def next_u64(state: np.ndarray, i: int) -> np.uint64:
-    s = state[i] + np.uint64(_GOLDEN)
-    state[i] = s
+def next_state(s: np.uint64) -> tuple[np.uint64, np.uint64]:
+    """The stream's next state and its 64 random bits.
+
+    The compiled step keeps a lane's state in a local for the whole lane step and stores it once, so these
+    functions take and return the state rather than an array and an index: an array passed to an inlined
+    numba function costs an atomic reference-count increment and decrement per call.
+    """
+    s = s + np.uint64(_GOLDEN)
     z = (s ^ (s >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
     z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return z ^ (z >> np.uint64(31))
+    return s, z ^ (z >> np.uint64(31))
+
+
+@njit(cache=True, inline="always")
+def uniform_from(s: np.uint64) -> tuple[np.uint64, float]:
+    """The next state and a float in [0, 1) with 53 random bits."""
+    s, z = next_state(s)
+    return s, float(z >> np.uint64(11)) * (1.0 / 9007199254740992.0)
 
 
 @njit(cache=True, inline="always")
 def uniform(state: np.ndarray, i: int) -> float:
-    """A float in [0, 1) with 53 random bits."""
-    return float(next_u64(state, i) >> np.uint64(11)) * (1.0 / 9007199254740992.0)
+    """``uniform_from`` on the stream ``state[i]`` (advanced in place)."""
+    s, u = uniform_from(state[i])
+    state[i] = s
+    return u
 
 
 # Acklam's rational approximation of the normal quantile (relative error < 1.2e-9): one uniform and, in
@@ -55,15 +69,15 @@ _P_LOW = 0.02425
 
 
 @njit(cache=True, inline="always")
-def normal(state: np.ndarray, i: int) -> float:
-    """A standard normal draw by inverting its CDF at a uniform."""
-    p = uniform(state, i)
+def normal_from(s: np.uint64) -> tuple[np.uint64, float]:
+    """The next state and a standard normal draw, by inverting its CDF at a uniform."""
+    s, p = uniform_from(s)
     if p < _P_LOW or p > 1.0 - _P_LOW:
         q = math.sqrt(-2.0 * math.log(max(p if p < 0.5 else 1.0 - p, 1e-300)))
         x = (((((_C[0] * q + _C[1]) * q + _C[2]) * q + _C[3]) * q + _C[4]) * q + _C[5]) / (
             (((_D[0] * q + _D[1]) * q + _D[2]) * q + _D[3]) * q + 1.0)
-        return x if p < 0.5 else -x
+        return s, x if p < 0.5 else -x
     q = p - 0.5
     r = q * q
-    return (((((_A[0] * r + _A[1]) * r + _A[2]) * r + _A[3]) * r + _A[4]) * r + _A[5]) * q / (
+    return s, (((((_A[0] * r + _A[1]) * r + _A[2]) * r + _A[3]) * r + _A[4]) * r + _A[5]) * q / (
         ((((_B[0] * r + _B[1]) * r + _B[2]) * r + _B[3]) * r + _B[4]) * r + 1.0)

@@ -1,8 +1,11 @@
 """Flat tables the compiled simulator reads: a pool and a task suite joined once, at env construction.
 
-Keeping the parameters in a few dense arrays (one per shape) lets one compiled call step every lane
-with no Python objects inside, and keeps numba's per-call dispatch cost to a handful of arguments.
-Column indices below are compile-time constants of the kernels.
+``SimTables`` holds the parameters in a few dense arrays (one per shape), the form the calibration code and
+the envs read. The step kernel reads the same numbers as records (``kernel_params``): one record of all pool
+and episode parameters, with the columns one call reads side by side and padded to the largest pool
+(``MAX_MODELS``) so that its dtype, and with it the compiled kernel, is the same for every pool, and one record
+per suite row. A record reaches the kernel's inlined per-lane functions as a plain pointer with its shapes
+known at compile time. Column indices below are compile-time constants of the kernels.
 """
 from __future__ import annotations
 
@@ -11,22 +14,55 @@ from typing import NamedTuple
 
 import numpy as np
 
-from parasim.pools import PoolSpec, reliability
-from parasim.tasks import FREE_FORM, NUM_ANSWERS, TaskSuite
+from parasim.pools import MAX_MODELS, PoolSpec, reliability
+from parasim.protocol.schema import NUM_DOMAINS, NUM_TOOLS
+from parasim.tasks import FREE_FORM, NUM_ANSWERS, NUM_BENCHMARKS, TaskSuite
 
 # tm[k, tool, model]
 TM_TOK_SD, TM_TOK_ALPHA, TM_LAT_BASE, TM_LAT_PER_TOK, TM_LAT_SD, TM_PRICE_IN, TM_PRICE_OUT, TM_P_EXEC = range(8)
+NUM_TM = 8
 # tt[k, tool]
 TT_USD_CALL, TT_USD_S, TT_COST, TT_TIMEOUT, TT_FEEDBACK = range(5)
+NUM_TT = 5
 # mm[k, model]
 MM_KAPPA, MM_RHO, MM_LAM = range(3)
+NUM_MM = 3
 # md[k, model, domain]
 MD_SENS, MD_SPEC, MD_LLR_FLAG, MD_LLR_CONFIRM = range(4)
+NUM_MD = 4
 # proto[k]
 P_ENSEMBLE_K, P_MGR_ROUND, P_MGR_CALL, P_PROMPT, P_STATUS, P_REPAIR, P_MAX_OUT = range(7)
+NUM_PROTO = 7
 # row_i[r, k] and row_f[r, k]
 R_BENCH, R_DOMAIN, R_OPTIONS = range(3)
 R_Z, R_MU, R_SIGMA, R_QTOK = range(4)
+# env params (the episode options)
+E_MAX_ROUNDS, E_SLOTS, E_SERIAL, E_TOKEN_BUDGET = range(4)
+NUM_ENV_PARAMS = 4
+
+_M1 = MAX_MODELS + 1  # pool models and the manager's row
+# The kernel's parameter record: the SimTables arrays with the (tool, model) tables transposed so that the
+# columns a call reads are adjacent (tm[tool, model, k], md[model, domain, k], ...), padded to MAX_MODELS.
+PARAMS_DTYPE = np.dtype([
+    ("nm", np.int64),  # pool models (row nm of the model tables is the manager)
+    ("slots", np.int64),  # call slots per round (the action's K)
+    ("env", np.float64, (NUM_ENV_PARAMS,)),
+    ("proto", np.float64, (NUM_PROTO,)),
+    ("tm", np.float64, (NUM_TOOLS, _M1, NUM_TM)),
+    ("tok_mu", np.float64, (NUM_TOOLS, _M1, NUM_DOMAINS)),
+    ("rel_logit", np.float64, (NUM_TOOLS, _M1, NUM_BENCHMARKS)),
+    ("tt", np.float64, (NUM_TOOLS, NUM_TT)),
+    ("bonus", np.float64, (NUM_TOOLS, NUM_DOMAINS)),
+    ("mm", np.float64, (_M1, NUM_MM)),
+    ("md", np.float64, (_M1, NUM_DOMAINS, NUM_MD)),
+    ("skill", np.float64, (_M1, NUM_BENCHMARKS)),
+], align=True)
+# One suite row as the kernel reads it (nans: the answer ids in play, NUM_ANSWERS for free-form tasks; log_odds:
+# log(nans - 1), the prior odds term of the weighted vote, computed once per row instead of once per step).
+ROW_DTYPE = np.dtype([
+    ("bench", np.int64), ("domain", np.int64), ("nans", np.int64), ("log_odds", np.float64), ("z", np.float64),
+    ("mu", np.float64), ("sigma", np.float64), ("qtok", np.float64), ("dcdf", np.float64, (NUM_ANSWERS,)),
+], align=True)
 
 
 class SimTables(NamedTuple):
@@ -81,6 +117,31 @@ def build_tables(pool: PoolSpec, suite: TaskSuite) -> SimTables:
         row_cdf=np.ascontiguousarray(t["row_cdf"]),
         row_dcdf=dcdf,
     )
+
+
+def kernel_params(t: SimTables, env: np.ndarray, slots: int) -> tuple[np.ndarray, np.ndarray]:
+    """The step kernel's records of ``t``: the parameter record (a 1-element PARAMS_DTYPE array) with the episode
+    parameters ``env`` (float64[NUM_ENV_PARAMS]) and ``slots``, and one ROW_DTYPE record per suite row."""
+    m1 = t.skill.shape[0]
+    params = np.zeros(1, PARAMS_DTYPE)
+    p = params[0]
+    p["nm"], p["slots"], p["env"], p["proto"] = m1 - 1, slots, env, t.proto
+    p["tm"][:, :m1] = t.tm.transpose(1, 2, 0)
+    p["tok_mu"][:, :m1] = t.tok_mu
+    p["rel_logit"][:, :m1] = t.rel_logit.transpose(1, 2, 0)
+    p["tt"], p["bonus"] = t.tt.T, t.bonus
+    p["mm"][:m1] = t.mm.T
+    p["md"][:m1] = t.md.transpose(1, 2, 0)
+    p["skill"][:m1] = t.skill
+    rows = np.zeros(len(t.row_cdf), ROW_DTYPE)
+    opts = t.row_i[:, R_OPTIONS]
+    rows["bench"], rows["domain"] = t.row_i[:, R_BENCH], t.row_i[:, R_DOMAIN]
+    rows["nans"] = np.where(opts == FREE_FORM, NUM_ANSWERS, opts)
+    rows["log_odds"] = [answer_log_odds_offset(int(o)) for o in opts]
+    rows["z"], rows["mu"], rows["sigma"], rows["qtok"] = t.row_f[:, R_Z], t.row_f[:, R_MU], t.row_f[:, R_SIGMA], \
+        t.row_f[:, R_QTOK]
+    rows["dcdf"] = t.row_dcdf
+    return params, rows
 
 
 def answer_log_odds_offset(options: int) -> float:

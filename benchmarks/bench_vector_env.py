@@ -1,0 +1,76 @@
+"""The vector env's step at 4,096 lanes against baselines measured in the same run (pytest-benchmark).
+
+- group ``vector env step, 4096 lanes``: the compiled env (``gym.make_vec``, NEXT_STEP autoreset) and the NumPy
+  reference env of ``bench_env.py``, the same policy and the same steps per round: the rows' time ratio is the
+  compiled env's speedup over a NumPy-batched env.
+- group ``vector env lane-step cost``: the compiled env at 1,024 and 4,096 lanes, each round the same number of
+  lane-steps (4x the steps at 1,024 lanes): equal times mean a lane-step costs the same with 4x the lanes, i.e.
+  that the larger state (about 4 MB of lane records and observations at 4,096 lanes) does not slow each lane down.
+
+The step's previous implementation (before the lane-record layout) is not kept here as a baseline: it was the
+whole simulator, not a small function. Each row's ``extra_info`` holds its lanes, steps per round and best
+steps/s. Run: ``pytest benchmarks/bench_vector_env.py --benchmark-only``; ``python benchmarks/bench_env.py
+--profile`` shows where a step's time goes. The project's default options (``--benchmark-disable``) run each
+benchmark once, untimed, as a smoke test.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from bench_env import NumpyReferenceEnv, policy_actions
+
+import parasim  # noqa: F401  (registers the envs)
+
+LANES = 4096
+SMALL_LANES = 1024
+STEPS = 25  # steps per round at LANES lanes (~0.1 s compiled)
+ROUNDS = 5
+
+
+def _stepper(env_step: Callable[[np.ndarray], object], actions: np.ndarray, best: list[float]) -> Callable[[], None]:
+    """One round: ``env_step`` over all of ``actions``; ``best[0]`` keeps the round's best lane-steps per second."""
+    lane_steps = actions.shape[0] * actions.shape[1]
+
+    def round_() -> None:
+        t0 = time.perf_counter()
+        for a in actions:
+            env_step(a)
+        best[0] = max(best[0], lane_steps / (time.perf_counter() - t0))
+
+    return round_
+
+
+def _compiled(lanes: int, steps: int) -> tuple[Callable[[np.ndarray], object], np.ndarray]:
+    env = gym.make_vec("ParaOrch-v0", num_envs=lanes, vectorization_mode="vector_entry_point")
+    env.reset(seed=0)
+    return env.step, policy_actions(env.unwrapped.sim.nvec, lanes, steps)
+
+
+def _numpy_reference(lanes: int, steps: int) -> tuple[Callable[[np.ndarray], object], np.ndarray]:
+    env = NumpyReferenceEnv(lanes)
+    return env.step, policy_actions(env.sim.nvec, lanes, steps)
+
+
+@pytest.mark.benchmark(group=f"vector env step, {LANES} lanes")
+@pytest.mark.parametrize("impl", ["compiled", "numpy_reference"])
+def test_vector_env_against_numpy(benchmark, impl: str) -> None:
+    make = _compiled if impl == "compiled" else _numpy_reference
+    env_step, actions = make(LANES, STEPS)
+    best = [0.0]
+    benchmark.pedantic(_stepper(env_step, actions, best), rounds=ROUNDS if impl == "compiled" else 2, iterations=1,
+                       warmup_rounds=1 if impl == "compiled" else 0)
+    benchmark.extra_info.update(lanes=LANES, steps_per_round=STEPS, best_steps_per_s=best[0])
+
+
+@pytest.mark.benchmark(group="vector env lane-step cost")
+@pytest.mark.parametrize("lanes", [SMALL_LANES, LANES])
+def test_vector_env_lane_step_cost(benchmark, lanes: int) -> None:
+    steps = STEPS * LANES // lanes  # the same lane-steps per round at both sizes
+    env_step, actions = _compiled(lanes, steps)
+    best = [0.0]
+    benchmark.pedantic(_stepper(env_step, actions, best), rounds=ROUNDS, iterations=1, warmup_rounds=1)
+    benchmark.extra_info.update(lanes=lanes, steps_per_round=steps, best_steps_per_s=best[0])
