@@ -78,8 +78,6 @@ from gymnasium import spaces
 
 from parasim.env_options import check_option_keys, check_seed
 from parasim.envs.render import (
-    RENDER_FPS,
-    RENDER_MODES,
     Board,
     SimRound,
     check_render_mode,
@@ -88,6 +86,7 @@ from parasim.envs.render import (
     render_board,
     sim_round,
 )
+from parasim.envs.render_modes import RENDER_FPS, RENDER_MODES
 from parasim.protocol.schema import NUM_STATUSES, NUM_TOOLS
 from parasim.sim import Simulator
 from parasim.sim.kernel import CAND_FEATURES, NUM_CANDIDATES

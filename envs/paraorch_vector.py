@@ -53,8 +53,6 @@ from parasim.envs.paraorch import (
     terminal_info,
 )
 from parasim.envs.render import (
-    RENDER_FPS,
-    RENDER_MODES,
     Board,
     SimRound,
     check_render_mode,
@@ -62,6 +60,7 @@ from parasim.envs.render import (
     render_board,
     sim_round,
 )
+from parasim.envs.render_modes import RENDER_FPS, RENDER_MODES
 
 
 def _masked(values: dict[str, np.ndarray], lanes: np.ndarray, n: int) -> dict[str, np.ndarray]:

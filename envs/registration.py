@@ -10,6 +10,8 @@ from typing import Any
 
 import gymnasium as gym
 
+from parasim.envs.render_modes import RENDER_FPS, RENDER_MODES
+
 
 def make_paraorch(*, tools: str = "sim", **options: Any) -> gym.Env:
     """ParaOrch-v0's entry point: the simulated env, or with ``tools="real"`` the real-tools env (same spaces)."""
@@ -23,7 +25,7 @@ def make_paraorch(*, tools: str = "sim", **options: Any) -> gym.Env:
 
 
 # gym.make reads the entry point's render modes before building the env (to add its render wrappers)
-make_paraorch.metadata = {"render_modes": ["ansi", "rgb_array"], "render_fps": 4}  # type: ignore[attr-defined]
+make_paraorch.metadata = {"render_modes": list(RENDER_MODES), "render_fps": RENDER_FPS}  # type: ignore[attr-defined]
 
 
 def register_envs() -> None:

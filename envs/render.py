@@ -20,11 +20,10 @@ from typing import Any
 
 import numpy as np
 
+from parasim.envs.render_modes import RENDER_MODES
 from parasim.protocol.schema import NUM_TOOLS, Domain, Status, Tool
 from parasim.tasks import NUM_ANSWERS
 
-RENDER_MODES = ("ansi", "rgb_array")
-RENDER_FPS = 4  # board frames per second in recorded videos: one manager turn each
 SHOWN_ROUNDS = 12  # rounds of calls kept and shown (the default max_rounds)
 TARGET_NAMES = ("question", "carry", "verify")
 COLUMNS = 112  # characters per image line (longer text lines are cut there)
