@@ -40,21 +40,6 @@ EMPTY = [7, 0, 0]
 NO_CALL = NUM_STATUSES
 
 
-@pytest.fixture(scope="module")
-def server():
-    port = _free_port()
-    proc = _start_fake(port)
-    yield f"http://127.0.0.1:{port}"
-    _stop(proc)
-
-
-@pytest.fixture
-def backend(server):
-    _control(server)
-    with RealToolBackend(_emap(server)) as b:
-        yield b
-
-
 def _make(backend: RealToolBackend, **options) -> gym.Env:
     engine = RealEpisodeEngine(backend, [_task()], verifier=_exact, seed=0)
     return gym.make("ParaOrch-v0", tools="real", engine=engine, **options)

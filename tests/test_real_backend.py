@@ -65,14 +65,6 @@ def _stop(proc: subprocess.Popen) -> None:
     proc.wait(timeout=10)
 
 
-@pytest.fixture(scope="module")
-def server():
-    port = _free_port()
-    proc = _start_fake(port)
-    yield f"http://127.0.0.1:{port}"
-    _stop(proc)
-
-
 def _control(url: str, **body) -> None:
     reset = {"delay_s": 0, "fail_next": 0, "fail_status": 500, "extension": True, "device": "cpu"}
     httpx.post(f"{url}/control", json={**reset, **body}).raise_for_status()
@@ -82,14 +74,6 @@ def _emap(url: str, **policy) -> dict:
     entry = {"base_url": url, "timeout_s": 5, "retries": 0, "backoff_s": 0.01, **policy}
     return {"endpoints": {name: {**entry, "model": name} for name in ANSWERS},
             "termination": {"model": "good"}}
-
-
-@pytest.fixture
-def backend(server):
-    _control(server)
-    b = RealToolBackend(_emap(server))
-    yield b
-    b.close()
 
 
 def _task(**kw) -> RealTask:

@@ -15,15 +15,13 @@ import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 from gymnasium.utils.passive_env_checker import env_render_passive_checker
-from test_real_backend import _control, _emap, _exact, _free_port, _start_fake, _stop, _task
+from test_env_real import _make as _real  # the real-tools env over the scripted server (tests/conftest.py)
 
 import parasim  # noqa: F401  (registers the envs)
 from parasim.envs.action_masks import tuple_mask
 from parasim.envs.paraorch import ParaOrchEnv
 from parasim.envs.render import COLUMNS, FIXED_LINES, SHOWN_ROUNDS, Board, board_lines, ending_text, render_board
 from parasim.protocol.schema import Tool
-from parasim.real.backend import RealToolBackend
-from parasim.real.engine import RealEpisodeEngine
 
 pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"), pytest.mark.timeout(120)]
 EMPTY = [7, 0, 0]
@@ -256,26 +254,6 @@ def test_board_lines_hold_one_line_each_whatever_the_model_text():
 
 
 # ---------------------------------------------------------------------------------------------- render (real)
-@pytest.fixture(scope="module")
-def server():
-    port = _free_port()
-    proc = _start_fake(port)
-    yield f"http://127.0.0.1:{port}"
-    _stop(proc)
-
-
-@pytest.fixture
-def backend(server):
-    _control(server)
-    with RealToolBackend(_emap(server)) as b:
-        yield b
-
-
-def _real(backend: RealToolBackend, **options) -> gym.Env:
-    engine = RealEpisodeEngine(backend, [_task()], verifier=_exact, seed=0)
-    return gym.make("ParaOrch-v0", tools="real", engine=engine, **options)
-
-
 def test_real_env_ansi_board_shows_the_question_answers_and_statuses(backend):
     env = _real(backend, render_mode="ansi")
     env.reset(seed=0)
