@@ -12,14 +12,14 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 import pytest
+from loopback_http import serve
 
 from parasim.protocol.schema import Status
 from parasim.real.client import MAX_RESPONSE_BYTES, MAX_USAGE_TOKENS, ChatClient, Completion
@@ -61,16 +61,8 @@ def server() -> Iterator[tuple[str, Reply]]:
         def log_message(self, *args: object) -> None:
             pass
 
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    httpd.daemon_threads = True
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}", reply
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join(timeout=10)
+    with serve(Handler) as url:
+        yield url, reply
 
 
 def _chat(url: str, **client_kw: Any) -> Completion:

@@ -14,10 +14,11 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
+from loopback_http import serve
 
 from parasim.real.client import backoff_delay, retryable_status
 from parasim.training.llm.rollout import SamplingParams, VLLMEngine, VLLMRequestError
@@ -68,16 +69,8 @@ def server() -> Iterator[tuple[str, Script]]:
         def log_message(self, *args: object) -> None:
             pass
 
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    httpd.daemon_threads = True
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}/v1", script
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join(timeout=10)
+    with serve(Handler) as url:
+        yield f"{url}/v1", script
 
 
 def engine(url: str, tmp_path: Path, waits: list[float], **kw: object) -> VLLMEngine:
