@@ -97,14 +97,19 @@ def _single_quoted_strings(size: int, rng: random.Random) -> str:
     return head + _repeat("it\\'s \"q\"\n\t\\x ", size - len(head))
 
 
-def _control_tokens(size: int, rng: random.Random) -> str:
-    """Chat-template control tokens, tags and call fragments in random order."""
+def _draws(pieces: tuple[str, ...], size: int, margin: int, rng: random.Random) -> str:
+    """Random ``pieces`` joined until within ``margin`` characters of ``size`` (the longest piece fits the margin)."""
     parts: list[str] = []
     length = 0
-    while length < size - 32:
-        parts.append(rng.choice(_CONTROL))
+    while length < size - margin:
+        parts.append(rng.choice(pieces))
         length += len(parts[-1])
     return "".join(parts)
+
+
+def _control_tokens(size: int, rng: random.Random) -> str:
+    """Chat-template control tokens, tags and call fragments in random order."""
+    return _draws(_CONTROL, size, 32, rng)
 
 
 def _random_latin1(size: int, rng: random.Random) -> str:
@@ -125,12 +130,7 @@ def _huge_numbers(size: int, rng: random.Random) -> str:
 
 def _fragment_soup(size: int, rng: random.Random) -> str:
     """Random parser-relevant fragments: tags, brackets, quotes, keys, tool names, escapes, odd characters."""
-    parts: list[str] = []
-    length = 0
-    while length < size - 400:
-        parts.append(rng.choice(_FRAGMENTS))
-        length += len(parts[-1])
-    return "".join(parts)
+    return _draws(_FRAGMENTS, size, 400, rng)
 
 
 SHAPES: dict[str, Callable[[int, random.Random], str]] = {
