@@ -614,19 +614,19 @@ class Sandbox:
         try:
             try:
                 await asyncio.wait_for(proc.wait(), timeout=c.timeout_s)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 timed_out = True
             else:
                 try:  # output still held open by a stray process (unsafe mode) must not hang the caller
                     await asyncio.wait_for(asyncio.shield(drains), timeout=_EXIT_DRAIN_GRACE_S)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     pass
         finally:
             _kill_group(proc.pid)
             await proc.wait()
             try:
                 await asyncio.wait_for(drains, timeout=_EXIT_DRAIN_GRACE_S)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
         latency = time.monotonic() - start
         return _to_result(proc.returncode, timed_out, out, err, latency, c)
