@@ -5,7 +5,7 @@ Why random weights of Qwen3-4B's shape: the check runs on a machine with no hub 
 the shapes, not on the weights. The sizes are those of Qwen/Qwen3-4B's config.json (hidden 2560, 36 layers, 32
 attention heads, 8 KV heads, head_dim 128, intermediate 9728, vocabulary 151,936, tied embeddings, RoPE theta 1e6;
 Qwen3-4B-Instruct-2507 differs only in RoPE theta and context length). The tokenizer is the project's locally
-trained one (``parasim.training.tiny_lm``); the model's vocabulary stays Qwen3's, so ids past the tokenizer's
+trained one (``scripts/tiny_lm.py``); the model's vocabulary stays Qwen3's, so ids past the tokenizer's
 are sampled and decoded to nothing, as unknown ids are. Every generation runs to its token limit
 (``min_new_tokens``), so both trainers see the same fixed lengths.
 
@@ -92,7 +92,7 @@ class Shape:
 def _tiny_model() -> dict[str, Any]:
     """TinyLMSpec's sizes with a vocabulary four times the tokenizer's, so that, as at Qwen3's vocabulary, sampled
     ids past the tokenizer's are decoded in the dry run too."""
-    from parasim.training.tiny_lm import TinyLMSpec
+    from tiny_lm import TinyLMSpec
 
     spec = asdict(TinyLMSpec())
     spec["vocab_size"] = 4 * spec["vocab_size"]
@@ -152,7 +152,7 @@ class Clock:
 def prompt_text(seed: int, tokens: int) -> str:
     """A prompt of exactly ``tokens`` tokens: a random string of the tokenizer's added tokens, each of which the
     tokenizer matches whole before BPE, so the count does not depend on the neighbours."""
-    from parasim.training.tiny_lm import ADDED_TOKENS
+    from tiny_lm import ADDED_TOKENS
 
     rng = np.random.default_rng([seed, 0x70726F6D])
     return "".join(ADDED_TOKENS[i] for i in rng.integers(0, len(ADDED_TOKENS), tokens))
@@ -264,9 +264,8 @@ class Bench:
 
     # ---- sections
     def model(self) -> dict[str, Any]:
+        from tiny_lm import build_tokenizer
         from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
-
-        from parasim.training.tiny_lm import build_tokenizer
 
         tokenizer = build_tokenizer()
         eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id

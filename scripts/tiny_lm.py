@@ -1,4 +1,7 @@
-"""A tiny random Qwen3-architecture causal LM with a locally trained tokenizer, for CPU tests.
+"""A tiny random Qwen3-architecture causal LM with a locally trained tokenizer, for CPU tests and the GPU check.
+
+A generator, kept out of the wheel: the tests (``scripts`` is on pytest's path), ``scripts/gpu_bench.py`` and
+``python scripts/tiny_lm.py OUT_DIR`` use it.
 
 Why: every line of the LLM training path (SFT, GRPO rollouts, weight pushes to a vLLM server) must run in CI
 without a GPU and without hub access. A model of Qwen3's *architecture* (``Qwen3ForCausalLM``: q/k norms, GQA,

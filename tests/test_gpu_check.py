@@ -27,10 +27,10 @@ def bench() -> ModuleType:
 @pytest.mark.timeout(120)
 def test_one_turn_env_prompts_have_the_fixed_length_and_records_score(bench: ModuleType) -> None:
     import gymnasium as gym
+    from tiny_lm import build_tokenizer
 
     from parasim import TrajectoryBatch, compute_rewards
     from parasim.rewards import PRESETS
-    from parasim.training.tiny_lm import build_tokenizer
 
     tokenizer = build_tokenizer()
     bench.register_bench_env()

@@ -16,10 +16,11 @@ import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from tiny_lm import build_tiny_lm  # noqa: E402
+
 from parasim.config_fields import ConfigError  # noqa: E402
 from parasim.training.llm import runtime  # noqa: E402
 from parasim.training.llm.data import write_jsonl  # noqa: E402
-from parasim.training.tiny_lm import build_tiny_lm  # noqa: E402
 
 CPU = torch.device("cpu")
 

@@ -20,6 +20,8 @@ import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from tiny_lm import build_tiny_lm  # noqa: E402
+
 from parasim.training.llm import grpo, runtime, sft  # noqa: E402
 from parasim.training.llm.data import (  # noqa: E402
     ROLE_ENV,
@@ -32,7 +34,6 @@ from parasim.training.llm.data import (  # noqa: E402
 )
 from parasim.training.llm.expert_data import generate  # noqa: E402
 from parasim.training.llm.rollout import Generation, parse_completion_choice, reset_for_group  # noqa: E402
-from parasim.training.tiny_lm import build_tiny_lm  # noqa: E402
 
 REPAIR = '<tool_call>\n{"name": "python", "arguments": {"code": "print(%d+1)"}}\n</tool_call>'
 FINAL = '<tool_call>\n{"name": "final_answer", "arguments": {"answer": "%d"}}\n</tool_call>'

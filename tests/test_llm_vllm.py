@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from tiny_lm import build_tiny_lm
 
 from parasim.training.llm import grpo, runtime
 from parasim.training.llm.data import ROLE_MANAGER
-from parasim.training.tiny_lm import build_tiny_lm
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 

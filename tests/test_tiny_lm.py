@@ -10,8 +10,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from parasim.training.tiny_lm import ADDED_TOKENS, SPECIAL_TOKENS, build_tiny_lm, build_tokenizer
+from tiny_lm import ADDED_TOKENS, SPECIAL_TOKENS, build_tiny_lm, build_tokenizer
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 

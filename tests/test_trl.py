@@ -15,6 +15,7 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is marked
 trl = pytest.importorskip("trl", minversion="1.16", reason="TRL is in the [test] extra")
 
 import gymnasium as gym  # noqa: E402
+from tiny_lm import build_tiny_lm  # noqa: E402
 
 import parasim  # noqa: E402,F401  (registers the envs)
 from parasim.integrations.trl import (  # noqa: E402
@@ -24,7 +25,6 @@ from parasim.integrations.trl import (  # noqa: E402
     task_dataset,
 )
 from parasim.training.llm.rollout import reset_for_group  # noqa: E402
-from parasim.training.tiny_lm import build_tiny_lm  # noqa: E402
 
 ENV_KWARGS = {"max_rounds": 2}
 FINAL = '<tool_call>\n{"name": "final_answer", "arguments": {"answer": "A"}}\n</tool_call>'

@@ -13,13 +13,13 @@ from typing import Any
 import gymnasium as gym
 import pyarrow.parquet as pq
 import pytest
+from tiny_lm import build_tokenizer
 
 import parasim  # noqa: F401  (registers the envs)
 from parasim.integrations import verl as pv
 from parasim.protocol.engine import EpisodeOutcome, TaskView
 from parasim.protocol.schema import CallResult, Domain, Status, ToolCall
 from parasim.training.llm.rollout import reset_for_group
-from parasim.training.tiny_lm import build_tokenizer
 
 ENV_KWARGS = {"max_rounds": 3, "pool": "paramanager"}
 FINAL = '<tool_call>\n{"name": "final_answer", "arguments": {"answer": "A"}}\n</tool_call>'

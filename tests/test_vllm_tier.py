@@ -57,7 +57,7 @@ def _pids_using(marker: str) -> list[int]:
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory):
-    from parasim.training.tiny_lm import build_tiny_lm
+    from tiny_lm import build_tiny_lm
 
     root = tmp_path_factory.mktemp("vllm_tier")
     model_dir = build_tiny_lm(root / "tiny_model", seed=0)
