@@ -2,8 +2,9 @@
 
 Read from the source with ``ast`` (module-level and function-level imports alike, since a lazy import is still a
 dependency), so that a cycle is caught before it bites at import time. The root package is left out as a target:
-every module imports it first anyway, as its parent, and its names resolve lazily (PEP 562) from their modules. ``parasim.reference`` is the plain NumPy
-oracle that the C++ core is tested against: if the library used it, a bug there would be in both sides of a test.
+every module imports it first anyway, as its parent, and its names resolve lazily (PEP 562) from their modules.
+``parasim.reference`` is the plain NumPy oracle that the C++ core is tested against: if the library used it, a bug
+there would be in both sides of a test.
 """
 from __future__ import annotations
 

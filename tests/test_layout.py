@@ -24,10 +24,10 @@ def test_checkout_root_imports_with_an_installed_core() -> None:
     """``python -c "import parasim, gymnasium as gym; gym.make('ParaOrch-v0')"`` from the checkout root, with only
     the checkout and site-packages on the path (``-S``: no editable-install hooks), as after ``pip install .``."""
     purelib = sysconfig.get_paths()["purelib"]
-    code = ("import sys; sys.path[:0] = ['', %r]; import parasim, gymnasium as gym; "
+    code = (f"import sys; sys.path[:0] = ['', {purelib!r}]; import parasim, gymnasium as gym; "
             "env = gym.make('ParaOrch-v0'); env.reset(seed=0); "
             "import parasim.envs.paraorch as m, parasim.training.config as c; "
-            "print(parasim.__file__, m.__file__, c.__file__)") % purelib
+            "print(parasim.__file__, m.__file__, c.__file__)")
     out = subprocess.run([sys.executable, "-S", "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     init, env_mod, cfg_mod = out.stdout.split()

@@ -43,7 +43,8 @@ def test_one_grid_call_matches_per_config_rewards(monkeypatch):
     b = _batch()
     calls = []
     real = rescore.compute_rewards_grid
-    monkeypatch.setattr(rescore, "compute_rewards_grid", lambda batch, cfgs: calls.append(len(cfgs)) or real(batch, cfgs))
+    monkeypatch.setattr(rescore, "compute_rewards_grid",
+                        lambda batch, cfgs: calls.append(len(cfgs)) or real(batch, cfgs))
     configs = rescore.reward_grid(rescore.parse_axes(["c_tar=4,16", "w_diversity=0,0.5"]))
     rows = rescore.rescore(b, configs, top_k=50)
     assert calls == [5]

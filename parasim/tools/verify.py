@@ -37,7 +37,7 @@ MAX_MATH_CHARS = 1000  # longer "answers" are prose, not a final answer: never h
 LETTERS = string.ascii_uppercase
 
 
-class AnswerKind(str, enum.Enum):
+class AnswerKind(str, enum.Enum):  # noqa: UP042 (StrEnum would change str(kind), which messages print)
     """How a task's answer is checked."""
 
     MATH = "math"
@@ -251,7 +251,8 @@ def _verify_free(response: str, gold: str | int | Sequence[str], kind: AnswerKin
             tail = "\n".join(response[-MAX_SCAN_CHARS:].strip().splitlines()[-3:])[-MAX_MATH_CHARS:]
             parsed = parse(tail, parsing_timeout=_timeout()) if tail else []
             ok = any(_math_match(parsed, str(g)) for g in golds)
-            return Verdict(ok, str(parsed[-1]) if parsed else None, kind, "no marked final answer; parsed the last lines")
+            return Verdict(ok, str(parsed[-1]) if parsed else None, kind,
+                           "no marked final answer; parsed the last lines")
         if len(extracted) > MAX_MATH_CHARS:
             return Verdict(False, extracted[:MAX_MATH_CHARS], kind, "final answer too long to be one")
         return Verdict(any(math_equal(extracted, str(g)) for g in golds), extracted, kind)

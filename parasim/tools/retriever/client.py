@@ -70,7 +70,8 @@ class RetrieverClient:
             try:  # the encoder reads a few hundred tokens anyway; a megabyte of model text must not stall it
                 hits = await self.retrieve([queries[i][: self.max_query_chars] for i in live], topk)
             except httpx.TimeoutException as exc:
-                status, detail = Status.TIMEOUT, f"retriever timed out after {self.timeout_s:g} s ({type(exc).__name__})"
+                status = Status.TIMEOUT
+                detail = f"retriever timed out after {self.timeout_s:g} s ({type(exc).__name__})"
             except (httpx.HTTPError, ValueError) as exc:  # connection refused, 5xx, bad JSON / shape
                 status, detail = Status.EXEC_ERR, f"retriever error: {type(exc).__name__}: {exc}"
             latency = time.monotonic() - start
