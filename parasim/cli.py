@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from parasim.commands import USAGE_ERROR, CommandError, error
 
-COMMANDS = ("sweep", "train", "rescore", "calibrate", "simulate_log", "serve_pool")
+COMMANDS = ("sweep", "train", "rescore", "calibrate", "simulate_log", "serve_pool", "validate_sim")
 
 DESCRIPTION = """\
 parasim: train LLM managers that orchestrate parallel agent and tool calls, on a calibrated simulator
@@ -26,6 +26,7 @@ of the tool pool (or on real tools), and study their rewards.
   parasim rescore runs/a/trajectories.parquet --grid c_tar=4,8,16
                                              re-score stored trajectories under reward configs
   parasim calibrate calls.jsonl -o pool.json fit a simulated pool to a call log
+  parasim validate-sim logs/                 replay logged real episodes in the simulator, compare
 
 Run `parasim COMMAND --help` for a command's options; `parasim train --list-options` lists every
 option a config, --set or --grid may name."""

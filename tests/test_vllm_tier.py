@@ -4,7 +4,9 @@ One server for the whole module, started the way users start it: ``parasim serve
 whose printed endpoint map the real backend then reads. The tier checks a real-tools episode through the
 backend (usage-based token counts, the call log), the trainer's weight sync (``push_weights`` then
 ``reload_weights``: served prompt log-probs must equal those Hugging Face computes for the new weights,
-then for the old ones again), and a clean shutdown on SIGTERM that leaves no server process behind.
+then for the old ones again), ``parasim validate-sim`` on the logs of structured-env episodes run on the server
+(written to a known directory, ``TIER_LOGS``, which .ci/run validates again), and a clean shutdown on SIGTERM that
+leaves no server process behind.
 Skipped, with the reason, where ``scripts/setup_vllm_venv.sh`` has not built .venv-vllm.
 """
 from __future__ import annotations
@@ -32,6 +34,8 @@ if not VLLM_PYTHON.exists():
     pytest.skip(f"no vLLM environment at {VLLM_PYTHON}: run scripts/setup_vllm_venv.sh (or set PARASIM_VLLM_PYTHON)",
                 allow_module_level=True)
 
+# the tier's real-tools logs: a known place (git-ignored), so that .ci/run can run validate-sim on them after the tier
+TIER_LOGS = Path(os.environ.get("PARASIM_VLLM_TIER_LOGS", REPO / "parasim_out" / "vllm_tier" / "logs"))
 PROMPT_IDS = [5, 17, 33, 80, 120, 7, 64, 200, 311, 42]
 MAX_TOKENS = 12
 
@@ -187,6 +191,50 @@ def test_weight_push_and_reload_change_what_the_server_computes(served, tmp_path
 
     reload_weights(base_url, model_dir)  # back to the checkpoint the server started from
     assert _served_prompt_logprobs(base_url) == pytest.approx(expected_before, abs=1e-4)
+
+
+def test_validate_sim_on_structured_env_episodes_through_vllm(served):
+    """Episodes of ParaOrch-v0 on real tools (the tiny model behind every agent tool) are logged to ``TIER_LOGS``;
+    ``parasim validate-sim`` fits a pool to them, replays them and writes a report that parses."""
+    import shutil
+
+    import gymnasium as gym
+    import numpy as np
+
+    import parasim  # noqa: F401  (registers the envs)
+    from parasim.real.backend import RealToolBackend
+    from parasim.real.calllog import CallLogger, episodes_path
+    from parasim.real.engine import RealEpisodeEngine
+
+    tasks = [{"id": f"v{i}", "question": f"What is {i} + {i}?", "answer": str(2 * i), "domain": "math",
+              "benchmark": "AMC"} for i in range(1, 4)]
+    tasks.append({"id": "g0", "question": "Which planet is largest?", "answer": "A", "domain": "science",
+                  "benchmark": "GPQA", "options": ["Jupiter", "Mars", "Venus", "Mercury"]})
+    empty = [7, 0, 0]
+    rounds = [[0, 0, 0, 4, 0, 0], [1, 0, 2, 0, 0, 1]]  # reasoner + ensemble; then review + carry
+    shutil.rmtree(TIER_LOGS, ignore_errors=True)
+    log = TIER_LOGS / "calls.jsonl"
+    with RealToolBackend(served["endpoints"]) as backend, CallLogger(log) as logger:
+        engine = RealEpisodeEngine(backend, tasks, logger=logger, seed=0)
+        env = gym.make("ParaOrch-v0", tools="real", engine=engine, max_parallel=2, max_rounds=3)
+        for episode in range(8):
+            env.reset(seed=episode, options={"task_index": episode % len(tasks)})
+            for slots in rounds:
+                env.step(np.array([0, *slots], np.int64))
+            _, _, done, _, _ = env.step(np.array([1, *empty, *empty], np.int64))
+            assert done
+    assert len(episodes_path(log).read_text().splitlines()) == 8
+    out = TIER_LOGS.parent / "validate_sim"
+    shutil.rmtree(out, ignore_errors=True)
+    proc = subprocess.run([sys.executable, "-m", "parasim", "validate-sim", str(TIER_LOGS), "--out", str(out),
+                           "--bootstrap", "500"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads((out / "validate_sim.json").read_text())
+    assert report["episodes"] == 8 and report["pool"]["source"] == "fitted" and "tiny" in report["pool"]["models"]
+    assert set(report["benchmarks"]) == {"AMC", "GPQA", "all"}
+    pooled = report["benchmarks"]["all"]["metrics"]
+    assert pooled["tool.standard_reasoner"]["real"] > 0 and pooled["tokens"]["real"] > 0
+    assert (out / "validate_sim.png").stat().st_size > 0
 
 
 def test_serve_pool_stops_every_server_process_on_sigterm(served):

@@ -6,7 +6,10 @@ Each round's calls run concurrently; a call that names an earlier one (``target`
 as context. Every finished call is verified (agent answers against the gold answer) and logged at once in
 the calibration schema, so a crash loses only calls in flight. ``finish`` asks the termination model for
 the final answer and the verifier for the outcome, and returns the episode's TrajectoryBatch fields
-(those the engine knows: the env adds the manager's own tokens and its format violations).
+(those the engine knows: the env adds the manager's own tokens and its format violations). With a logger,
+``finish`` also writes the episode's line of the episode log (``episode_record``), which ``parasim validate-sim``
+replays in the simulator; a caller that knows the round's action (the structured env) passes it to ``run_round``
+with each call's slot, so the replay is exact.
 """
 from __future__ import annotations
 
@@ -71,6 +74,7 @@ class RealEpisodeEngine:
         self.calls: list[ToolCall] = []
         self.results: list[CallResult] = []
         self.round_latency: list[float] = []
+        self._rounds_log: list[dict[str, Any]] = []  # per round: its calls' indices and, if given, its action
         self._episode = -1
         self.last_synthesis: Synthesis | None = None  # how the last final answer was reached, and its cost
         self._episode_seed = 0
@@ -99,6 +103,7 @@ class RealEpisodeEngine:
         self._episode_seed = int(self._rng.integers(1 << 31))
         self._episode = self.logger.new_episode() if self.logger is not None else self._episode + 1
         self.calls, self.results, self.round_latency = [], [], []
+        self._rounds_log = []
         return self.task.view()
 
     def _input(self, call: ToolCall, index: int) -> CallInput:
@@ -109,23 +114,29 @@ class RealEpisodeEngine:
             context = "" if carried in call.subtask else carried
         return CallInput(self.task.question, self.task.options, context, _call_seed(self._episode_seed, index))
 
-    def run_round(self, calls: Sequence[ToolCall]) -> list[CallResult]:
-        """Run the calls concurrently; each is verified and logged as it is recorded."""
+    def run_round(self, calls: Sequence[ToolCall], *, action: Sequence[int] | None = None,
+                  slots: Sequence[int] | None = None) -> list[CallResult]:
+        """Run the calls concurrently; each is verified and logged as it is recorded. ``action`` (the round's
+        MultiDiscrete action) and ``slots`` (each call's slot in it) are only logged, for ``parasim validate-sim``."""
         if self.task is None:
             raise RuntimeError("run_round before reset")
+        if slots is not None and len(slots) != len(calls):
+            raise ValueError(f"slots: expected one slot per call ({len(calls)}), got {len(slots)}")
         round_index = len(self.round_latency)
         first = len(self.calls)
+        self._rounds_log.append({"calls": list(range(first, first + len(calls)))}
+                                | ({} if action is None else {"action": [int(x) for x in action]}))
         if round_index >= self.max_rounds:
             results = [CallResult(Status.BUDGET_EXCEEDED, detail=f"the round limit ({self.max_rounds}) was reached")
                        for _ in calls]
         else:
             results = self.backend.run_round(calls, [self._input(c, first + i) for i, c in enumerate(calls)])
         for i, (call, result) in enumerate(zip(calls, results)):
-            self._record(call, result, first + i, round_index)
+            self._record(call, result, first + i, round_index, None if slots is None else int(slots[i]))
         self.round_latency.append(max((r.latency_s for r in results), default=0.0))
         return results
 
-    def _record(self, call: ToolCall, result: CallResult, index: int, round_index: int) -> None:
+    def _record(self, call: ToolCall, result: CallResult, index: int, round_index: int, slot: int | None) -> None:
         assert self.task is not None
         answer = result.extra.get("answer")
         correct = None
@@ -139,7 +150,7 @@ class RealEpisodeEngine:
             context_tokens = approx_tokens(self.results[call.target].output) if carried else 0
             self.logger.log(episode=self._episode, call_index=index, round_index=round_index,
                             task=self.task.log_fields(), call=call, result=result, correct=correct,
-                            flagged=result.extra.get("flagged"), context_tokens=context_tokens)
+                            flagged=result.extra.get("flagged"), context_tokens=context_tokens, slot=slot)
 
     def _verify(self, answer: str) -> bool:
         assert self.task is not None
@@ -163,8 +174,25 @@ class RealEpisodeEngine:
                 synthesis.status, synthesis.detail = Status.EXEC_ERR, f"{type(err).__name__}: {err}"[:300]
         correct = bool(synthesis.answer) and self._verify(synthesis.answer)
         self.last_synthesis = synthesis
+        if self.logger is not None:
+            self.logger.log_episode(self.episode_record(synthesis, correct, manager_answer is not None))
         trajectory = self._trajectory(correct, synthesis, manager_answer is not None)
         return EpisodeOutcome(answer=synthesis.answer, correct=correct, trajectory=trajectory)
+
+    def episode_record(self, synthesis: Synthesis, correct: bool, manager_answered: bool) -> dict[str, Any]:
+        """The episode log's line for the finished episode (schema: docs/validate_sim.md): the task, the models
+        the actions' model dimension indexes, per round its calls (indices into the call log's ``call_index``)
+        and action, the final answer, its verdict and the termination call's cost."""
+        assert self.task is not None
+        task = self.task
+        return {
+            "episode": self._episode, **task.log_fields(), "domain": task.domain.name.lower(),
+            "options": len(task.options), "models": list(self.model_names), "rounds": self._rounds_log,
+            "answer": synthesis.answer[:200], "correct": bool(correct), "synthesis": synthesis.method,
+            "synthesis_status": synthesis.status.name, "manager_answer": manager_answered,
+            "termination_latency_s": round(float(synthesis.latency_s), 6),
+            "termination_usd": float(self.backend.termination_usd(synthesis)),
+        }
 
     def _trajectory(self, correct: bool, synthesis: Synthesis, ended_with_final: bool) -> dict[str, Any]:
         counts = np.zeros(NUM_TOOLS, np.int32)
