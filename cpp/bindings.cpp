@@ -11,6 +11,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <type_traits>
 
 #include "advantages.hpp"
 #include "masks.hpp"
@@ -135,52 +136,59 @@ const T* field(const py::dict& a, const char* name, int64_t n, py::ssize_t ndim 
   return static_cast<const T*>(arr.data());
 }
 
+// The element type of a field's buffer pointer (visit_fields hands over `const T*&`).
+template <class P>
+using elem_t = std::remove_const_t<std::remove_pointer_t<std::remove_reference_t<P>>>;
+
 BatchView batch_view(const py::dict& a) {
   BatchView b;
   field<double>(a, "outcome", -1);
   b.n = py::reinterpret_borrow<py::array>(a["outcome"]).shape(0);
-  b.outcome = field<double>(a, "outcome", b.n);
-  b.format_violations = field<int32_t>(a, "format_violations", b.n);
-  b.ended_with_final = field<uint8_t>(a, "ended_with_final", b.n);
-  b.rounds = field<int32_t>(a, "rounds", b.n);
-  b.tool_calls = field<int32_t>(a, "tool_calls", b.n);
-  b.distinct_tools = field<int32_t>(a, "distinct_tools", b.n);
-  b.tool_counts = field<int32_t>(a, "tool_counts", b.n, 2);
-  if (py::reinterpret_borrow<py::array>(a["tool_counts"]).shape(1) != kNumTools)
-    throw py::value_error("tool_counts: expected shape (N, 7)");
-  b.tokens = field<double>(a, "tokens", b.n);
-  b.cost_units = field<double>(a, "cost_units", b.n);
-  b.usd = field<double>(a, "usd", b.n);
-  b.latency_s = field<double>(a, "latency_s", b.n);
-  b.group_id = field<int64_t>(a, "group_id", b.n);
+  visit_fields(b, [&](const char* name, auto& ptr, int ndim) {
+    ptr = field<elem_t<decltype(ptr)>>(a, name, b.n, ndim);
+  });
+  const py::ssize_t t = py::reinterpret_borrow<py::array>(a["tool_counts"]).shape(1);
+  if (t < 1 || t > kMaxTools)
+    throw py::value_error("tool_counts: expected shape (N, T) with 1 <= T <= " + std::to_string(kMaxTools) +
+                          " tools, got T = " + std::to_string(t));
+  b.num_tools = static_cast<int>(t);
   return b;
 }
 
-std::vector<std::string> reward_param_names() {
+// (name, dtype, ndim) of every trajectory field the core reads, in the order it lists them.
+py::list trajectory_fields() {
+  py::list out;
+  BatchView b;
+  visit_fields(b, [&](const char* name, auto& ptr, int ndim) {
+    out.append(py::make_tuple(name, py::dtype::of<elem_t<decltype(ptr)>>(), ndim));
+  });
+  return out;
+}
+
+std::vector<std::string> reward_param_names(int64_t num_tools) {
   std::vector<std::string> names = {"formula", "correct_threshold", "w_outcome", "w_protocol", "format_penalty",
                                     "no_final_penalty", "w_diversity", "theta_par", "theta_tool", "par_share",
                                     "diversity_needs_correct", "w_length", "l_tar", "w_cost", "c_tar",
-                                    "budget_max_factor"};
-  for (int t = 0; t < kNumTools; ++t) names.push_back("pref_tool_" + std::to_string(t));
-  for (const char* s : {"pref_outcome", "pref_cost", "pref_latency", "usd_scale", "max_cost_penalty", "alpha_cost",
-                        "format_reward", "cost_lo", "cost_hi"})
-    names.emplace_back(s);
-  if (static_cast<int>(names.size()) != kNumRewardParams) throw std::logic_error("reward param layout mismatch");
+                                    "budget_max_factor", "pref_outcome", "pref_cost", "pref_latency", "usd_scale",
+                                    "max_cost_penalty", "alpha_cost", "format_reward", "cost_lo", "cost_hi"};
+  if (static_cast<int>(names.size()) != kNumFixedParams) throw std::logic_error("reward param layout mismatch");
+  for (int64_t t = 0; t < num_tools; ++t) names.push_back("pref_tool_" + std::to_string(t));
   return names;
 }
 
 // Every parameter finite and the formula column one of the kernel's codes: score_config casts it to an int.
-void check_reward_params(const Arr<double>& params) {
+void check_reward_params(const Arr<double>& params, int num_tools) {
   const double* p = params.data();
+  const int64_t width = param_width(num_tools);
   for (int64_t c = 0; c < params.shape(0); ++c) {
-    for (int j = 0; j < kNumRewardParams; ++j) {
-      const double v = p[c * kNumRewardParams + j];
+    for (int64_t j = 0; j < width; ++j) {
+      const double v = p[c * width + j];
       const bool ok = std::isfinite(v) && (j != kFormula || (v == kParamanager || v == kToolorchestra ||
                                                              v == kXrouter || v == kRouterR1));
       if (!ok)
         throw py::value_error("params[" + std::to_string(c) + ", " + std::to_string(j) + "] (" +
-                              reward_param_names()[j] + ") = " + repr_of(py::float_(v)) + ": must be finite" +
-                              (j == kFormula ? " and a formula code in [0, 3]" : ""));
+                              reward_param_names(num_tools)[j] + ") = " + repr_of(py::float_(v)) +
+                              ": must be finite" + (j == kFormula ? " and a formula code in [0, 3]" : ""));
     }
   }
 }
@@ -192,14 +200,24 @@ PYBIND11_MODULE(_core, m) {
 
   m.def("num_threads", &num_threads, "Threads the kernels use (PARASIM_NUM_THREADS or the hardware count).");
 
-  m.def("reward_param_names", &reward_param_names, "Names of the columns of a reward parameter row, in order.");
+  m.def("reward_param_names", [](const py::object& num_tools) {
+    return reward_param_names(int_arg(num_tools, "num_tools", 1, kMaxTools));
+  }, py::arg("num_tools"), "Names of the columns of a reward parameter row for a batch of num_tools tools, in order.");
+
+  m.def("trajectory_fields", &trajectory_fields,
+        "(name, dtype, ndim) of the trajectory fields score_rewards reads (parasim.trajectory_schema's core fields).");
+
+  m.attr("max_tools") = kMaxTools;
 
   m.def("score_rewards", [](const py::dict& arrays, const Arr<double>& params, Arr<double>& totals,
                             std::optional<Arr<double>> comps) {
     const BatchView b = batch_view(arrays);
-    if (params.ndim() != 2 || params.shape(1) != kNumRewardParams)
-      throw py::value_error("params: expected shape (C, " + std::to_string(kNumRewardParams) + ")");
-    check_reward_params(params);
+    const int64_t width = param_width(b.num_tools);
+    if (params.ndim() != 2 || params.shape(1) != width)
+      throw py::value_error("params: expected shape (C, " + std::to_string(width) + ") (" +
+                            std::to_string(kNumFixedParams) + " parameters + one preference per tool, T = " +
+                            std::to_string(b.num_tools) + ")");
+    check_reward_params(params, b.num_tools);
     const int64_t C = params.shape(0);
     if (totals.ndim() != 2 || totals.shape(0) != C || totals.shape(1) != b.n)
       throw py::value_error("totals: expected shape (C, N)");

@@ -7,38 +7,65 @@
 
 namespace parasim {
 
-// Layout of one config row; reward_param_names() in bindings.cpp exports it to Python by name.
+// Layout of one config row: the fixed parameters, then one tool preference per tool of the batch (the tool spec's
+// count T, read from tool_counts' width), so a row has kNumFixedParams + T columns; reward_param_names() in
+// bindings.cpp exports the names in this order.
 enum RewardParam : int {
   kFormula, kCorrectThreshold, kWOutcome, kWProtocol, kFormatPenalty, kNoFinalPenalty, kWDiversity, kThetaPar,
   kThetaTool, kParShare, kDiversityNeedsCorrect, kWLength, kLTar, kWCost, kCTar, kBudgetMaxFactor,
-  kPrefTool0, kPrefOutcome = kPrefTool0 + 7, kPrefCost, kPrefLatency, kUsdScale, kMaxCostPenalty, kAlphaCost,
-  kFormatReward, kCostLo, kCostHi, kNumRewardParams
+  kPrefOutcome, kPrefCost, kPrefLatency, kUsdScale, kMaxCostPenalty, kAlphaCost, kFormatReward, kCostLo, kCostHi,
+  kNumFixedParams, kPrefTool0 = kNumFixedParams
 };
 enum Formula : int { kParamanager = 0, kToolorchestra = 1, kXrouter = 2, kRouterR1 = 3 };
-constexpr int kNumTools = 7;
-constexpr int kNumFeatures = kNumTools + 3;  // toolorchestra: tool counts, outcome, -usd, -latency
+// Capacity of the per-trajectory feature buffers, not the tool count: a batch has 1..kMaxTools tools.
+constexpr int kMaxTools = 64;
+constexpr int kMaxFeatures = kMaxTools + 3;  // toolorchestra: tool counts, outcome, -usd, -latency
 constexpr int kNumComponents = 7;           // outcome, protocol, diversity, length, cost, latency, tools
+
+inline int64_t param_width(int num_tools) { return kNumFixedParams + num_tools; }
 
 struct BatchView {
   int64_t n = 0;
+  int num_tools = 0;  // T: the columns of tool_counts
   const double* outcome = nullptr;
   const int32_t* format_violations = nullptr;
   const uint8_t* ended_with_final = nullptr;
   const int32_t* rounds = nullptr;
   const int32_t* tool_calls = nullptr;
   const int32_t* distinct_tools = nullptr;
-  const int32_t* tool_counts = nullptr;  // [n, kNumTools]
+  const int32_t* tool_counts = nullptr;  // [n, num_tools]
   const double* tokens = nullptr;
   const double* cost_units = nullptr;
   const double* usd = nullptr;
   const double* latency_s = nullptr;
   const int64_t* group_id = nullptr;
+  int num_features() const { return num_tools + 3; }
 };
 
+// The trajectory fields the core reads, in the trajectory schema's order (parasim/trajectory_schema.py): name,
+// buffer and dimensions. The binding fills a BatchView through this list and exports it
+// (_core.trajectory_fields()), and a test checks the export against the Python schema.
+template <class Visit>
+void visit_fields(BatchView& b, Visit&& v) {
+  v("outcome", b.outcome, 1);
+  v("format_violations", b.format_violations, 1);
+  v("ended_with_final", b.ended_with_final, 1);
+  v("rounds", b.rounds, 1);
+  v("tool_calls", b.tool_calls, 1);
+  v("distinct_tools", b.distinct_tools, 1);
+  v("tool_counts", b.tool_counts, 2);
+  v("tokens", b.tokens, 1);
+  v("cost_units", b.cost_units, 1);
+  v("usd", b.usd, 1);
+  v("latency_s", b.latency_s, 1);
+  v("group_id", b.group_id, 1);
+}
+
 inline double feature(const BatchView& b, int64_t i, int f) {
-  if (f < kNumTools) return static_cast<double>(b.tool_counts[i * kNumTools + f]);
-  if (f == kNumTools) return b.outcome[i];
-  if (f == kNumTools + 1) return -b.usd[i];
+  const int t = b.num_tools;
+  if (f < t) return static_cast<double>(b.tool_counts[i * t + f]);
+  if (f == t) return b.outcome[i];
+  if (f == t + 1) return -b.usd[i];
   return -b.latency_s[i];
 }
 
@@ -56,12 +83,13 @@ inline GroupRange group_ranges(const BatchView& b) {
   GroupRange gr;
   gr.group.resize(b.n);
   const int64_t k = dense_ids(b.group_id, b.n, gr.group.data());
-  gr.lo.assign(k * kNumFeatures, INFINITY);
-  gr.hi.assign(k * kNumFeatures, -INFINITY);
+  const int nf = b.num_features();
+  gr.lo.assign(k * nf, INFINITY);
+  gr.hi.assign(k * nf, -INFINITY);
   for (int64_t i = 0; i < b.n; ++i) {
-    double* lo = &gr.lo[gr.group[i] * kNumFeatures];
-    double* hi = &gr.hi[gr.group[i] * kNumFeatures];
-    for (int f = 0; f < kNumFeatures; ++f) {
+    double* lo = &gr.lo[gr.group[i] * nf];
+    double* hi = &gr.hi[gr.group[i] * nf];
+    for (int f = 0; f < nf; ++f) {
       const double v = feature(b, i, f);
       lo[f] = fmin1(lo[f], v);
       hi[f] = fmax1(hi[f], v);
@@ -75,8 +103,8 @@ constexpr int64_t kRewardBlock = 256;
 // Per-block values shared by every config: toolorchestra's normalized features, calls per round, sqrt(usd).
 struct RewardScratch {
   std::vector<double> norm, par, sqrt_usd;
-  explicit RewardScratch(bool ranges) : norm(ranges ? kNumFeatures * kRewardBlock : 0), par(kRewardBlock),
-                                        sqrt_usd(kRewardBlock) {}
+  RewardScratch(bool ranges, int num_features)
+      : norm(ranges ? num_features * kRewardBlock : 0), par(kRewardBlock), sqrt_usd(kRewardBlock) {}
 };
 
 inline double clamp01(double x) { return fmin1(fmax1(x, 0.0), 1.0); }
@@ -118,17 +146,18 @@ inline void score_config(const BatchView& b, const double* p, int64_t b0, int64_
       put(j, 0, c0), put(j, 1, c1), put(j, 2, c2), put(j, 3, c3), put(j, 4, c4), put(j, 5, 0.0), put(j, 6, 0.0);
     }
   } else if (formula == kToolorchestra) {
-    double pref[kNumFeatures];
-    for (int f = 0; f < kNumTools; ++f) pref[f] = p[kPrefTool0 + f];
-    pref[kNumTools] = p[kPrefOutcome], pref[kNumTools + 1] = p[kPrefCost], pref[kNumTools + 2] = p[kPrefLatency];
+    const int nt = b.num_tools;
+    double pref[kMaxFeatures];
+    for (int f = 0; f < nt; ++f) pref[f] = p[kPrefTool0 + f];
+    pref[nt] = p[kPrefOutcome], pref[nt + 1] = p[kPrefCost], pref[nt + 2] = p[kPrefLatency];
     const double* __restrict norm = sc.norm.data();
     for (int64_t j = 0; j < m; ++j) {
       const double correct = static_cast<double>(o[j] >= thr);
       double tools = 0.0;
-      for (int f = 0; f < kNumTools; ++f) tools += norm[f * kRewardBlock + j] * correct * pref[f];
-      const double c0 = pref[kNumTools] * (norm[kNumTools * kRewardBlock + j] * correct);
-      const double c4 = pref[kNumTools + 1] * (norm[(kNumTools + 1) * kRewardBlock + j] * correct);
-      const double c5 = pref[kNumTools + 2] * (norm[(kNumTools + 2) * kRewardBlock + j] * correct);
+      for (int f = 0; f < nt; ++f) tools += norm[f * kRewardBlock + j] * correct * pref[f];
+      const double c0 = pref[nt] * (norm[nt * kRewardBlock + j] * correct);
+      const double c4 = pref[nt + 1] * (norm[(nt + 1) * kRewardBlock + j] * correct);
+      const double c5 = pref[nt + 2] * (norm[(nt + 2) * kRewardBlock + j] * correct);
       out[j] = c0 + c4 + c5 + tools;
       put(j, 0, c0), put(j, 1, 0.0), put(j, 2, 0.0), put(j, 3, 0.0), put(j, 4, c4), put(j, 5, c5), put(j, 6, tools);
     }
@@ -182,17 +211,18 @@ inline void normalize_runs(const BatchView& b, int64_t b0, int64_t b1, double* n
     int64_t s = i, e = i + 1;
     while (s > 0 && b.group_id[s - 1] == id) --s;
     while (e < b.n && b.group_id[e] == id) ++e;
-    double lo[kNumFeatures], hi[kNumFeatures];
-    for (int f = 0; f < kNumFeatures; ++f) lo[f] = INFINITY, hi[f] = -INFINITY;
+    const int nf = b.num_features();
+    double lo[kMaxFeatures], hi[kMaxFeatures];
+    for (int f = 0; f < nf; ++f) lo[f] = INFINITY, hi[f] = -INFINITY;
     for (int64_t r = s; r < e; ++r)
-      for (int f = 0; f < kNumFeatures; ++f) {
+      for (int f = 0; f < nf; ++f) {
         const double v = feature(b, r, f);
         lo[f] = fmin1(lo[f], v);
         hi[f] = fmax1(hi[f], v);
       }
     const int64_t stop = std::min(e, b1);
     for (int64_t r = i; r < stop; ++r)
-      for (int f = 0; f < kNumFeatures; ++f) {
+      for (int f = 0; f < nf; ++f) {
         const double span = hi[f] - lo[f];
         norm[f * kRewardBlock + (r - b0)] = span > 0 ? (feature(b, r, f) - lo[f]) / span : 0.0;
       }
@@ -207,11 +237,12 @@ inline void score_block(const BatchView& b, const double* params, int64_t C, boo
   const int64_t m = b1 - b0;
   if (runs) normalize_runs(b, b0, b1, sc.norm.data());
   if (gr != nullptr) {
+    const int nf = b.num_features();
     for (int64_t j = 0; j < m; ++j) {
       const int64_t i = b0 + j;
-      const double* lo = &gr->lo[gr->group[i] * kNumFeatures];
-      const double* hi = &gr->hi[gr->group[i] * kNumFeatures];
-      for (int f = 0; f < kNumFeatures; ++f) {
+      const double* lo = &gr->lo[gr->group[i] * nf];
+      const double* hi = &gr->hi[gr->group[i] * nf];
+      for (int f = 0; f < nf; ++f) {
         const double span = hi[f] - lo[f];
         sc.norm[f * kRewardBlock + j] = span > 0 ? (feature(b, i, f) - lo[f]) / span : 0.0;
       }
@@ -221,24 +252,26 @@ inline void score_block(const BatchView& b, const double* params, int64_t C, boo
     sc.par[j] = static_cast<double>(b.tool_calls[b0 + j]) / std::max(b.rounds[b0 + j], 1);
     sc.sqrt_usd[j] = std::sqrt(b.usd[b0 + j]);
   }
+  const int64_t width = param_width(b.num_tools);
   for (int64_t c = 0; c < C; ++c) {
-    const double* p = params + c * kNumRewardParams;
+    const double* p = params + c * width;
     if (comps != nullptr) score_config<true>(b, p, b0, m, sc, totals + c * b.n + b0, comps);
     else score_config<false>(b, p, b0, m, sc, totals + c * b.n + b0, nullptr);
   }
 }
 
-// params: [C, kNumRewardParams] (already validated in Python); totals: [C, n]; comps as in score_block.
+// params: [C, kNumFixedParams + T] (already validated in Python); totals: [C, n]; comps as in score_block.
 inline void score_rewards(const BatchView& b, const double* params, int64_t C, double* totals, double* comps) {
   bool need_ranges = false;
-  for (int64_t c = 0; c < C; ++c) need_ranges |= static_cast<int>(params[c * kNumRewardParams]) == kToolorchestra;
+  const int64_t width = param_width(b.num_tools);
+  for (int64_t c = 0; c < C; ++c) need_ranges |= static_cast<int>(params[c * width]) == kToolorchestra;
   const bool runs = need_ranges && short_sorted_runs(b.group_id, b.n);
   GroupRange gr;
   if (need_ranges && !runs) gr = group_ranges(b);  // any other layout: one pass for the table first
   const GroupRange* table = need_ranges && !runs ? &gr : nullptr;
   const int64_t nblocks = (b.n + kRewardBlock - 1) / kRewardBlock;
   parallel_for(nblocks, 16, [&](int, int64_t lo, int64_t hi) {
-    RewardScratch sc(need_ranges);
+    RewardScratch sc(need_ranges, b.num_features());
     for (int64_t blk = lo; blk < hi; ++blk)
       score_block(b, params, C, runs, table, blk * kRewardBlock, std::min(b.n, (blk + 1) * kRewardBlock), totals,
                   comps, sc);

@@ -13,37 +13,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
 
 from parasim.protocol.schema import NUM_TOOLS, Tool
+from parasim.trajectory_schema import FIELD, FIELDS, TRAJECTORY_FIELDS, new_rows
+
+__all__ = ["FIELDS", "BatchValidationError", "TrajectoryBatch", "bool_scalar", "flag_array", "int_array",
+           "int_scalar", "real_array", "real_scalar", "trajectory_record", "trajectory_row"]
 
 
 class BatchValidationError(ValueError):
     """A field of a trajectory batch is malformed; the message names the field, index and allowed range."""
-
-
-# field -> (dtype, kind, (lo, hi) inclusive range or None). kind: "float" accepts real arrays (integers
-# only up to 2**53 in magnitude, where float64 holds them exactly), "int" accepts integer arrays or floats
-# that are exactly integral, "flag" accepts bool/0/1. Only "flag" accepts bool.
-_SPEC: dict[str, tuple[type, str, tuple[float, float] | None]] = {
-    "outcome": (np.float64, "float", (0.0, 1.0)),
-    "format_violations": (np.int32, "int", (0, np.iinfo(np.int32).max)),
-    "ended_with_final": (np.uint8, "flag", (0, 1)),
-    "rounds": (np.int32, "int", (0, np.iinfo(np.int32).max)),
-    "tool_calls": (np.int32, "int", (0, np.iinfo(np.int32).max)),
-    "distinct_tools": (np.int32, "int", (0, NUM_TOOLS)),
-    "tool_counts": (np.int32, "int", (0, np.iinfo(np.int32).max)),
-    "tokens": (np.float64, "float", (0.0, np.inf)),
-    "cost_units": (np.float64, "float", (0.0, np.inf)),
-    "usd": (np.float64, "float", (0.0, np.inf)),
-    "latency_s": (np.float64, "float", (0.0, np.inf)),
-    "group_id": (np.int64, "int", (np.iinfo(np.int64).min, np.iinfo(np.int64).max)),
-    "role_id": (np.int32, "int", (0, np.iinfo(np.int32).max)),
-}
-FIELDS: tuple[str, ...] = tuple(_SPEC)
 
 
 def _fail(name: str, index: Any, value: Any, why: str) -> BatchValidationError:
@@ -51,31 +33,39 @@ def _fail(name: str, index: Any, value: Any, why: str) -> BatchValidationError:
     return BatchValidationError(f"TrajectoryBatch.{name}[{where}] = {value!r}: {why}")
 
 
-def _coerce(name: str, raw: Any, n: int | None) -> np.ndarray:
-    """Convert one field to its dtype and shape, rejecting what a silent cast would corrupt."""
-    dtype, kind, rng = _SPEC[name]
+def _check_num_tools(num_tools: Any) -> int:
+    if isinstance(num_tools, (bool, np.bool_)) or not isinstance(num_tools, (int, np.integer)) or num_tools < 1:
+        raise BatchValidationError(f"TrajectoryBatch: num_tools = {num_tools!r}: must be an integer >= 1 "
+                                   "(the tool spec's tool count)")
+    return int(num_tools)
+
+
+def _coerce(name: str, raw: Any, n: int | None, num_tools: int) -> np.ndarray:
+    """Convert one field to its dtype and shape (``parasim.trajectory_schema``), rejecting what a silent cast
+    would corrupt."""
+    spec = FIELD[name]
     arr = np.asarray(raw)
     if arr.dtype == object or arr.dtype.kind in "USVMm":
         raise BatchValidationError(f"TrajectoryBatch.{name}: dtype {arr.dtype} is not numeric")
     if arr.dtype.kind == "c":
         raise BatchValidationError(f"TrajectoryBatch.{name}: complex dtype {arr.dtype} is not allowed")
-    if arr.dtype.kind == "b" and kind != "flag":
+    if arr.dtype.kind == "b" and spec.kind != "flag":
         raise BatchValidationError(f"TrajectoryBatch.{name}: dtype bool is not a number (cast it explicitly)")
     if arr.dtype.kind == "f" and not np.can_cast(arr.dtype, np.float64, casting="safe"):
         raise BatchValidationError(
             f"TrajectoryBatch.{name}: dtype {arr.dtype} does not fit in float64 without rounding")
-    want_ndim = 2 if name == "tool_counts" else 1
-    if arr.ndim != want_ndim:
+    if arr.ndim != spec.ndim:
         raise BatchValidationError(
-            f"TrajectoryBatch.{name}: expected {want_ndim}-d array, got shape {arr.shape}")
-    if name == "tool_counts" and arr.shape[1] != NUM_TOOLS:
+            f"TrajectoryBatch.{name}: expected {spec.ndim}-d array, got shape {arr.shape}")
+    if spec.per_tool and arr.shape[1] != num_tools:
         raise BatchValidationError(
-            f"TrajectoryBatch.tool_counts: expected shape (N, {NUM_TOOLS}) (Tool enum order), got {arr.shape}")
+            f"TrajectoryBatch.{name}: expected shape (N, {num_tools}) (one column per tool of the tool spec, "
+            f"num_tools={num_tools}), got {arr.shape}")
     if n is not None and arr.shape[0] != n:
         raise BatchValidationError(
             f"TrajectoryBatch.{name}: length {arr.shape[0]} differs from outcome's length {n} (ragged fields)")
-    lo, hi = rng  # type: ignore[misc]
-    if kind == "float":
+    lo, hi = spec.bounds(num_tools)
+    if spec.kind == "float":
         if arr.dtype.kind in "iu":  # float64 holds integers exactly only up to 2**53
             _check_range(f"TrajectoryBatch.{name}", arr, -_EXACT_INT, _EXACT_INT,
                          "(integers beyond 2**53 are not exact in float64)", BatchValidationError)
@@ -94,63 +84,68 @@ def _coerce(name: str, raw: Any, n: int | None) -> np.ndarray:
             raise BatchValidationError(f"TrajectoryBatch.{name}: dtype {arr.dtype} is not an integer type")
         out = arr
     _check_range(f"TrajectoryBatch.{name}", out, lo, hi, "", BatchValidationError, f"must be in [{lo}, {hi}]")
-    return np.ascontiguousarray(out, dtype=dtype)
+    return np.ascontiguousarray(out, dtype=spec.dtype)
 
 
-def _default(name: str, n: int) -> np.ndarray:
-    if name == "tool_counts":
-        return np.zeros((n, NUM_TOOLS), np.int32)
-    if name == "group_id":
-        return np.arange(n, dtype=np.int64)  # unknown grouping: every trajectory is its own task
-    return np.zeros(n, _SPEC[name][0])
-
-
-@dataclass(frozen=True, eq=False)
 class TrajectoryBatch:
-    """N trajectories as parallel arrays (see the module docstring; dtypes are fixed by the contract).
+    """N trajectories as parallel arrays, one attribute per field of ``parasim.trajectory_schema`` (``outcome``,
+    ``tool_counts``, ...; dtypes and shapes fixed by that schema). Immutable: the attributes cannot be rebound.
 
-    Build with :meth:`from_arrays` or :meth:`from_records`; the constructor itself trusts its input.
+    Build with :meth:`from_arrays` or :meth:`from_records`; the constructor itself trusts its input (the arrays
+    of every schema field, already in their contract dtypes, e.g. from the simulator's gather).
     """
 
-    outcome: np.ndarray
-    format_violations: np.ndarray
-    ended_with_final: np.ndarray
-    rounds: np.ndarray
-    tool_calls: np.ndarray
-    distinct_tools: np.ndarray
-    tool_counts: np.ndarray
-    tokens: np.ndarray
-    cost_units: np.ndarray
-    usd: np.ndarray
-    latency_s: np.ndarray
-    group_id: np.ndarray
-    role_id: np.ndarray
+    __slots__ = FIELDS
+
+    def __init__(self, **arrays: np.ndarray) -> None:
+        if arrays.keys() != FIELD.keys():
+            missing, unknown = sorted(FIELD.keys() - arrays.keys()), sorted(arrays.keys() - FIELD.keys())
+            raise TypeError(f"TrajectoryBatch: needs exactly the schema's fields {list(FIELDS)}; "
+                            f"missing {missing}, unknown {unknown}")
+        for name, value in arrays.items():
+            object.__setattr__(self, name, value)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"TrajectoryBatch is immutable: cannot set {name!r} (build a new batch)")
+
+    def __repr__(self) -> str:
+        return f"TrajectoryBatch(n={len(self)}, num_tools={self.num_tools})"
+
+    def __reduce__(self) -> tuple[Any, tuple[dict[str, np.ndarray]]]:
+        """Pickle by the arrays (the default slot restore would go through the refusing ``__setattr__``)."""
+        return _rebuild, (self.as_dict(),)
 
     @classmethod
-    def from_arrays(cls, **arrays: Any) -> TrajectoryBatch:
-        """Validate and convert arrays; ``outcome`` is required, the rest default to zeros.
+    def from_arrays(cls, *, num_tools: int = NUM_TOOLS, **arrays: Any) -> TrajectoryBatch:
+        """Validate and convert arrays; ``outcome`` is required, the rest default as :func:`new_rows` fills them
+        (``group_id`` = ``arange(N)``: each trajectory its own group; everything else 0).
 
-        ``group_id`` defaults to ``arange(N)`` (each trajectory its own group) and ``role_id`` to 0.
+        ``num_tools``: the tool spec's tool count, the width ``tool_counts`` must have (7 for the default spec).
         """
+        num_tools = _check_num_tools(num_tools)
         unknown = sorted(set(arrays) - set(FIELDS))
         if unknown:
             raise BatchValidationError(f"TrajectoryBatch: unknown field(s) {unknown}; allowed: {list(FIELDS)}")
         if "outcome" not in arrays:
             raise BatchValidationError("TrajectoryBatch.outcome is required")
-        outcome = _coerce("outcome", arrays["outcome"], None)
+        outcome = _coerce("outcome", arrays["outcome"], None, num_tools)
         n = outcome.shape[0]
-        values = {"outcome": outcome}
+        values = new_rows(n, num_tools) if len(arrays) < len(FIELDS) else {}
+        values["outcome"] = outcome
         for name in FIELDS[1:]:
-            values[name] = _coerce(name, arrays[name], n) if name in arrays else _default(name, n)
+            if name in arrays:
+                values[name] = _coerce(name, arrays[name], n, num_tools)
         return cls(**values)
 
     @classmethod
-    def from_records(cls, records: Sequence[Mapping[str, Any]] | Iterable[Mapping[str, Any]]) -> TrajectoryBatch:
+    def from_records(cls, records: Sequence[Mapping[str, Any]] | Iterable[Mapping[str, Any]], *,
+                     num_tools: int = NUM_TOOLS) -> TrajectoryBatch:
         """Build from one dict per trajectory (e.g. ``EpisodeOutcome.trajectory``).
 
-        ``tool_counts`` may be a length-``NUM_TOOLS`` sequence or a mapping keyed by :class:`Tool`,
-        its wire name or its integer value. Errors name the record index.
+        ``tool_counts`` may be a length-``num_tools`` sequence or a mapping keyed by tool index, or (default
+        tool spec) by :class:`Tool` or its wire name. Errors name the record index.
         """
+        num_tools = _check_num_tools(num_tools)
         records = list(records)
         columns: dict[str, list[Any]] = {}
         for i, rec in enumerate(records):
@@ -159,31 +154,37 @@ class TrajectoryBatch:
                 raise BatchValidationError(f"TrajectoryBatch record[{i}]: unknown field(s) {unknown}")
             if "outcome" not in rec:
                 raise BatchValidationError(f"TrajectoryBatch.outcome[{i}]: missing (required)")
-        for name in FIELDS:
+        for spec in TRAJECTORY_FIELDS:
+            name = spec.name
             present = [name in rec for rec in records]
             if not any(present):
                 continue
             if not all(present):
                 i = present.index(False)
                 raise BatchValidationError(f"TrajectoryBatch.{name}[{i}]: missing while other records set it")
-            if name == "tool_counts":
-                columns[name] = [_tool_row(rec[name], i) for i, rec in enumerate(records)]
+            if spec.per_tool:
+                columns[name] = [_tool_row(rec[name], i, num_tools) for i, rec in enumerate(records)]
             else:
                 columns[name] = [rec[name] for rec in records]
-            if _SPEC[name][1] != "flag":  # np.asarray would turn a bool among numbers into 0 / 1 unseen
+            if spec.kind != "flag":  # np.asarray would turn a bool among numbers into 0 / 1 unseen
                 for i, value in enumerate(columns[name]):
-                    if any(isinstance(v, (bool, np.bool_)) for v in (value if name == "tool_counts" else (value,))):
+                    if any(isinstance(v, (bool, np.bool_)) for v in (value if spec.per_tool else (value,))):
                         raise BatchValidationError(f"TrajectoryBatch.{name}[{i}] = {value!r}: a bool is not a number")
         if not records:
-            return cls.from_arrays(outcome=np.zeros(0))
-        return cls.from_arrays(**{k: np.asarray(v) for k, v in columns.items()})
+            return cls.from_arrays(outcome=np.zeros(0), num_tools=num_tools)
+        return cls.from_arrays(num_tools=num_tools, **{k: np.asarray(v) for k, v in columns.items()})
 
     def __len__(self) -> int:
         return int(self.outcome.shape[0])
 
+    @property
+    def num_tools(self) -> int:
+        """The tool spec's tool count: the columns of ``tool_counts``."""
+        return int(self.tool_counts.shape[1])
+
     def as_dict(self) -> dict[str, np.ndarray]:
-        """The arrays by field name (views, not copies)."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        """The arrays by field name, in schema order (views, not copies)."""
+        return {name: getattr(self, name) for name in FIELDS}
 
     def subset(self, index: np.ndarray | slice) -> TrajectoryBatch:
         """Rows selected by a slice, integer index or boolean mask (already valid, so no re-validation)."""
@@ -194,25 +195,54 @@ class TrajectoryBatch:
         """Stack batches row-wise (group ids are kept as given: make them unique across batches yourself)."""
         if not batches:
             return cls.from_arrays(outcome=np.zeros(0))
+        widths = sorted({b.num_tools for b in batches})
+        if len(widths) > 1:
+            raise BatchValidationError(f"TrajectoryBatch.concat: batches have different tool counts {widths}")
         return cls(**{name: np.concatenate([getattr(b, name) for b in batches]) for name in FIELDS})
 
 
-def _tool_row(value: Any, i: int) -> list[int]:
+def _rebuild(arrays: dict[str, np.ndarray]) -> TrajectoryBatch:
+    return TrajectoryBatch(**arrays)
+
+
+def trajectory_row(*, num_tools: int = NUM_TOOLS, **values: Any) -> dict[str, np.ndarray]:
+    """One episode's trajectory row: every schema field as a length-1 array of its contract dtype, validated as
+    :meth:`TrajectoryBatch.from_records` validates (``outcome`` required; unset fields take the defaults).
+    ``distinct_tools``, when not given, is derived from ``tool_counts`` (tools called at least once).
+
+    The producers of single episodes (the real-tools engine and envs) build their rows with this, so that no
+    producer spells the fields or their dtypes out again.
+    """
+    if "distinct_tools" not in values and "tool_counts" in values:
+        values["distinct_tools"] = int((np.asarray(_tool_row(values["tool_counts"], 0, num_tools)) > 0).sum())
+    return TrajectoryBatch.from_records([values], num_tools=num_tools).as_dict()
+
+
+def trajectory_record(*, num_tools: int = NUM_TOOLS, **values: Any) -> dict[str, Any]:
+    """One episode's row as a record, validated as :func:`trajectory_row`: every field a NumPy scalar of its
+    dtype, ``tool_counts`` an int32[num_tools] array. What ``EpisodeOutcome.trajectory`` and a terminal step's
+    ``info["trajectory"]`` hold; ``TrajectoryBatch.from_records`` takes a list of them back."""
+    return {k: v[0] for k, v in trajectory_row(num_tools=num_tools, **values).items()}
+
+
+def _tool_row(value: Any, i: int, num_tools: int) -> list[int]:
     if isinstance(value, Mapping):
-        row = [0] * NUM_TOOLS
+        row = [0] * num_tools
         for key, count in value.items():
             try:
-                tool = Tool[key.upper()] if isinstance(key, str) else Tool(int(key))
-            except (KeyError, ValueError):
+                tool = Tool[key.upper()] if isinstance(key, str) else int(key)
+            except (KeyError, ValueError, TypeError):
                 raise BatchValidationError(f"TrajectoryBatch.tool_counts[{i}]: unknown tool {key!r}") from None
-            if tool >= NUM_TOOLS:
-                raise BatchValidationError(f"TrajectoryBatch.tool_counts[{i}]: {tool.name} is not a counted tool")
+            if not 0 <= tool < num_tools:
+                name = Tool(tool).name if isinstance(tool, Tool) else str(tool)
+                raise BatchValidationError(f"TrajectoryBatch.tool_counts[{i}]: {name} is not a counted tool "
+                                           f"(tool indices 0..{num_tools - 1})")
             row[int(tool)] = count
         return row
     row = list(value)
-    if len(row) != NUM_TOOLS:
+    if len(row) != num_tools:
         raise BatchValidationError(
-            f"TrajectoryBatch.tool_counts[{i}]: expected {NUM_TOOLS} counts (Tool enum order), got {len(row)}")
+            f"TrajectoryBatch.tool_counts[{i}]: expected {num_tools} counts (tool spec order), got {len(row)}")
     return row
 
 

@@ -16,10 +16,14 @@ Schema, by path:
   ``review`` {sensitivity, specificity: per domain in [0, 1]}; ``tokens_out`` {log_median: per domain in
   [0, 12], log_sd in [0, 3], difficulty_slope in [-2, 2]}; ``latency`` {ttft_s, tokens_per_s, log_sd};
   ``price`` {input_per_mtok, output_per_mtok} in USD; ``code_exec_error.rate`` in [0, 1] (code_reasoner).
-- ``tools``: one TOOL per callable tool (wire names): ``bonus`` per domain in [-10, 10]; ``cost`` {units,
-  usd_per_call, usd_per_s}; ``runtime`` {overhead_s, timeout_s, tokens_scale, feedback_frac}; the basic tools
-  (python, search) add ``output`` {log_median_tokens, log_sd, latency_log_median_s, latency_log_sd} and
-  python an ``exec_error.rate``.
+- ``tool_spec`` (optional): the tool set, a shipped tool spec's name or a path to a tool spec file
+  (``parasim.tool_spec``; default ``"default"``, the seven tools of ``parasim.protocol.schema.Tool``). Every
+  per-tool table below has one row per tool of the spec, in its order.
+- ``tools``: one TOOL per tool of the spec (wire names), which may be left out where the spec gives the tool a
+  ``call_model`` default: ``bonus`` per domain in [-10, 10]; ``cost`` {units, usd_per_call, usd_per_s};
+  ``runtime`` {overhead_s, timeout_s, tokens_scale, feedback_frac}; basic tools (python, search) add ``output``
+  {log_median_tokens, log_sd, latency_log_median_s, latency_log_sd} and basic ``code_exec`` tools (python) an
+  ``exec_error.rate`` (``parasim.tool_spec.parse_call_model`` checks an entry).
 - ``protocol``: ensemble_k (samples of ensemble_solver), manager_tokens_per_round, manager_tokens_per_call,
   prompt_tokens (tool template around a subtask), status_tokens (feedback of a failed call), repair (factor
   on the exec-error rate of a code call that carries the trajectory after an exec error), max_output_tokens
@@ -33,15 +37,14 @@ and model ids, which are pasted into the manager's prompt, must pass ``parasim.p
 pool's name and description. Every error is a ``PoolError`` naming the file, the field path and the value.
 
 Accuracy targets are turned into per-(model, benchmark) skills at load: theta solves
-E_z[sigmoid(theta + bonus[standard_reasoner, d] - z)] = target with z ~ N(mu_b, sigma_b) integrated by
-Gauss-Hermite, so that one direct standard_reasoner call reproduces the published accuracy whatever the
-difficulty scale; domain skills and tool bonuses then drive everything else.
+E_z[sigmoid(theta + bonus[standard_reasoner, d] - z)] = target (standard_reasoner: the tool spec's first agent
+``solver`` tool) with z ~ N(mu_b, sigma_b) integrated by Gauss-Hermite, so that one direct standard_reasoner call
+reproduces the published accuracy whatever the difficulty scale; domain skills and tool bonuses then drive
+everything else.
 """
 from __future__ import annotations
 
-import difflib
 import math
-from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,8 +52,16 @@ from typing import Any
 import numpy as np
 
 from parasim.jsonl import JSONInputError, read_json_file
-from parasim.prompt_text import PromptTextError, check_prompt_text
-from parasim.protocol.schema import NUM_DOMAINS, NUM_TOOLS, Domain, Tool
+from parasim.param_groups import DOMAINS, FIT_SOURCE, KNOWN_SOURCES, SpecError
+from parasim.param_groups import did_you_mean as _did_you_mean
+from parasim.param_groups import group as _group
+from parasim.param_groups import number as _num
+from parasim.param_groups import only_keys as _only
+from parasim.param_groups import per_domain as _per_domain
+from parasim.param_groups import prompt_text_field as _text
+from parasim.param_groups import show as _show
+from parasim.param_groups import skill_domain as _skill_domain
+from parasim.protocol.schema import NUM_DOMAINS
 from parasim.tasks import (
     BENCHMARK_INDEX,
     BENCHMARKS,
@@ -58,130 +69,30 @@ from parasim.tasks import (
     NUM_ANSWERS,
     NUM_BENCHMARKS,
 )
+from parasim.tool_spec import ToolSpec, default_tool_spec, load_tool_spec, parse_call_model
 
 POOL_DIR = Path(__file__).with_name("pool_files")
-DOMAINS = tuple(d.name.lower() for d in Domain)
-TOOLS = tuple(Tool(t).wire_name for t in range(NUM_TOOLS))
-KNOWN_SOURCES = frozenset({"Q4I", "Q30I", "QTR", "OSS", "TO", "TOc", "PM", "LLB", "SR1", "RS2", "AA", "assumed"})
-FIT_SOURCE = "fit"  # a group ``parasim calibrate`` estimated: "fit", or "fit:<call log name>"
+TOOLS = default_tool_spec().names  # the default tool spec's tools (wire names, per-tool array order)
+PoolError = SpecError  # pool and tool spec files share the group checks (``parasim.param_groups``) and their error
+__all__ = ["DOMAINS", "FIT_SOURCE", "KNOWN_SOURCES", "MAX_MODELS", "POOL_DIR", "TOOLS", "PoolError", "PoolSpec",
+           "answer_space", "assumed_parameters", "expected_accuracy", "load_pool", "parse_pool", "pool_file",
+           "read_pool_file", "reliability", "shipped_pools", "solve_skill"]
 MAX_MODELS = 16
 MAX_NAME_CHARS = 128  # a model id or pool name
 MAX_DESCRIPTION_CHARS = 4096  # a refit appends a sentence to its base pool's description
-MAX_SOURCE_CHARS = 256
 
 # The schema's keys, object by object (``_group`` adds each group's ``source``).
-TOP_KEYS = ("name", "description", "manager", "models", "tools", "protocol")
+TOP_KEYS = ("name", "description", "manager", "models", "tools", "protocol", "tool_spec")
 MODEL_GROUPS: dict[str, tuple[str, ...]] = {
     "skill": DOMAINS, "errors": ("kappa",), "anchoring": ("rho",), "long_context": ("lambda",),
     "review": ("sensitivity", "specificity"), "tokens_out": ("log_median", "log_sd", "difficulty_slope"),
     "latency": ("ttft_s", "tokens_per_s", "log_sd"), "price": ("input_per_mtok", "output_per_mtok"),
     "code_exec_error": ("rate",)}
 MODEL_KEYS = ("name", *MODEL_GROUPS, "accuracy")
-TOOL_GROUPS: dict[str, tuple[str, ...]] = {
-    "bonus": DOMAINS, "cost": ("units", "usd_per_call", "usd_per_s"),
-    "runtime": ("overhead_s", "timeout_s", "tokens_scale", "feedback_frac"),
-    "output": ("log_median_tokens", "log_sd", "latency_log_median_s", "latency_log_sd"), "exec_error": ("rate",)}
 PROTOCOL_KEYS = ("ensemble_k", "manager_tokens_per_round", "manager_tokens_per_call", "prompt_tokens",
                  "status_tokens", "repair", "max_output_tokens")
 _GH_X, _GH_W = np.polynomial.hermite.hermgauss(48)
 
-
-class PoolError(ValueError):
-    """An invalid pool file; the message names the file (when read from one), the field path, the value and
-    what is allowed."""
-
-
-def _show(v: Any) -> str:
-    """A value for an error message: strings and numbers as written (cut to 80 characters), else the type."""
-    if not isinstance(v, (str, int, float)):
-        return type(v).__name__
-    if isinstance(v, int) and v.bit_length() > 1000:  # repr of a huge int is slow, and refused past 4300 digits
-        return f"an integer of about {int(v.bit_length() * math.log10(2)) + 1} digits"
-    text = repr(v)
-    return text if len(text) <= 80 else f"{text[:60]}... ({len(text)} characters)"
-
-
-def _at(path: str, key: Any) -> str:
-    return f"{path}.{key}" if path else str(key)
-
-
-def _did_you_mean(word: Any, allowed: Iterable[str]) -> str:
-    """A ``; did you mean 'x'?`` hint for a misspelled key or name (case-insensitive), or ''."""
-    by_lower = {a.lower(): a for a in allowed}
-    close = difflib.get_close_matches(str(word).lower(), list(by_lower), n=1)
-    return f"; did you mean {by_lower[close[0]]!r}?" if close else ""
-
-
-def _only(obj: dict, allowed: Sequence[str], path: str) -> None:
-    """Refuse a key of ``obj`` that the schema does not define: a misspelled optional key would be ignored."""
-    for key in obj:
-        if key not in allowed:
-            raise PoolError(f"{_at(path, key)}: unknown key {_show(key)}; allowed: {list(allowed)}"
-                            f"{_did_you_mean(key, allowed)}")
-
-
-def _text(value: Any, path: str, max_len: int) -> str:
-    """Text that may reach a prompt (``parasim.prompt_text``), as a ``PoolError``."""
-    try:
-        return check_prompt_text(path, value, max_len=max_len)
-    except PromptTextError as err:
-        raise PoolError(str(err)) from None
-
-
-def _source(src: Any, path: str) -> str:
-    """A group's source: a key of ``KNOWN_SOURCES``, published keys joined by '+', ``fit`` or
-    ``fit:<call log name>``."""
-    if not isinstance(src, str) or not src.strip():
-        raise PoolError(f"{path}: expected a source key (e.g. 'Q30I' or 'assumed'), got {_show(src)}")
-    if src == FIT_SOURCE or (src.startswith(f"{FIT_SOURCE}:") and len(src) > len(FIT_SOURCE) + 1):
-        return _text(src, path, MAX_SOURCE_CHARS)
-    parts = src.split("+")
-    allowed = (f"one of {sorted(KNOWN_SOURCES)}, published keys joined by '+' (e.g. 'Q30I+QTR'), "
-               f"'{FIT_SOURCE}' or '{FIT_SOURCE}:<call log name>'")
-    for part in parts:
-        if part not in KNOWN_SOURCES:
-            within = f" in {_show(src)}" if len(parts) > 1 else ""
-            raise PoolError(f"{path}: unknown source {_show(part)}{within}; allowed: {allowed}"
-                            f"{_did_you_mean(part, KNOWN_SOURCES)}")
-    if len(parts) > 1 and ("assumed" in parts or len(set(parts)) < len(parts)):
-        raise PoolError(f"{path}: {_show(src)} repeats a key or joins 'assumed' to published keys; allowed: {allowed}")
-    return src
-
-
-def _num(obj: dict, key: str, path: str, lo: float, hi: float) -> float:
-    if not isinstance(obj, dict) or key not in obj:
-        raise PoolError(f"{path}.{key}: missing (expected a number in [{lo:g}, {hi:g}])")
-    v = obj[key]
-    # the range is compared before any float conversion, so a huge integer is out of range, not an OverflowError
-    if (isinstance(v, bool) or not isinstance(v, (int, float)) or (isinstance(v, float) and not math.isfinite(v))
-            or not lo <= v <= hi):
-        raise PoolError(f"{path}.{key}: expected a number in [{lo:g}, {hi:g}], got {_show(v)}")
-    return float(v)
-
-
-def _group(obj: Any, key: str, path: str, sources: dict[str, str], fields: Sequence[str]) -> dict:
-    """A parameter group: an object of ``fields`` and a ``source`` (see ``_source``)."""
-    where = _at(path, key)
-    if not isinstance(obj, dict) or key not in obj:
-        raise PoolError(f"{where}: missing (expected an object with a 'source' key)")
-    g = obj[key]
-    if not isinstance(g, dict):
-        raise PoolError(f"{where}: expected an object, got {_show(g)}")
-    _only(g, (*fields, "source"), where)
-    sources[where] = _source(g.get("source"), f"{where}.source")
-    return g
-
-
-def _per_domain(g: dict, key: str, path: str, lo: float, hi: float) -> np.ndarray:
-    sub = g.get(key)
-    if not isinstance(sub, dict):
-        raise PoolError(f"{path}.{key}: expected an object with keys {list(DOMAINS)}, got {_show(sub)}")
-    _only(sub, DOMAINS, f"{path}.{key}")
-    return np.array([_num(sub, d, f"{path}.{key}", lo, hi) for d in DOMAINS])
-
-
-def _skill_domain(g: dict, path: str) -> np.ndarray:
-    return np.array([_num(g, d, path, -10, 10) for d in DOMAINS])
 
 
 def expected_accuracy(theta: np.ndarray, mu: np.ndarray, sigma: np.ndarray) -> np.ndarray:
@@ -239,6 +150,7 @@ class PoolSpec:
     repair: float
     max_output_tokens: float
     sources: dict[str, str] = field(default_factory=dict, compare=False)
+    tools: ToolSpec = field(default_factory=default_tool_spec, compare=False)  # T = tools.num_tools rows above
 
     @property
     def num_models(self) -> int:
@@ -295,45 +207,24 @@ def _model(raw: Any, path: str, sources: dict[str, str]) -> dict[str, Any]:
     return out
 
 
-def _tool_keys(tname: str) -> tuple[str, ...]:
-    """The groups a tool's entry holds: agent tools three, basic tools an ``output`` too, python an ``exec_error``."""
-    keys = ("bonus", "cost", "runtime")
-    if not Tool.from_wire(tname).is_agent:
-        keys += ("output",)
-    return keys + ("exec_error",) if tname == "python" else keys
+def _tool(raw: dict, tool: Any, spec: ToolSpec, sources: dict[str, str]) -> dict[str, Any]:
+    """A tool's call-model parameters: the pool's ``tools.<name>`` entry, else the tool spec's ``call_model``."""
+    if tool.name in raw:
+        return parse_call_model(raw[tool.name], f"tools.{tool.name}", tool.kind, tool.behaviour, sources)
+    if tool.call_model is None:
+        raise PoolError(f"tools.{tool.name}: missing (every tool of tool spec {spec.name!r}, {list(spec.names)}, "
+                        "needs an entry here or a call_model in the spec)")
+    return parse_call_model(tool.call_model, f"tool_spec({spec.name}).tools.{tool.name}.call_model", tool.kind,
+                            tool.behaviour, sources)
 
 
-def _tool(raw: dict, tname: str, sources: dict[str, str]) -> dict[str, Any]:
-    path = f"tools.{tname}"
-    if tname not in raw:
-        raise PoolError(f"{path}: missing (every tool of {list(TOOLS)} needs an entry)")
-    t = raw[tname]
-    if not isinstance(t, dict):
-        raise PoolError(f"{path}: expected an object, got {_show(t)}")
-    _only(t, _tool_keys(tname), path)
-
-    def group(key: str) -> dict:
-        return _group(t, key, path, sources, TOOL_GROUPS[key])
-
-    out: dict[str, Any] = {"bonus": _skill_domain(group("bonus"), f"{path}.bonus")}
-    g = group("cost")
-    out["units"] = _num(g, "units", f"{path}.cost", 0, 1000)
-    out["usd_call"] = _num(g, "usd_per_call", f"{path}.cost", 0, 100)
-    out["usd_s"] = _num(g, "usd_per_s", f"{path}.cost", 0, 10)
-    g = group("runtime")
-    out["overhead"] = _num(g, "overhead_s", f"{path}.runtime", 0, 3600)
-    out["timeout"] = _num(g, "timeout_s", f"{path}.runtime", 0.1, 1e5)
-    out["scale"] = _num(g, "tokens_scale", f"{path}.runtime", 0.01, 100)
-    out["feedback"] = _num(g, "feedback_frac", f"{path}.runtime", 0, 1)
-    if "output" in _tool_keys(tname):
-        g = group("output")
-        out["tok_mu"] = _num(g, "log_median_tokens", f"{path}.output", 0, 12)
-        out["tok_sd"] = _num(g, "log_sd", f"{path}.output", 0, 3)
-        out["lat_mu"] = _num(g, "latency_log_median_s", f"{path}.output", -10, 10)
-        out["lat_sd"] = _num(g, "latency_log_sd", f"{path}.output", 0, 3)
-    out["p_exec"] = (_num(group("exec_error"), "rate", f"{path}.exec_error", 0, 1)
-                     if "exec_error" in _tool_keys(tname) else 0.0)
-    return out
+def _direct_tool(spec: ToolSpec) -> int:
+    """The tool whose direct call an accuracy target describes: the spec's first agent solver."""
+    solvers = spec.with_behaviour("solver", agent=True)
+    if not solvers:
+        raise PoolError(f"tool_spec: {spec.name!r} has no agent tool with behaviour 'solver' (the direct call that "
+                        "models' accuracy targets describe)")
+    return solvers[0]
 
 
 def parse_pool(raw: Any, name: str = "pool") -> PoolSpec:
@@ -356,19 +247,25 @@ def parse_pool(raw: Any, name: str = "pool") -> PoolSpec:
     names = [m["name"] for m in ms[:-1]]
     if len(set(names)) != len(names):
         raise PoolError(f"models: duplicate model names {names}")
+    spec_ref = raw.get("tool_spec", "default")
+    if not isinstance(spec_ref, str):
+        raise PoolError(f"tool_spec: expected a shipped tool spec name or a path to a tool spec file, "
+                        f"got {_show(spec_ref)}")
+    spec = load_tool_spec(spec_ref)
     tools_raw = raw.get("tools")
     if not isinstance(tools_raw, dict):
-        raise PoolError(f"tools: expected an object keyed by tool name {list(TOOLS)}, got {_show(tools_raw)}")
-    extra = sorted(set(tools_raw) - set(TOOLS))
+        raise PoolError(f"tools: expected an object keyed by tool name {list(spec.names)}, got {_show(tools_raw)}")
+    extra = sorted(set(tools_raw) - set(spec.names))
     if extra:
-        raise PoolError(f"tools.{extra[0]}: unknown tool; known: {list(TOOLS)}{_did_you_mean(extra[0], TOOLS)}")
-    ts = [_tool(tools_raw, t, sources) for t in TOOLS]
+        raise PoolError(f"tools.{extra[0]}: unknown tool; known: {list(spec.names)}"
+                        f"{_did_you_mean(extra[0], spec.names)}")
+    ts = [_tool(tools_raw, t, spec, sources) for t in spec.tools]
     proto = _group(raw, "protocol", "", sources, PROTOCOL_KEYS)
     k = _num(proto, "ensemble_k", "protocol", 1, 16)
     if k != int(k):
         raise PoolError(f"protocol.ensemble_k: expected an integer in [1, 16], got {k!r}")
 
-    m1, nt = len(ms), NUM_TOOLS
+    m1, nt = len(ms), spec.num_tools
 
     def col(key: str) -> np.ndarray:
         return np.array([m[key] for m in ms], np.float64)
@@ -379,7 +276,7 @@ def parse_pool(raw: Any, name: str = "pool") -> PoolSpec:
     bench_dom = np.array([b.domain for b in BENCHMARKS])
     mu = np.array([b.mu for b in BENCHMARKS])
     sigma = np.array([b.sigma for b in BENCHMARKS])
-    sr = int(Tool.STANDARD_REASONER)
+    sr = _direct_tool(spec)
     skill = skill_domain[:, bench_dom].copy()
     has = ~np.isnan(targets)
     if has.any():
@@ -387,7 +284,7 @@ def parse_pool(raw: Any, name: str = "pool") -> PoolSpec:
         mub, sgb = np.broadcast_to(mu, targets.shape)[has], np.broadcast_to(sigma, targets.shape)[has]
         skill[has] = solve_skill(targets[has], mub, sgb) - shift
 
-    agent = np.array([Tool(t).is_agent for t in range(nt)])
+    agent = np.array([t.is_agent for t in spec.tools])
     scale = np.log(np.array([t["scale"] for t in ts]))
     tok_mu = np.empty((nt, m1, NUM_DOMAINS))
     tok_sd, tok_alpha = np.empty((nt, m1)), np.empty((nt, m1))
@@ -401,7 +298,7 @@ def parse_pool(raw: Any, name: str = "pool") -> PoolSpec:
             lat_per_tok[t] = 1.0 / col("speed")
             lat_sd[t] = col("lat_sd")
             p_in[t], p_out[t] = col("price_in"), col("price_out")
-            p_exec[t] = col("p_exec") if t == Tool.CODE_REASONER else 0.0
+            p_exec[t] = col("p_exec") if spec.tools[t].behaviour == "code_exec" else 0.0
         else:
             tok_mu[t] = ts[t]["tok_mu"] + scale[t]
             tok_sd[t], tok_alpha[t] = ts[t]["tok_sd"], 0.0
@@ -422,7 +319,7 @@ def parse_pool(raw: Any, name: str = "pool") -> PoolSpec:
         prompt_tokens=_num(proto, "prompt_tokens", "protocol", 0, 1e5),
         status_tokens=_num(proto, "status_tokens", "protocol", 0, 1e5),
         repair=_num(proto, "repair", "protocol", 0, 1),
-        max_output_tokens=_num(proto, "max_output_tokens", "protocol", 1, 1e7), sources=sources)
+        max_output_tokens=_num(proto, "max_output_tokens", "protocol", 1, 1e7), sources=sources, tools=spec)
 
 
 def assumed_parameters(pool: str | Path | dict | PoolSpec) -> list[str]:
@@ -489,7 +386,8 @@ def reliability(pool: PoolSpec, ensemble: bool = True) -> np.ndarray:
         pk = binom * p[..., None] ** j * (1 - p[..., None]) ** (k - j)
         win = np.where(2 * j > k, 1.0, np.where(2 * j == k, 0.5, 0.0))
         pmaj = (pk * win).sum(-1)
-        acc[:, Tool.ENSEMBLE_SOLVER] = ((pmaj * _GH_W).sum(-1) / math.sqrt(math.pi))[:, Tool.ENSEMBLE_SOLVER]
+        ens = list(pool.tools.with_behaviour("ensemble"))
+        acc[:, ens] = ((pmaj * _GH_W).sum(-1) / math.sqrt(math.pi))[:, ens]
     return acc
 
 

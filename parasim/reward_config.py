@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from parasim.config_fields import check, opt, spec_of, validate
-from parasim.protocol.schema import MAX_PARALLEL, NUM_TOOLS
+from parasim.protocol.schema import MAX_PARALLEL, MAX_TOOLS, NUM_TOOLS
 
 FORMULAS: tuple[str, ...] = ("paramanager", "toolorchestra", "xrouter", "router_r1")
 
@@ -26,7 +26,7 @@ FORMULA_FIELDS: dict[str, tuple[str, ...]] = {
         "w_outcome", "w_protocol", "format_penalty", "no_final_penalty", "w_diversity", "theta_par",
         "theta_tool", "par_share", "diversity_needs_correct", "w_length", "l_tar", "w_cost", "c_tar",
         "budget_max_factor"),
-    "toolorchestra": _COMMON + ("pref_tools", "pref_outcome", "pref_cost", "pref_latency"),
+    "toolorchestra": _COMMON + ("num_tools", "pref_tools", "pref_outcome", "pref_cost", "pref_latency"),
     "xrouter": _COMMON + ("usd_scale", "max_cost_penalty"),
     "router_r1": _COMMON + ("alpha_cost", "format_reward", "cost_lo", "cost_hi", "cost_pct_lo", "cost_pct_hi"),
 }
@@ -64,8 +64,10 @@ class RewardConfig:
     budget_max_factor: float = opt(2.0, lo=1.0, hi=INF, lo_open=True,
                                    help="the length / cost penalty is full at this multiple of the target")
     # toolorchestra: preference vector over group-min-max-normalized features
-    pref_tools: tuple[float, ...] = opt((0.0,) * NUM_TOOLS, length=NUM_TOOLS,
-                                        help="preference per tool, Tool enum order (CLI: a:b:c:...)")
+    num_tools: int = opt(NUM_TOOLS, lo=1, hi=MAX_TOOLS,
+                         help="tools of the tool spec scored (tool_counts columns); pref_tools has one weight each")
+    pref_tools: tuple[float, ...] = opt((0.0,) * NUM_TOOLS,
+                                        help="preference per tool, tool spec order (CLI: a:b:c:...)")
     pref_outcome: float = opt(1.0, help="preference for the outcome")
     pref_cost: float = opt(0.5, help="preference for low cost")
     pref_latency: float = opt(0.5, help="preference for low latency")
@@ -82,6 +84,9 @@ class RewardConfig:
 
     def __post_init__(self) -> None:
         validate(self)
+        if len(self.pref_tools) != self.num_tools:
+            raise ValueError(f"RewardConfig.pref_tools = {self.pref_tools}: expected num_tools = {self.num_tools} "
+                             f"weights (one per tool of the tool spec, in its order), got {len(self.pref_tools)}")
         if self.cost_pct_lo >= self.cost_pct_hi:
             raise ValueError(
                 f"RewardConfig.cost_pct_lo = {self.cost_pct_lo}: must be < cost_pct_hi = {self.cost_pct_hi}")
@@ -119,7 +124,8 @@ class RewardConfig:
     @cached_property
     def core_params(self) -> np.ndarray:
         """This config as the C++ core's parameter row (float64, read-only; columns named by
-        ``parasim._core.reward_param_names()``), packed once per config. The config is frozen, and packing it
+        ``parasim._core.reward_param_names(num_tools)``: the fixed parameters, then ``pref_tools``), packed once
+        per config. The config is frozen, and packing it
         field by field on every call cost ~100 us, which dominated scoring a small batch (an env's terminal
         step). ``cost_lo`` / ``cost_hi`` stay 0 here: Router-R1's bounds may depend on the batch, so
         ``compute_rewards`` fills them per call."""
@@ -129,7 +135,7 @@ class RewardConfig:
         values["formula"] = FORMULAS.index(self.formula)
         values.update({f"pref_tool_{t}": p for t, p in enumerate(self.pref_tools)})
         values["cost_lo"], values["cost_hi"] = 0.0, 0.0
-        row = np.array([float(values[name]) for name in _core.reward_param_names()])
+        row = np.array([float(values[name]) for name in _core.reward_param_names(self.num_tools)])
         row.flags.writeable = False
         return row
 

@@ -46,8 +46,9 @@ __all__ = ["COMPONENTS", "FORMULAS", "FORMULA_FIELDS", "PRESETS", "PRESET_SOURCE
 
 # the reward's parts, which sum to ``total`` (the core's component rows, in this order)
 COMPONENTS: tuple[str, ...] = ("outcome", "protocol", "diversity", "length", "cost", "latency", "tools")
-_PARAM_NAMES: tuple[str, ...] = tuple(_core.reward_param_names())
-_COST_LO, _COST_HI = _PARAM_NAMES.index("cost_lo"), _PARAM_NAMES.index("cost_hi")
+# the core's parameter row: these fixed columns, then one tool preference per tool of the batch
+_FIXED_PARAMS: tuple[str, ...] = tuple(_core.reward_param_names(1)[:-1])
+_COST_LO, _COST_HI = _FIXED_PARAMS.index("cost_lo"), _FIXED_PARAMS.index("cost_hi")
 @dataclass(frozen=True)
 class RewardResult:
     """The total reward and its components, each float64[N]; the components sum to ``total``."""
@@ -72,12 +73,22 @@ def _check_batch(batch: TrajectoryBatch) -> None:
 
 
 def _param_rows(batch: TrajectoryBatch, cfgs: Sequence[RewardConfig]) -> np.ndarray:
-    """Pack configs into the core's parameter rows (columns named by ``_core.reward_param_names()``): each
-    config's cached row, plus Router-R1's cost bounds, which may depend on the batch."""
-    rows = np.empty((len(cfgs), len(_PARAM_NAMES)))
+    """Pack configs into the core's parameter rows (columns named by ``_core.reward_param_names(T)`` for the
+    batch's T tools): each config's cached row, plus Router-R1's cost bounds, which may depend on the batch. A
+    config for another tool count fits when its formula reads no tool preference (those columns stay 0)."""
+    num_tools = batch.num_tools
+    rows = np.empty((len(cfgs), len(_FIXED_PARAMS) + num_tools))
     bounds: dict[tuple[float, float], tuple[float, float]] = {}
     for c, cfg in enumerate(cfgs):
-        rows[c] = cfg.core_params
+        if cfg.num_tools == num_tools:
+            rows[c] = cfg.core_params
+        elif "pref_tools" in FORMULA_FIELDS[cfg.formula]:
+            raise ValueError(f"RewardConfig.num_tools = {cfg.num_tools}: the batch has {num_tools} tools "
+                             f"(tool_counts columns); formula {cfg.formula!r} needs one pref_tools weight per tool "
+                             f"(set num_tools={num_tools} and pref_tools)")
+        else:
+            rows[c, :len(_FIXED_PARAMS)] = cfg.core_params[:len(_FIXED_PARAMS)]
+            rows[c, len(_FIXED_PARAMS):] = 0.0
         if cfg.formula == "router_r1":
             key = (cfg.cost_pct_lo, cfg.cost_pct_hi) if cfg.cost_lo is None else (cfg.cost_lo, cfg.cost_hi)
             if key not in bounds:  # percentiles of the batch are computed once per distinct pair

@@ -42,6 +42,9 @@ class Tool(enum.IntEnum):
 
 
 NUM_TOOLS = 7  # callable tools, FINAL_ANSWER excluded: the width of per-tool count arrays
+# The most callable tools a tool spec may declare: the C++ core's per-trajectory feature capacity
+# (``parasim._core.max_tools``; a test checks that they agree).
+MAX_TOOLS = 64
 AGENT_TOOLS = tuple(t for t in Tool if t.is_agent)
 BASIC_TOOLS = (Tool.PYTHON, Tool.SEARCH)
 

@@ -2,6 +2,8 @@
 
 One table, ``TOOL_ARGUMENTS``, names every tool's arguments; the parser validates against it and the
 JSON schema is rendered from it, so what the manager is told and what the parser accepts cannot drift.
+Tools, their descriptions and basic tools' inputs come from the tool spec (``parasim.tool_spec``; the tables here
+are the default spec's); only ``final_answer``, which ends the episode and is no tool of a spec, is declared here.
 The ``model`` argument of agent tools is an enum of the pool's model ids, which is how a Qwen3 chat
 template or vLLM's ``hermes`` tool parser expects choices to be written.
 """
@@ -13,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from parasim.protocol.schema import MAX_PARALLEL, MAX_ROUNDS, Tool
+from parasim.tool_spec import ToolDef, ToolSpec, default_tool_spec
 
 
 @dataclass(frozen=True)
@@ -37,53 +40,50 @@ _CONTEXT = Argument(
     required=False, aliases=("target", "context", "use_output_of"),
 )
 
+_FINAL = Argument("answer", "string", "The final answer to the question.",
+                  aliases=("final_answer", "text", "content", "result", "response"))
+FINAL_ANSWER_DESCRIPTION = "Ends the episode with your final answer. Call it alone, not together with other tools."
+
+
+def tool_arguments(tool: ToolDef) -> tuple[Argument, ...]:
+    """A spec tool's arguments: agent tools a model, a subtask and a context; basic tools their input and a context."""
+    if tool.is_agent:
+        return (_MODEL, _SUBTASK, _CONTEXT)
+    arg = tool.argument
+    assert arg is not None  # the spec loader requires a basic tool's argument
+    return (Argument(arg.name, arg.json_type, arg.description, aliases=arg.aliases), _CONTEXT)
+
+
 TOOL_ARGUMENTS: dict[Tool, tuple[Argument, ...]] = {
-    Tool.STANDARD_REASONER: (_MODEL, _SUBTASK, _CONTEXT),
-    Tool.CRITICAL_REVIEWER: (_MODEL, _SUBTASK, _CONTEXT),
-    Tool.CODE_REASONER: (_MODEL, _SUBTASK, _CONTEXT),
-    Tool.KNOWLEDGE_SEARCHER: (_MODEL, _SUBTASK, _CONTEXT),
-    Tool.ENSEMBLE_SOLVER: (_MODEL, _SUBTASK, _CONTEXT),
-    Tool.PYTHON: (Argument("code", "string", "Python source to run; print what you need to see.",
-                           aliases=("input", "subtask", "script", "source")), _CONTEXT),
-    Tool.SEARCH: (Argument("query", "string", "Search query for the retriever.",
-                           aliases=("input", "subtask", "q", "question")), _CONTEXT),
-    Tool.FINAL_ANSWER: (Argument("answer", "string", "The final answer to the question.",
-                                 aliases=("final_answer", "text", "content", "result", "response")),),
-}
-
+    **{Tool(t.index): tool_arguments(t) for t in default_tool_spec().tools}, Tool.FINAL_ANSWER: (_FINAL,)}
 TOOL_DESCRIPTIONS: dict[Tool, str] = {
-    Tool.STANDARD_REASONER: "Solves a (sub)task step by step with the chosen model and returns its answer.",
-    Tool.CRITICAL_REVIEWER: "Checks a candidate answer given in the subtask and reports whether it is wrong, with reasons.",
-    Tool.CODE_REASONER: "Solves a (sub)task by writing and running code with the chosen model; strong in math and code.",
-    Tool.KNOWLEDGE_SEARCHER: "Answers with retrieved evidence using the chosen model; strong on knowledge questions.",
-    Tool.ENSEMBLE_SOLVER: "Samples several solutions from the chosen model and returns the majority answer; costs more.",
-    Tool.PYTHON: "Runs Python code in a sandbox and returns stdout, or the error.",
-    Tool.SEARCH: "Retrieves the top passages for a query.",
-    Tool.FINAL_ANSWER: "Ends the episode with your final answer. Call it alone, not together with other tools.",
-}
+    **{Tool(t.index): t.description for t in default_tool_spec().tools}, Tool.FINAL_ANSWER: FINAL_ANSWER_DESCRIPTION}
 
 
-def tool_list(models: Sequence[str]) -> list[dict[str, Any]]:
-    """The JSON tool list ``[{"type": "function", "function": {name, description, parameters}}]``.
+def _function(name: str, description: str, args: Sequence[Argument], models: Sequence[str]) -> dict[str, Any]:
+    properties: dict[str, Any] = {}
+    for arg in args:
+        prop: dict[str, Any] = {"type": arg.json_type, "description": arg.description}
+        if arg.name == "model":
+            prop["enum"] = list(models)
+        properties[arg.name] = prop
+    parameters = {"type": "object", "properties": properties, "required": [a.name for a in args if a.required]}
+    return {"type": "function", "function": {"name": name, "description": description, "parameters": parameters}}
+
+
+def tool_list(models: Sequence[str], tools: ToolSpec | None = None) -> list[dict[str, Any]]:
+    """The JSON tool list ``[{"type": "function", "function": {name, description, parameters}}]`` of a tool spec
+    (default: the default spec), then ``final_answer``.
 
     ``models`` becomes the enum of every agent tool's ``model`` argument; an empty pool is an error
     because agent tools could then never be called validly.
     """
     if not models:
         raise ValueError("models: need at least one pool model id for the agent tools' 'model' enum")
-    tools = []
-    for tool, args in TOOL_ARGUMENTS.items():
-        properties: dict[str, Any] = {}
-        for arg in args:
-            prop: dict[str, Any] = {"type": arg.json_type, "description": arg.description}
-            if arg.name == "model":
-                prop["enum"] = list(models)
-            properties[arg.name] = prop
-        parameters = {"type": "object", "properties": properties,
-                      "required": [a.name for a in args if a.required]}
-        tools.append({"type": "function", "function": {
-            "name": tool.wire_name, "description": TOOL_DESCRIPTIONS[tool], "parameters": parameters}})
-    return tools
+    spec = tools or default_tool_spec()
+    out = [_function(t.name, t.description, tool_arguments(t), models) for t in spec.tools]
+    out.append(_function(Tool.FINAL_ANSWER.wire_name, FINAL_ANSWER_DESCRIPTION, (_FINAL,), models))
+    return out
 
 
 _PROMPT = """You are the manager of a pool of models and tools. Solve the user's question by calling tools, then give the answer.
@@ -110,12 +110,13 @@ For each call, return a JSON object with the function name and arguments inside 
 
 
 def render_system_prompt(models: Mapping[str, str], *, max_parallel: int = MAX_PARALLEL,
-                         max_rounds: int = MAX_ROUNDS) -> str:
-    """The manager's system prompt: rules, the pool's models (id: description) and the tool list.
+                         max_rounds: int = MAX_ROUNDS, tools: ToolSpec | None = None) -> str:
+    """The manager's system prompt: rules, the pool's models (id: description) and the tool list of ``tools``
+    (a tool spec; default: the default spec).
 
     The tool block follows Qwen3's / Hermes' chat template wording so that a model trained on that
     template reads it as usual; one tool per line, as the template writes them.
     """
     model_lines = "\n".join(f"- {mid}: {desc}" if desc else f"- {mid}" for mid, desc in models.items())
-    tools = "\n".join(json.dumps(t, ensure_ascii=False) for t in tool_list(list(models)))
+    tools = "\n".join(json.dumps(t, ensure_ascii=False) for t in tool_list(list(models), tools))
     return _PROMPT.format(max_parallel=max_parallel, max_rounds=max_rounds, models=model_lines, tools=tools)

@@ -5,11 +5,11 @@ vector of envs) share one ``RealToolBackend``, hence its per-endpoint concurrenc
 Each round's calls run concurrently; a call that names an earlier one (``target``) gets that call's output
 as context. Every finished call is verified (agent answers against the gold answer) and logged at once in
 the calibration schema, so a crash loses only calls in flight. ``finish`` asks the termination model for
-the final answer and the verifier for the outcome, and returns the episode's TrajectoryBatch fields
-(those the engine knows: the env adds the manager's own tokens and its format violations). With a logger,
-``finish`` also writes the episode's line of the episode log (``episode_record``), which ``parasim validate-sim``
-replays in the simulator; a caller that knows the round's action (the structured env) passes it to ``run_round``
-with each call's slot, so the replay is exact.
+the final answer and the verifier for the outcome, and returns the episode's trajectory record
+(``parasim.batch.trajectory_record``: the fields the engine knows; the env adds the manager's own tokens and its
+format violations, which the record holds as 0). With a logger, ``finish`` also writes the episode's line of the
+episode log (``episode_record``), which ``parasim validate-sim`` replays in the simulator; a caller that knows the
+round's action (the structured env) passes it to ``run_round`` with each call's slot, so the replay is exact.
 """
 from __future__ import annotations
 
@@ -19,10 +19,10 @@ from typing import Any
 
 import numpy as np
 
+from parasim.batch import trajectory_record
 from parasim.protocol.engine import EpisodeOutcome, TaskView
 from parasim.protocol.schema import (
     MAX_ROUNDS,
-    NUM_TOOLS,
     CallResult,
     Status,
     Tool,
@@ -32,6 +32,7 @@ from parasim.real.backend import CallInput, RealToolBackend, approx_tokens
 from parasim.real.calllog import CallLogger
 from parasim.real.tasks import RealTask, parse_task
 from parasim.real.termination import Synthesis, TerminationModel, vote_answer
+from parasim.trajectory_schema import count_tools
 
 Verifier = Callable[[str, RealTask], bool]
 
@@ -195,19 +196,13 @@ class RealEpisodeEngine:
         }
 
     def _trajectory(self, correct: bool, synthesis: Synthesis, ended_with_final: bool) -> dict[str, Any]:
-        counts = np.zeros(NUM_TOOLS, np.int32)
-        for call in self.calls:
-            if call.tool is not Tool.FINAL_ANSWER:
-                counts[call.tool] += 1
-        return {
-            "outcome": float(correct),
-            "ended_with_final": int(ended_with_final),
-            "rounds": len(self.round_latency),
-            "tool_calls": len(self.calls),
-            "distinct_tools": int((counts > 0).sum()),
-            "tool_counts": counts,
-            "tokens": float(sum(r.tokens_out for r in self.results)),  # tool outputs fed back to the manager
-            "cost_units": float(sum(r.cost_units for r in self.results)),
-            "usd": float(sum(r.usd for r in self.results)) + self.backend.termination_usd(synthesis),
-            "latency_s": float(sum(self.round_latency)) + synthesis.latency_s,
-        }
+        """The episode's trajectory record: outcome, rounds, calls per tool (final_answer is no tool call) and the
+        tools' tokens, cost, USD (termination call included) and latency."""
+        return trajectory_record(
+            outcome=float(correct), ended_with_final=int(ended_with_final), rounds=len(self.round_latency),
+            tool_calls=len(self.calls),
+            tool_counts=count_tools(int(c.tool) for c in self.calls if c.tool is not Tool.FINAL_ANSWER),
+            tokens=float(sum(r.tokens_out for r in self.results)),  # tool outputs fed back to the manager
+            cost_units=float(sum(r.cost_units for r in self.results)),
+            usd=float(sum(r.usd for r in self.results)) + self.backend.termination_usd(synthesis),
+            latency_s=float(sum(self.round_latency)) + synthesis.latency_s)

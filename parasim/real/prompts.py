@@ -2,7 +2,8 @@
 
 ParaManager's agent tools are one model behind different instructions (standard reasoning, critical
 review, code reasoning, knowledge search, an ensemble of samples); these templates are that, kept short
-and fixed so that the tool, not the prompt, is what a calibration fit measures. Every template asks for
+and fixed so that the tool, not the prompt, is what a calibration fit measures. The templates are the tool
+spec's data (``real.system_prompt`` in ``parasim/tool_specs/default.json``). Every template asks for
 a last line ``Final answer: ...`` (and accepts ``\\boxed{...}``, which math-tuned models write anyway),
 so one extractor serves all tools and the termination model.
 """
@@ -13,22 +14,13 @@ from collections import Counter
 from collections.abc import Sequence
 
 from parasim.protocol.schema import Tool
+from parasim.tool_spec import default_tool_spec
 
 _ANSWER_RULE = "End with a last line of the form 'Final answer: <answer>'."
 
+# each agent tool's system prompt: the tool spec's ``real.system_prompt`` (parasim/tool_specs/default.json)
 SYSTEM_PROMPTS: dict[Tool, str] = {
-    Tool.STANDARD_REASONER: f"You are a careful problem solver. Reason step by step, then answer. {_ANSWER_RULE}",
-    Tool.CRITICAL_REVIEWER: (
-        "You are a strict reviewer. Check the candidate answer in the task for errors. Write 'Verdict: CORRECT' "
-        f"or 'Verdict: WRONG' on its own line, with brief reasons, then your own answer. {_ANSWER_RULE}"),
-    Tool.CODE_REASONER: (
-        "You solve problems by writing Python. Write one complete program in a ```python block that prints the "
-        f"answer on its last output line; it will be run and its output returned. {_ANSWER_RULE}"),
-    Tool.KNOWLEDGE_SEARCHER: (
-        "You answer from knowledge. List the facts you rely on, as evidence, then answer concisely. "
-        f"{_ANSWER_RULE}"),
-    Tool.ENSEMBLE_SOLVER: f"You are a careful problem solver. Reason step by step, then answer. {_ANSWER_RULE}",
-}
+    Tool(t.index): t.system_prompt for t in default_tool_spec().tools if t.system_prompt is not None}
 
 TERMINATION_SYSTEM = (
     "You write the final answer to a question from the work of several tools. Weigh agreeing answers from "
