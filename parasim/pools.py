@@ -10,7 +10,10 @@ Schema, by path:
   itself when the trajectory has no evidence). ``models``: a list of 1..16 MODELs callable by agent tools.
 - MODEL: ``name``; ``skill`` {math, science, knowledge, code} in [-10, 10] (logits; used for benchmarks
   without an accuracy target); ``accuracy`` {benchmark: {"value": percent, "source"}} (direct-call accuracy
-  targets); ``errors.kappa`` in [0, 1] (probability a wrong answer is the model's preferred wrong answer);
+  targets); ``errors.kappa`` in [0, 1] (probability a wrong answer is the model's preferred wrong answer) and
+  the optional ``errors.affinity`` in [0, 1] (probability that preferred answer is the task's shared attractive
+  distractor; absent: 0); the optional group ``interaction.sd`` in [0, 5] (SD of the per-(task, model) effect
+  on the logit; absent: 0, the one-dimensional model);
   ``anchoring.rho`` in [0, 1] (probability a call carrying the leading answer copies it);
   ``long_context.lambda`` in [0, 5] (skill lost per log(1 + context_tokens / 1000));
   ``review`` {sensitivity, specificity: per domain in [0, 1]}; ``tokens_out`` {log_median: per domain in
@@ -38,9 +41,9 @@ pool's name and description. Every error is a ``PoolError`` naming the file, the
 
 Accuracy targets are turned into per-(model, benchmark) skills at load: theta solves
 E_z[sigmoid(theta + bonus[standard_reasoner, d] - z)] = target (standard_reasoner: the tool spec's first agent
-``solver`` tool) with z ~ N(mu_b, sigma_b) integrated by Gauss-Hermite, so that one direct standard_reasoner call
-reproduces the published accuracy whatever the difficulty scale; domain skills and tool bonuses then drive
-everything else.
+``solver`` tool) with z ~ N(mu_b, sqrt(sigma_b^2 + tau_m^2)) (the shared difficulty minus the model's per-task
+effect, ``effective_spread``) integrated by Gauss-Hermite, so that one direct standard_reasoner call reproduces
+the published accuracy whatever the difficulty scale; domain skills and tool bonuses then drive everything else.
 """
 from __future__ import annotations
 
@@ -84,7 +87,8 @@ MAX_DESCRIPTION_CHARS = 4096  # a refit appends a sentence to its base pool's de
 # The schema's keys, object by object (``_group`` adds each group's ``source``).
 TOP_KEYS = ("name", "description", "manager", "models", "tools", "protocol", "tool_spec")
 MODEL_GROUPS: dict[str, tuple[str, ...]] = {
-    "skill": DOMAINS, "errors": ("kappa",), "anchoring": ("rho",), "long_context": ("lambda",),
+    "skill": DOMAINS, "errors": ("kappa", "affinity"), "interaction": ("sd",), "anchoring": ("rho",),
+    "long_context": ("lambda",),
     "review": ("sensitivity", "specificity"), "tokens_out": ("log_median", "log_sd", "difficulty_slope"),
     "latency": ("ttft_s", "tokens_per_s", "log_sd"), "price": ("input_per_mtok", "output_per_mtok"),
     "code_exec_error": ("rate",)}
@@ -93,6 +97,13 @@ PROTOCOL_KEYS = ("ensemble_k", "manager_tokens_per_round", "manager_tokens_per_c
                  "status_tokens", "repair", "max_output_tokens")
 _GH_X, _GH_W = np.polynomial.hermite.hermgauss(48)
 
+
+
+def effective_spread(sigma: np.ndarray | float, tau: np.ndarray | float) -> np.ndarray:
+    """The spread of one model's difficulty on a benchmark, sqrt(sigma_b^2 + tau_m^2): a call sees the shared
+    difficulty z ~ N(mu_b, sigma_b) minus its model's per-task effect ~ N(0, tau_m), so its accuracy averaged over
+    tasks is ``expected_accuracy`` at this spread (broadcasts)."""
+    return np.sqrt(np.square(sigma) + np.square(tau))
 
 
 def expected_accuracy(theta: np.ndarray, mu: np.ndarray, sigma: np.ndarray) -> np.ndarray:
@@ -124,6 +135,8 @@ class PoolSpec:
     accuracy_target: np.ndarray  # [M+1, NB] direct-call accuracy in [0, 1], NaN where none
     bonus: np.ndarray  # [T, D]
     kappa: np.ndarray  # [M+1]
+    affinity: np.ndarray  # [M+1] P(the preferred wrong answer is the task's shared attractive distractor)
+    tau: np.ndarray  # [M+1] SD of the per-(task, model) effect on the logit
     rho: np.ndarray  # [M+1]
     lam: np.ndarray  # [M+1]
     sens: np.ndarray  # [M+1, D]
@@ -186,7 +199,10 @@ def _model(raw: Any, path: str, sources: dict[str, str]) -> dict[str, Any]:
         floor = 100.0 / b.options if b.options != FREE_FORM else 0.0
         targets[BENCHMARK_INDEX[bname]] = _num(g, "value", f"{path}.accuracy.{bname}", floor + 0.1, 99.9) / 100.0
     out["targets"] = targets
-    out["kappa"] = _num(group("errors"), "kappa", f"{path}.errors", 0, 1)
+    g = group("errors")
+    out["kappa"] = _num(g, "kappa", f"{path}.errors", 0, 1)
+    out["affinity"] = _num(g, "affinity", f"{path}.errors", 0, 1) if "affinity" in g else 0.0
+    out["tau"] = _num(group("interaction"), "sd", f"{path}.interaction", 0, 5) if "interaction" in raw else 0.0
     out["rho"] = _num(group("anchoring"), "rho", f"{path}.anchoring", 0, 1)
     out["lam"] = _num(group("long_context"), "lambda", f"{path}.long_context", 0, 5)
     g = group("review")
@@ -281,7 +297,8 @@ def parse_pool(raw: Any, name: str = "pool") -> PoolSpec:
     has = ~np.isnan(targets)
     if has.any():
         shift = np.broadcast_to(bonus[sr, bench_dom], targets.shape)[has]
-        mub, sgb = np.broadcast_to(mu, targets.shape)[has], np.broadcast_to(sigma, targets.shape)[has]
+        spread = effective_spread(sigma[None, :], col("tau")[:, None])
+        mub, sgb = np.broadcast_to(mu, targets.shape)[has], spread[has]
         skill[has] = solve_skill(targets[has], mub, sgb) - shift
 
     agent = np.array([t.is_agent for t in spec.tools])
@@ -307,7 +324,8 @@ def parse_pool(raw: Any, name: str = "pool") -> PoolSpec:
             p_exec[t] = ts[t]["p_exec"]
     return PoolSpec(
         name=str(raw.get("name", name)), model_names=tuple(m["name"] for m in ms), skill=skill,
-        skill_domain=skill_domain, accuracy_target=targets, bonus=bonus, kappa=col("kappa"), rho=col("rho"),
+        skill_domain=skill_domain, accuracy_target=targets, bonus=bonus, kappa=col("kappa"),
+        affinity=col("affinity"), tau=col("tau"), rho=col("rho"),
         lam=col("lam"), sens=np.stack([m["sens"] for m in ms]), spec=np.stack([m["spec"] for m in ms]),
         p_exec=p_exec, tok_mu=tok_mu, tok_sd=tok_sd, tok_alpha=tok_alpha, lat_base=lat_base,
         lat_per_tok=lat_per_tok, lat_sd=lat_sd, price_in=p_in, price_out=p_out,
@@ -373,10 +391,10 @@ def reliability(pool: PoolSpec, ensemble: bool = True) -> np.ndarray:
     manager trained on the pool would know about its tools, never the task's hidden difficulty.
     """
     mu = np.array([b.mu for b in BENCHMARKS])
-    sigma = np.array([b.sigma for b in BENCHMARKS])
+    sigma = effective_spread(np.array([b.sigma for b in BENCHMARKS])[:, None], pool.tau[None, :])  # [NB, M+1]
     dom = np.array([b.domain for b in BENCHMARKS])
     theta = pool.skill[None, :, :].transpose(2, 0, 1) + pool.bonus[:, dom].T[:, :, None]  # [NB, T, M+1]
-    z = mu[:, None, None, None] + math.sqrt(2.0) * sigma[:, None, None, None] * _GH_X
+    z = mu[:, None, None, None] + math.sqrt(2.0) * sigma[:, None, :, None] * _GH_X
     p = 1.0 / (1.0 + np.exp(-(theta[..., None] - z)))
     acc = (p * _GH_W).sum(-1) / math.sqrt(math.pi)
     if ensemble:

@@ -16,19 +16,32 @@ from pathlib import Path
 
 import numpy as np
 
-from parasim.pools import DOMAINS, solve_skill
+from parasim.pools import DOMAINS, effective_spread, solve_skill
 from parasim.tasks import BENCHMARK_INDEX, BENCHMARKS
 
 OUT = Path(__file__).resolve().parents[1] / "parasim" / "pool_files"
 
 
-def solved(targets):
+# The v2 call model (docs/simulator.md, "Complementarity and shared wrong answers"), assumed for every model:
+# TAU is the SD of the per-(task, model) effect, set per pool so that its per-query oracle gain over its best
+# single model sits at the target LLMRouterBench implies for its size (scripts/simulator_stats.py,
+# ``oracle_target``: paramanager 1.0, toolorchestra TAU_TO); AFFINITY is the probability that a
+# model's preferred wrong answer is the task's attractive distractor, and KAPPA_SHIFT raises every assumed
+# kappa so that cross-model wrong-answer agreement on 4-option items is Kim et al.'s ~60% (a model repeats its
+# own wrong answer at least as often as two models share one: kappa^2 + (1 - kappa^2) S >= 0.6).
+TAU = 1.0
+TAU_TO = 0.6
+AFFINITY = 0.8
+KAPPA_SHIFT = 0.25
+
+
+def solved(targets, tau=TAU):
     """Per target: (skill solved from the accuracy, its domain, its source)."""
     out = {}
     for b, (v, src) in targets.items():
         bb = BENCHMARKS[BENCHMARK_INDEX[b]]
         out[b] = (
-            float(solve_skill(np.array(v / 100), np.array(bb.mu), np.array(bb.sigma))),
+            float(solve_skill(np.array(v / 100), np.array(bb.mu), effective_spread(bb.sigma, tau))),
             bb.domain.name.lower(),
             src,
         )
@@ -41,6 +54,8 @@ def model(
     skill_assumed,
     *,
     kappa=0.5,
+    affinity=AFFINITY,
+    tau=TAU,
     rho=0.35,
     lam=0.08,
     sens=(0.6, 0.55, 0.5, 0.6),
@@ -59,7 +74,7 @@ def model(
     review_src="assumed",
 ):
     """A MODEL entry; skills per domain come from the targets where there are any (see module doc)."""
-    sol = solved(targets)
+    sol = solved(targets, tau)
     skill, skill_src = {}, set()
     for d in DOMAINS:
         th = [t for (t, dd, s) in sol.values() if dd == d]
@@ -75,7 +90,8 @@ def model(
         "name": name,
         "skill": {**skill, "source": src},
         "accuracy": {b: {"value": v, "source": s} for b, (v, s) in targets.items()},
-        "errors": {"kappa": kappa, "source": "assumed"},
+        "errors": {"kappa": round(kappa + KAPPA_SHIFT, 3), "affinity": affinity, "source": "assumed"},
+        "interaction": {"sd": tau, "source": "assumed"},
         "anchoring": {"rho": rho, "source": "assumed"},
         "long_context": {"lambda": lam, "source": "assumed"},
         "review": {
@@ -263,7 +279,8 @@ def to_model(name, targets, assumed, *, mean_lat, lat_src, price, tok, ttft=0.5,
     mean_tokens = math.exp(tok[0] + 0.8**2 / 2)
     speed = mean_tokens / max(mean_lat - ttft, 1.0)
     return model(
-        name, targets, assumed, ttft=ttft, speed=speed, lat_src=lat_src, price=price, price_src="TOc", tok=tok, **kw
+        name, targets, assumed, ttft=ttft, speed=speed, lat_src=lat_src, price=price, price_src="TOc", tok=tok,
+        tau=TAU_TO, **kw
     )
 
 
@@ -359,6 +376,7 @@ orch = model(
     lat_src="assumed",
     speed=135.0,
     ttft=0.064,
+    tau=TAU_TO,
 )
 to = pool(
     "toolorchestra",

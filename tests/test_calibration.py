@@ -64,7 +64,8 @@ def _truth_z(cal) -> list[tuple[str, float, float, float, float]]:
             t = table[spec.model_names.index(parts[0]), domains.index(parts[1])]
         rows.append((rate.label, float(t), rate.value, rate.se, (rate.value - t) / rate.se if rate.se else 0.0))
     for label, value, se in cal.moments:
-        t = spec.kappa[spec.model_names.index(label[len("kappa["):-1])]
+        kind, _, name = label.rstrip("]").partition("[")
+        t = (spec.kappa if kind == "kappa" else spec.affinity)[spec.model_names.index(name)]
         rows.append((label, float(t), value, se, (value - t) / se))
     return rows
 
@@ -77,7 +78,9 @@ def test_recovers_known_pool_within_confidence_intervals(recovery) -> None:
     truth; we require its p-value above 0.001. Marginal: with honest 95% intervals about 5% of parameters
     fall outside; estimates are correlated (skills and bonuses of a domain move together, which makes the
     count overdispersed), so we allow up to 12%, and no |z| above 4 (probability about 0.01 under the
-    model for this many parameters). kappa is a moment estimate with a bootstrap SE (``kappa_moments``).
+    model for this many parameters). kappa and the shared-distractor affinity are moment estimates with bootstrap
+    SEs (``parasim.calibration.agreement``); the per-(task, model) interaction sd of every model is fitted
+    (asserted below), so its recovery is part of the same rules.
     """
     rows = _truth_z(recovery)
     z = np.array([r[4] for r in rows])
@@ -93,6 +96,9 @@ def test_recovers_known_pool_within_confidence_intervals(recovery) -> None:
     for label, t, v, s, zz in rows[::9]:
         print(f"  {label:58s} true {t:9.4f}  fit {v:9.4f} +- {s:.4f}  z {zz:+.2f}")
     assert dof > 100 and all(p.converged and p.info is not None for p in recovery.parts)
+    labels = [r[0] for r in rows]
+    for name in load_pool("paramanager").model_names:
+        assert {f"interaction_sd[{name}]", f"kappa[{name}]", f"affinity[{name}]"} <= set(labels), name
     assert p_value > 0.001
     assert outside <= 0.12
     assert np.abs(z).max() < 4.0
@@ -137,9 +143,10 @@ def test_difficulty_model_gradient_matches_finite_differences() -> None:
     t = TokenRows(task, model, tool, dom, rng.normal(7, 1, rows), (rng.random(rows) < 0.2).astype(np.int64))
     dm = DifficultyModel(marginal, c, t, benches)
     P = {"skill": rng.normal(size=(models, benches)), "bonus": 0.3 * rng.normal(size=(tools, 2)),
-         "lam": 0.2 * rng.random(models), "rho": 0.2 + 0.5 * rng.random(models), "mu": rng.normal(size=benches),
-         "sigma": 1 + rng.random(benches), "tok_mu": rng.normal(7, 0.3, (models, 2)),
-         "tok_scale": rng.normal(0, 0.2, tools), "tok_sd": 0.5 + rng.random(models), "alpha": rng.normal(0, 0.3, models)}
+         "lam": 0.2 * rng.random(models), "rho": 0.2 + 0.5 * rng.random(models), "tau": 0.3 + rng.random(models),
+         "mu": rng.normal(size=benches), "sigma": 1 + rng.random(benches), "tok_mu": rng.normal(7, 0.3, (models, 2)),
+         "tok_scale": rng.normal(0, 0.2, tools), "tok_sd": 0.5 + rng.random(models),
+         "alpha": rng.normal(0, 0.3, models)}
     _, grads = dm(P)
     for name, value in P.items():
         for idx in np.ndindex(value.shape):

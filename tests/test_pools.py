@@ -15,6 +15,7 @@ from parasim.pools import (
     KNOWN_SOURCES,
     POOL_DIR,
     PoolError,
+    effective_spread,
     expected_accuracy,
     load_pool,
     parse_pool,
@@ -56,7 +57,8 @@ def test_solved_skills_reproduce_targets_exactly(name):
     sigma = np.array([b.sigma for b in BENCHMARKS])
     dom = np.array([b.domain for b in BENCHMARKS])
     theta = pool.skill + pool.bonus[Tool.STANDARD_REASONER, dom]
-    acc = expected_accuracy(theta, np.broadcast_to(mu, theta.shape), np.broadcast_to(sigma, theta.shape))
+    # a call's difficulty is the shared z minus its model's per-task effect: spread sqrt(sigma^2 + tau^2)
+    acc = expected_accuracy(theta, np.broadcast_to(mu, theta.shape), effective_spread(sigma, pool.tau[:, None]))
     has = ~np.isnan(pool.accuracy_target)
     assert has.sum() >= 5
     np.testing.assert_allclose(acc[has], pool.accuracy_target[has], atol=1e-9)

@@ -47,7 +47,8 @@ def test_misspelled_optional_key_is_refused_with_a_suggestion(tmp_path):
     ([], "comment", "comment: unknown key 'comment'; allowed: ['name', 'description', 'manager'"),
     (["models", 1, "latency"], "ttft", "models[1].latency.ttft: unknown key 'ttft'"),
     (["models", 0, "review", "sensitivity"], "maths", "did you mean 'math'?"),
-    (["manager", "errors"], "kapa", "manager.errors.kapa: unknown key 'kapa'; allowed: ['kappa', 'source']"),
+    (["manager", "errors"], "kapa",
+     "manager.errors.kapa: unknown key 'kapa'; allowed: ['kappa', 'affinity', 'source']"),
     (["tools", "search"], "exec_error", "tools.search.exec_error: unknown key 'exec_error'"),
     (["tools", "standard_reasoner"], "output", "tools.standard_reasoner.output: unknown key"),
     (["protocol"], "ensemble", "did you mean 'ensemble_k'?"),
@@ -94,7 +95,7 @@ def test_duplicate_json_keys_are_refused(tmp_path):
 
 @pytest.mark.parametrize("digits", [400, 5000])
 def test_huge_integer_literal_is_a_clear_error(tmp_path, digits):
-    text = json.dumps(_raw(), indent=1).replace('"kappa": 0.5', '"kappa": ' + "1" * digits, 1)
+    text = json.dumps(_raw(), indent=1).replace('"kappa": 0.75', '"kappa": ' + "1" * digits, 1)
     message = _load_error(_write(tmp_path, text))
     assert "manager.errors.kappa: integer 1111" in message and f"has {digits} digits; at most 300" in message
 
@@ -110,7 +111,7 @@ def test_huge_integer_in_a_parsed_dict_is_out_of_range():
     ("NaN", "NaN is not allowed"), ("-Infinity", "-Infinity is not allowed"),
     ("1e400", "number 1e400 is outside the finite float range")])
 def test_non_finite_numbers_are_refused(tmp_path, literal, needle):
-    text = json.dumps(_raw(), indent=1).replace('"kappa": 0.5', f'"kappa": {literal}', 1)
+    text = json.dumps(_raw(), indent=1).replace('"kappa": 0.75', f'"kappa": {literal}', 1)
     message = _load_error(_write(tmp_path, text))
     assert f"manager.errors.kappa: {needle}" in message
 

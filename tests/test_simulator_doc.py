@@ -5,6 +5,8 @@ sample with another seed is simulated and every ``value ± se`` on the page must
 (``Z_TOLERANCE`` joint standard errors, plus rounding) of the fresh figure, while every other cell of every table
 (targets, formulas, chance levels, published figures, names) must be equal. A pool or simulator change that moves a
 figure fails here until the page is regenerated: ``python scripts/simulator_stats.py --update docs/simulator.md``.
+The targeted statistics (direct-call accuracy, cross-model wrong-answer agreement, the per-query oracle gain) must
+also lie within their stated tolerances of their targets, on the page and in the fresh simulation.
 """
 from __future__ import annotations
 
@@ -46,6 +48,31 @@ def test_page_figures_match_a_fresh_simulation(page_section: str) -> None:
     problems = stats.compare_sections(page_section, fresh)
     hint = "regenerate it with `python scripts/simulator_stats.py --update docs/simulator.md`"
     assert not problems, f"docs/simulator.md disagrees with a fresh simulation; {hint}:\n" + "\n".join(problems[:20])
+    assert stats.unmet(fresh) == [], "a fresh simulation misses a target:\n" + "\n".join(stats.unmet(fresh))
+
+
+def test_page_meets_every_target_it_states(page_section: str) -> None:
+    assert stats.unmet(page_section) == []
+    within = [ln for ln in page_section.splitlines() if ln.startswith("| ") and "within" in ln]
+    assert len(within) == 3 * len(stats.POOLS) - 1  # accuracy, agreement, oracle (no oracle for one model)
+    oracle_rows = [ln for ln in page_section.splitlines() if "LLMRouterBench)" in ln]
+    assert len(oracle_rows) == 2 and all("| yes |" in ln for ln in oracle_rows)
+    kim_rows = [ln for ln in page_section.splitlines() if ln.startswith("| GPQA |") and "Kim et al." in ln]
+    assert [ln.count("| yes |") for ln in kim_rows] == [1, 0, 1]  # the one-model pool has no cross-model pair
+    assert stats.unmet(page_section.replace("| yes |", "| no |", 1)) != []
+
+
+def test_targets_and_their_tolerances() -> None:
+    target = stats.Target(60.0, 12.0)
+    assert str(target) == "60.0 [48.0, 72.0]"
+    assert target.met(stats.Estimate(71.9, 0.5)) == "yes" and target.met(stats.Estimate(47.9, 0.5)) == "no"
+    acc = np.array([0.7, 0.6, 0.5])
+    assert stats.copula_oracle(acc, 1e-9) == pytest.approx(1 - np.prod(1 - acc), abs=1e-6)  # independent errors
+    by_r = [stats.copula_oracle(acc, r) for r in (0.2, 0.5, 0.9)]  # more shared, less complementary
+    assert by_r[0] > by_r[1] > by_r[2] > 0.7  # and never below the best model
+    best = stats.REF_CEILING / (1 + stats.REF_GAIN)
+    ref = np.linspace(best, best - stats.REF_SPREAD, stats.REF_MODELS)
+    assert stats.copula_oracle(ref, stats.reference_correlation()) / best == pytest.approx(1 + stats.REF_GAIN)
 
 
 def test_page_has_every_table_of_every_pool(page_section: str) -> None:

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from parasim.calibration.agreement import MIN_PAIRS, agreement_moments
 from parasim.calibration.calls import CallTable
 from parasim.calibration.irt import (
     CorrectRows,
@@ -36,10 +37,9 @@ from parasim.calibration.runtime import (
     Proportion,
     fit_agent_latency,
     fit_lognormal_groups,
-    kappa_moments,
     proportion,
 )
-from parasim.pools import TOOLS, PoolSpec, parse_pool
+from parasim.pools import TOOLS, PoolSpec, effective_spread, parse_pool
 from parasim.protocol.schema import NUM_DOMAINS, NUM_TOOLS, Domain, Status, Tool
 from parasim.tasks import (
     BENCHMARK_INDEX,
@@ -57,7 +57,10 @@ _BASIC = (int(Tool.PYTHON), int(Tool.SEARCH))
 _SR, _CR, _CODE, _ENS, _PY = (int(Tool.STANDARD_REASONER), int(Tool.CRITICAL_REVIEWER), int(Tool.CODE_REASONER),
                               int(Tool.ENSEMBLE_SOLVER), int(Tool.PYTHON))
 _RAN = (int(Status.OK), int(Status.EXEC_ERR))  # calls that ran to the end: their tokens and latency are whole
-_RENAME = {"lambda": "lam", "tok_log_median": "tok_mu", "tok_log_sd": "tok_sd", "tok_alpha": "alpha"}
+_RENAME = {"lambda": "lam", "tok_log_median": "tok_mu", "tok_log_sd": "tok_sd", "tok_alpha": "alpha",
+           "interaction_sd": "tau"}
+MIN_REPEATS = 20  # tasks with two or more correctness rows of a model before its interaction sd is fitted
+TAU_START = 0.05  # the fit's start for a base pool without interaction (the log scale needs tau > 0)
 
 
 @dataclass
@@ -182,9 +185,11 @@ def _ensemble_poly(table: CallTable, rows: np.ndarray, model: np.ndarray, bench:
     return poly
 
 
-def _difficulty_part(table: CallTable, raw: dict[str, Any], base: PoolSpec, entries: list[dict[str, Any]], names: tuple[str, ...],
-                     model: np.ndarray, bench: np.ndarray, nodes: int, notes: list[str]) -> Estimate:
-    """Correctness and agent tokens with the task difficulty integrated out (adaptive Gauss-Hermite)."""
+def _difficulty_part(table: CallTable, raw: dict[str, Any], base: PoolSpec, entries: list[dict[str, Any]],
+                     names: tuple[str, ...], model: np.ndarray, bench: np.ndarray, nodes: int,
+                     notes: list[str]) -> Estimate:
+    """Correctness and agent tokens with the task difficulty and the model effects integrated out (adaptive
+    Gauss-Hermite over z, plain over each (task, model) effect)."""
     n_models, k = len(names), base.ensemble_k
     ok = table.status == int(Status.OK)
     correct = ok & (table.correct >= 0) & (table.tool != _CR) & ((table.tool != _ENS) | (k <= 3))
@@ -226,6 +231,13 @@ def _difficulty_part(table: CallTable, raw: dict[str, Any], base: PoolSpec, entr
     counts = np.bincount(t.tool, minlength=NUM_TOOLS)
     scale_anchor = _SR if counts[_SR] else int(np.argmax(counts))
     tools_raw = base_tools(raw)
+    # tau needs calls of one model repeated on a task: MIN_REPEATS tasks with two or more of its correctness rows
+    per_group = np.bincount(c.task * n_models + c.model, minlength=len(used) * n_models).reshape(len(used), n_models)
+    tau_free = (per_group >= 2).sum(0) >= MIN_REPEATS
+    if np.any(~tau_free & (per_group.sum(0) > 0)):
+        notes.append("interaction sd kept at the base pool's values (fewer than "
+                     f"{MIN_REPEATS} tasks with two calls of the model): "
+                     + ", ".join(names[m] for m in np.flatnonzero(~tau_free & (per_group.sum(0) > 0))))
     layout = Layout([
         Block("skill", _by_name(base.skill, names, base), skill_free, "identity", (names, BENCH_NAMES)),
         Block("bonus", base.bonus, bonus_seen & ~_anchors(c.tool, c.model, c.domain, n_models), "identity",
@@ -234,6 +246,8 @@ def _difficulty_part(table: CallTable, raw: dict[str, Any], base: PoolSpec, entr
               np.bincount(c.model[c.ctx > 0], minlength=n_models) > 0, "identity", (names,)),
         Block("rho", np.clip([e["anchoring"]["rho"] for e in entries], 0.02, 0.98),
               np.bincount(c.model[c.carried >= 0], minlength=n_models) > 0, "logit", (names,)),
+        Block("interaction_sd", np.maximum([e.get("interaction", {}).get("sd", 0.0) for e in entries], TAU_START),
+              tau_free, "log", (names,)),
         Block("mu", mu, logged, "identity", (BENCH_NAMES,)),
         Block("sigma", sigma, free_sigma, "log", (BENCH_NAMES,)),
         Block("tok_log_median", [[e["tokens_out"]["log_median"][d] for d in DOMAINS] for e in entries], tok_seen,
@@ -280,27 +294,40 @@ def calibrate(table: CallTable, base: str | Path = "paramanager", *, nodes: int 
     entries = model_entries(raw, names)
     bench = _bench_rows(table, notes)
     cal = Calibration(raw, spec, names, [], [], {}, {}, notes=notes, num_calls=len(table))
-    _kappa(cal, table, model, bench, entries)
+    _wrong_answers(cal, table, model, bench, entries)
     cal._add(_difficulty_part(table, raw, spec, entries, names, model, bench, nodes, notes))
     _runtime_parts(cal, table, model, entries)
     cal.calibration_rows = calibration_table(table, model, bench, cal.values, names, spec, cal.moments)
     return cal
 
 
-def _kappa(cal: Calibration, table: CallTable, model: np.ndarray, bench: np.ndarray,
-           entries: list[dict[str, Any]]) -> None:
-    """Moment estimates of kappa from logged answers; they also feed the ensemble vote model."""
+def _wrong_answers(cal: Calibration, table: CallTable, model: np.ndarray, bench: np.ndarray,
+                   entries: list[dict[str, Any]]) -> None:
+    """Moment estimates of kappa and the shared-distractor affinity from logged answers
+    (``agreement.agreement_moments``); kappa also feeds the ensemble vote model."""
     rows = ((table.status == int(Status.OK)) & (table.correct == 0) & (table.answer >= 0) & (table.carried < 0)
             & ~np.isin(table.tool, (_CR, _ENS)))
     if not rows.any():
-        cal.notes.append("kappa kept at the base pool's values (no logged answers of wrong calls)")
+        cal.notes.append("kappa and affinity kept at the base pool's values (no logged answers of wrong calls)")
         return
-    kappa, se, pairs = kappa_moments(table.task[rows], model[rows], bench[rows], table.answer[rows],
-                                     len(cal.models), NUM_BENCHMARKS)
+    est = agreement_moments(table.task[rows], model[rows], bench[rows], table.answer[rows], len(cal.models),
+                            distractor_overlap())
     for m, name in enumerate(cal.models):
-        if pairs[m] >= 30 and np.isfinite(kappa[m]) and se[m] > 0:
-            cal.moments.append((f"kappa[{name}]", float(kappa[m]), float(se[m])))
-            entries[m]["errors"]["kappa"] = float(kappa[m])
+        if np.isfinite(est.kappa[m]) and est.kappa_se[m] > 0:
+            cal.moments.append((f"kappa[{name}]", float(est.kappa[m]), float(est.kappa_se[m])))
+            entries[m]["errors"]["kappa"] = float(est.kappa[m])
+        if np.isfinite(est.affinity[m]) and est.affinity_se[m] > 0:
+            cal.moments.append((f"affinity[{name}]", float(est.affinity[m]), float(est.affinity_se[m])))
+    if not np.isfinite(est.affinity).any():
+        cal.notes.append("affinity kept at the base pool's values (it needs wrong answers of three or more models "
+                         f"with {MIN_PAIRS} cross-model pairs each)")
+
+
+def distractor_overlap() -> np.ndarray:
+    """S_b = sum_j q_j^2 of each catalogue benchmark's distractor weights: the chance that two independent draws
+    of a wrong answer agree."""
+    return np.array([same_wrong_probability(0.0, b.zipf_s, NUM_ANSWERS if b.options == FREE_FORM else b.options)
+                     for b in BENCHMARKS])
 
 
 def _runtime_parts(cal: Calibration, table: CallTable, model: np.ndarray, entries: list[dict[str, Any]]) -> None:
@@ -374,13 +401,14 @@ def calibration_table(table: CallTable, model: np.ndarray, bench: np.ndarray, va
     ok = (table.status == int(Status.OK)) & (table.correct >= 0) & (table.tool != _CR) & (table.carried < 0)
     kappa = _by_name(spec.kappa, names, spec)
     for label, value, _ in moments:
-        kappa[names.index(label[len("kappa["):-1])] = value
+        if label.startswith("kappa["):
+            kappa[names.index(label[len("kappa["):-1])] = value
     for t, m, b in sorted(set(zip(table.tool[ok].tolist(), model[ok].tolist(), bench[ok].tolist()))):
         rows = ok & (table.tool == t) & (model == m) & (bench == b)
         n = int(rows.sum())
         if n < min_calls or (t == _ENS and spec.ensemble_k > 3):
             continue
-        z = values["mu"][b] + math.sqrt(2.0) * values["sigma"][b] * x
+        z = values["mu"][b] + math.sqrt(2.0) * effective_spread(values["sigma"][b], values["interaction_sd"][m]) * x
         ctx = np.log1p(table.context[rows] / 1000.0)
         eta = values["skill"][m, b] + values["bonus"][t, BENCHMARKS[b].domain] - values["lambda"][m] * ctx[:, None]
         p = 1.0 / (1.0 + np.exp(-(eta - z[None, :])))

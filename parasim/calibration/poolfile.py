@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from parasim.pools import expected_accuracy, parse_pool, pool_file, read_pool_file
+from parasim.pools import effective_spread, expected_accuracy, parse_pool, pool_file, read_pool_file
 from parasim.protocol.schema import Tool
 from parasim.tasks import BENCHMARKS, FREE_FORM
 
@@ -57,8 +57,9 @@ def write_pool(raw: dict[str, Any], fitted: dict[str, Any], source: str) -> tupl
     """The base pool with fitted groups replaced; returns the pool dict and what had to be clipped.
 
     ``fitted`` keys: ``models`` (row names), ``free`` (per array, which entries were fitted) and the
-    natural-scale arrays of ``parasim.calibration.fit`` (skill, bonus, lambda, rho, tok_*, ttft, speed,
-    lat_sd, overhead, rates...).
+    natural-scale arrays of ``parasim.calibration.fit`` (skill, bonus, lambda, rho, interaction_sd, tok_*, ttft,
+    speed, lat_sd, overhead, rates: the proportions and the kappa / affinity moments...). The fitted interaction
+    sd is written before the accuracy targets, which are solved back to skills under it.
     """
     names = fitted["models"]
     out = copy.deepcopy(raw)
@@ -68,6 +69,10 @@ def write_pool(raw: dict[str, Any], fitted: dict[str, Any], source: str) -> tupl
     for m, entry in enumerate(entries):
         path = "manager" if m == len(names) - 1 else f"models[{m}]"
         sr_bonus = v["bonus"][int(Tool.STANDARD_REASONER)]
+        if "interaction_sd" in free and free["interaction_sd"][m]:
+            _set(entry.setdefault("interaction", {}), "sd", v["interaction_sd"][m], 0, 5, f"{path}.interaction",
+                 clipped, source)
+        tau = entry.get("interaction", {}).get("sd", 0.0)
         for b, bench in enumerate(BENCHMARKS):
             if not free["skill"][m, b]:
                 continue
@@ -76,7 +81,7 @@ def write_pool(raw: dict[str, Any], fitted: dict[str, Any], source: str) -> tupl
                      source)
                 continue
             acc = 100 * float(expected_accuracy(np.array(v["skill"][m, b] + sr_bonus[bench.domain]),
-                                                np.array(bench.mu), np.array(bench.sigma)))
+                                                np.array(bench.mu), effective_spread(bench.sigma, tau)))
             floor = 100.0 / bench.options if bench.options != FREE_FORM else 0.0
             target = entry.setdefault("accuracy", {}).setdefault(bench.name, {})
             _set(target, "value", acc, floor + 0.1, 99.9, f"{path}.accuracy.{bench.name}", clipped, source)
@@ -97,9 +102,10 @@ def write_pool(raw: dict[str, Any], fitted: dict[str, Any], source: str) -> tupl
             _set(lat, "ttft_s", v["ttft"][m], 0, 600, f"{path}.latency", clipped, source)
             _set(lat, "tokens_per_s", v["speed"][m], 0.1, 1e5, f"{path}.latency", clipped, source)
             _set(lat, "log_sd", v["lat_sd"][m], 0, 3, f"{path}.latency", clipped, source)
-        rate = v["rates"].get(f"kappa[{names[m]}]")
-        if rate is not None:
-            _set(entry["errors"], "kappa", rate, 0, 1, f"{path}.errors", clipped, source)
+        for key in ("kappa", "affinity"):
+            rate = v["rates"].get(f"{key}[{names[m]}]")
+            if rate is not None:
+                _set(entry["errors"], key, rate, 0, 1, f"{path}.errors", clipped, source)
         rate = v["rates"].get(f"code_exec_error[{names[m]}]")
         if rate is not None:
             _set(entry["code_exec_error"], "rate", rate, 0, 1, f"{path}.code_exec_error", clipped, source)

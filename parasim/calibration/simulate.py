@@ -15,7 +15,7 @@ from numba import njit
 
 from parasim.pools import PoolSpec, load_pool
 from parasim.protocol.schema import Domain, Status, Tool
-from parasim.sim.kernel import OUT_ANSWER, OUT_FLAG, draw_task, draw_wrong, sample_call
+from parasim.sim.kernel import OUT_ANSWER, OUT_FLAG, draw_task, sample_call, task_effects
 from parasim.sim.rng import seed_state, uniform
 from parasim.sim.tables import R_QTOK, build_tables
 from parasim.tasks import BENCHMARKS, NUM_ANSWERS, load_suite
@@ -29,13 +29,13 @@ def _simulate(n_tasks, per_task, tools, models, carry_prob, max_context, rng, in
     """Tasks of ``per_task`` calls; a carrying call or a review targets a random earlier answer of its task."""
     nm1 = skill.shape[0]
     pref = np.empty(nm1, np.int64)
+    effect = np.empty(nm1)
     scratch = np.empty((1, NUM_ANSWERS), np.int64)
     answers = np.empty(per_task, np.int64)  # answer of each call of the task, -1 where none
     c = 0
     for task in range(n_tasks):
         row, bench, dom, nans, z = draw_task(rng, 0, row_i, row_f, row_cdf)
-        for m in range(nm1):
-            pref[m] = draw_wrong(rng, 0, m, row, nans, -1, 0.0, row_dcdf)
+        task_effects(rng, 0, row, nans, mmt, row_dcdf, pref, effect)
         for j in range(per_task):
             tool = tools[int(uniform(rng, 0) * len(tools))]
             mm = models[int(uniform(rng, 0) * len(models))] if tool < _FIRST_BASIC else nm1 - 1
@@ -58,7 +58,7 @@ def _simulate(n_tasks, per_task, tools, models, carry_prob, max_context, rng, in
             ctx = uniform(rng, 0) * max_context if source >= 0 else 0.0
             status, kind, answer, tok_in, tok_out, lat, usd, cost = sample_call(
                 rng, 0, tool, mm, target, lead, ctx, False, row, bench, dom, nans, z, row_f[row, R_QTOK], pref[mm],
-                scratch, skill, bonus, tok_mu, tm, tt, mmt, md, proto, row_dcdf)
+                effect[mm], scratch, skill, bonus, tok_mu, tm, tt, mmt, md, proto, row_dcdf)
             answers[j] = answer if kind == OUT_ANSWER else -1
             ints[c, 0], ints[c, 1], ints[c, 2], ints[c, 3] = task, bench, dom, j
             ints[c, 4], ints[c, 5], ints[c, 6] = tool, mm, status
@@ -129,7 +129,7 @@ def true_parameters(pool: str | PoolSpec, raw: dict[str, Any]) -> dict[str, np.n
     basic = [int(Tool.PYTHON), int(Tool.SEARCH)]
     manager = len(models) - 1
     return {
-        "skill": spec.skill, "bonus": spec.bonus, "lambda": spec.lam, "rho": spec.rho,
+        "skill": spec.skill, "bonus": spec.bonus, "lambda": spec.lam, "rho": spec.rho, "interaction_sd": spec.tau,
         "mu": np.array([b.mu for b in BENCHMARKS]), "sigma": np.array([b.sigma for b in BENCHMARKS]),
         "tok_log_median": np.array([[m["tokens_out"]["log_median"][d] for d in domains] for m in models]),
         "tok_scale": np.log([t["runtime"]["tokens_scale"] for t in tools]),

@@ -28,6 +28,7 @@ from parasim.sim.kernel import (
     draw_task,
     draw_wrong,
     sample_call,
+    task_effects,
 )
 from parasim.sim.rng import seed_state, uniform
 from parasim.sim.tables import R_QTOK, build_tables
@@ -43,12 +44,12 @@ def _simulate(n_tasks, per_task, tools, models, carry_prob, max_context, rng, in
               tt, mmt, md, proto, row_i, row_f, row_cdf, row_dcdf):
     nm1 = skill.shape[0]
     pref = np.empty(nm1, np.int64)
+    effect = np.empty(nm1)
     scratch = np.empty((1, NUM_ANSWERS), np.int64)
     c = 0
     for task in range(n_tasks):
         row, bench, dom, nans, z = draw_task(rng, 0, row_i, row_f, row_cdf)
-        for m in range(nm1):
-            pref[m] = draw_wrong(rng, 0, m, row, nans, -1, 0.0, row_dcdf)
+        task_effects(rng, 0, row, nans, mmt, row_dcdf, pref, effect)
         for _ in range(per_task):
             tool = tools[int(uniform(rng, 0) * len(tools))]
             mm = models[int(uniform(rng, 0) * len(models))] if tool < _FIRST_BASIC else nm1 - 1
@@ -57,13 +58,13 @@ def _simulate(n_tasks, per_task, tools, models, carry_prob, max_context, rng, in
             target = 0
             if tool == _CR or uniform(rng, 0) < carry_prob:
                 ml = models[int(uniform(rng, 0) * len(models))]
-                lead = 0 if uniform(rng, 0) < _sigmoid(skill[ml, bench] + bonus[0, dom] - z) else draw_wrong(
-                    rng, 0, ml, row, nans, pref[ml], mmt[MM_KAPPA, ml], row_dcdf)
+                right = uniform(rng, 0) < _sigmoid(skill[ml, bench] + bonus[0, dom] - z + effect[ml])
+                lead = 0 if right else draw_wrong(rng, 0, ml, row, nans, pref[ml], mmt[MM_KAPPA, ml], row_dcdf)
                 ctx = uniform(rng, 0) * max_context
                 target = TARGET_VERIFY if tool == _CR else TARGET_CARRY
             status, kind, answer, tok_in, tok_out, lat, usd, cost = sample_call(
                 rng, 0, tool, mm, target, lead, ctx, False, row, bench, dom, nans, z, row_f[row, R_QTOK], pref[mm],
-                scratch, skill, bonus, tok_mu, tm, tt, mmt, md, proto, row_dcdf)
+                effect[mm], scratch, skill, bonus, tok_mu, tm, tt, mmt, md, proto, row_dcdf)
             ints[c, 0], ints[c, 1], ints[c, 2], ints[c, 3] = task, bench, dom, nans if nans != NUM_ANSWERS else 0
             ints[c, 4], ints[c, 5], ints[c, 6] = tool, mm, status
             ints[c, 7] = (1 if answer == 0 else 0) if kind == OUT_ANSWER else -1

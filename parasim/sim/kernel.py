@@ -35,9 +35,11 @@ from parasim.sim.tables import (
     MD_LLR_FLAG,
     MD_SENS,
     MD_SPEC,
+    MM_AFFINITY,
     MM_KAPPA,
     MM_LAM,
     MM_RHO,
+    MM_TAU,
     P_ENSEMBLE_K,
     P_MAX_OUT,
     P_MGR_CALL,
@@ -123,14 +125,37 @@ def wrong_answer(s, nans, pref, kappa, dcdf):
 
 
 @njit(cache=True, inline="always")
+def draw_model_effects(s, nans, dcdf, nm, mm, pref, effect):
+    """The task's per-model draws, for pool models 0..nm-1 and the manager nm (``mm``: the MM_* rows).
+
+    First the task's attractive distractor a* (a wrong answer drawn from the distractor weights ``dcdf``); then
+    per model m its preferred wrong answer ``pref[m]``: a* with probability affinity_m, else its own draw from
+    the same weights (so two models' wrong answers agree more often than the weights alone imply), and its
+    per-(task, model) effect ``effect[m]`` = tau_m * N(0, 1), added to the logit of every call of m on this task
+    (so models are complementary per task). Constant for the episode. Returns the stream state.
+    """
+    s, shared = wrong_answer(s, nans, -1, 0.0, dcdf)
+    for m in range(nm + 1):
+        s, u = uniform_from(s)
+        if u < mm[m, MM_AFFINITY]:
+            pref[m] = shared
+        else:
+            s, a = wrong_answer(s, nans, -1, 0.0, dcdf)
+            pref[m] = a
+        s, n = normal_from(s)
+        effect[m] = mm[m, MM_TAU] * n
+    return s
+
+
+@njit(cache=True, inline="always")
 def call_outcome(s, tool, target, lead, ctx, exec_before, nans, z, qtok, pref, dcdf, votes, mu, theta0, tmv, ttv,
                  mmv, mdv, proto):
     """One OK-able call of ``tool`` by a model on a task: the per-call model.
 
     The model's parameters: ``mu`` = the log output tokens' mean (tok_mu + tok_alpha * z), ``theta0`` = the
-    right answer's logit on a fresh question (skill + bonus - z), ``tmv`` / ``ttv`` / ``mmv`` / ``mdv`` the
-    (tool, model), tool, model and (model, domain) columns TM_* / TT_* / MM_* / MD_*, ``proto`` the P_*
-    values; ``dcdf`` the row's distractor weights, ``votes`` room for the ensemble's samples.
+    right answer's logit on a fresh question (skill + bonus - z + the task's effect for the model), ``tmv`` /
+    ``ttv`` / ``mmv`` / ``mdv`` the (tool, model), tool, model and (model, domain) columns TM_* / TT_* / MM_* /
+    MD_*, ``proto`` the P_* values; ``dcdf`` the row's distractor weights, ``votes`` room for the ensemble's samples.
     Status: TIMEOUT when the sampled latency passes the tool's timeout, EXEC_ERR at the pool's rate
     (code tools; times ``repair`` when the call carries the trajectory after an exec error), else OK.
     An OK solver call is right with p = sigmoid(theta0 - lambda * log(1 + ctx / 1000)) (ctx = carried
@@ -264,13 +289,21 @@ def draw_task(rng, lane, row_i, row_f, row_cdf):
 
 
 @njit(cache=True, inline="always")
-def sample_call(rng, lane, tool, mm, target, lead, ctx, exec_before, row, bench, dom, nans, z, qtok, pref,
+def task_effects(rng, lane, row, nans, mmt, row_dcdf, pref, effect):
+    """``draw_model_effects`` on the stream ``rng[lane]`` for suite row ``row``, with the SimTables ``mm``
+    table ``mmt`` ([NUM_MM, M+1]); fills ``pref`` and ``effect`` ([M+1])."""
+    rng[lane] = draw_model_effects(rng[lane], nans, row_dcdf[row], mmt.shape[1] - 1, mmt.T, pref, effect)
+
+
+@njit(cache=True, inline="always")
+def sample_call(rng, lane, tool, mm, target, lead, ctx, exec_before, row, bench, dom, nans, z, qtok, pref, effect,
                 scratch, skill, bonus, tok_mu, tm, tt, mmt, md, proto, row_dcdf):
-    """``call_outcome`` of model row ``mm`` on the stream ``rng[lane]``, with the SimTables arrays.
+    """``call_outcome`` of model row ``mm`` on the stream ``rng[lane]``, with the SimTables arrays (``pref`` and
+    ``effect``: the model's draws of ``task_effects``).
     Returns (status, kind, answer, tokens_in, tokens_out, latency_s, usd, cost_units)."""
     s, status, kind, answer, tok_in, tok_out, lat, usd, cost = call_outcome(
         rng[lane], tool, target, lead, ctx, exec_before, nans, z, qtok, pref, row_dcdf[row], scratch[lane],
-        tok_mu[tool, mm, dom] + tm[TM_TOK_ALPHA, tool, mm] * z, skill[mm, bench] + bonus[tool, dom] - z,
+        tok_mu[tool, mm, dom] + tm[TM_TOK_ALPHA, tool, mm] * z, skill[mm, bench] + bonus[tool, dom] - z + effect,
         tm[:, tool, mm], tt[:, tool], mmt[:, mm], md[:, mm, dom], proto)
     rng[lane] = s
     return status, kind, answer, tok_in, tok_out, lat, usd, cost
@@ -307,9 +340,9 @@ def reset_lane(L, i, last_status, rows, row_cdf, P):
     """Draw a new task for lane ``i`` (record ``L``) and clear its episode accumulators.
 
     ``L.task`` is the lane's task request (``TASK_ROW``: suite row or -1 = drawn by weight; ``TASK_KEYED``: 1 =
-    the task's own draws, its row when drawn, difficulty and preferred wrong answers, come from the task stream
-    ``L.task_rng``, so lanes with equal requests play the identical task). Those draws then leave the lane's own
-    stream untouched, so its tool randomness stays its own.
+    the task's own draws, its row when drawn, difficulty, preferred wrong answers and model effects, come from
+    the task stream ``L.task_rng``, so lanes with equal requests play the identical task). Those draws then leave
+    the lane's own stream untouched, so its tool randomness stays its own.
     """
     keyed = L.task[TASK_KEYED] != 0
     s = L.task_rng if keyed else L.rng
@@ -340,9 +373,7 @@ def reset_lane(L, i, last_status, rows, row_cdf, P):
         L.arrival[a] = -1
         for c in range(NUM_EVIDENCE):
             L.ev[a, c] = 0.0
-    for m in range(P.nm + 1):
-        s, pref = wrong_answer(s, nans, -1, 0.0, R.dcdf)
-        L.pref[m] = pref
+    s = draw_model_effects(s, nans, R.dcdf, P.nm, P.mm, L.pref, L.effect)
     if not keyed:
         L.rng = s
 
@@ -355,7 +386,7 @@ def finalize_lane(L, R, P, s, ended_final):
     answer = lane_lead(L)
     if answer < 0:
         mgr = P.nm
-        p = _sigmoid(P.skill[mgr, st_i[I_BENCH]] + P.bonus[_SR, st_i[I_DOMAIN]] - st_f[F_Z])
+        p = _sigmoid(P.skill[mgr, st_i[I_BENCH]] + P.bonus[_SR, st_i[I_DOMAIN]] - st_f[F_Z] + L.effect[mgr])
         s, u = uniform_from(s)
         if u < p:
             answer = 0
@@ -426,7 +457,8 @@ def step_lane(L, i, last_status, call_i, call_f, R, P, actions):
             mm = model if agent else nm
             s, status, kind, answer, tok_in, tok_out, lat, usd, cost = call_outcome(
                 s, tool, target, lead, ctx, L.exec_prev[tool] != 0, nans, z, qtok, L.pref[mm], R.dcdf, L.scratch,
-                P.tok_mu[tool, mm, dom] + P.tm[tool, mm, TM_TOK_ALPHA] * z, P.skill[mm, bench] + P.bonus[tool, dom] - z,
+                P.tok_mu[tool, mm, dom] + P.tm[tool, mm, TM_TOK_ALPHA] * z,
+                P.skill[mm, bench] + P.bonus[tool, dom] - z + L.effect[mm],
                 P.tm[tool, mm], P.tt[tool], P.mm[mm], P.md[mm, dom], proto)
             L.exec_prev[tool] = status == _EXEC
             call_i[i, k, C_KIND], call_i[i, k, C_ANSWER] = kind, answer

@@ -43,6 +43,7 @@ LANE_DTYPE = np.dtype([
     ("order", np.int8, (NUM_ANSWERS,)),  # answers in first-seen order (the first st_i[I_SEQ] entries)
     ("scratch", np.int8, (NUM_ANSWERS,)),  # the ensemble's samples
     ("pref", np.int8, (MAX_MODELS + 1,)),  # preferred wrong answer per model
+    ("effect", np.float64, (MAX_MODELS + 1,)),  # the task's per-model effect on the logit (``draw_model_effects``)
     ("ev", np.float64, (NUM_ANSWERS, NUM_EVIDENCE)),  # score, support, flags, confirms per answer
     ("task", np.int64, (2,)),  # the next reset's task: suite row (-1 = drawn by weight), keyed flag
     ("task_rng", np.uint64),  # start of the task stream of keyed lanes
@@ -60,6 +61,7 @@ class SimState(NamedTuple):
     last_status: np.ndarray  # int8[N, K]
     exec_prev: np.ndarray  # uint8[N, T] last call of the tool ended in EXEC_ERR
     pref: np.ndarray  # int8[N, M+1] preferred wrong answer per model
+    effect: np.ndarray  # float64[N, M+1] the task's per-model effect on the logit
     ev: np.ndarray  # float64[N, 4, NUM_ANSWERS] score, support, flags, confirms per answer
     arrival: np.ndarray  # int8[N, NUM_ANSWERS] first-seen order, -1 unseen
     order: np.ndarray  # int8[N, NUM_ANSWERS] answers in first-seen order
@@ -124,13 +126,14 @@ def allocate_lanes(n: int, slots: int) -> LaneArrays:
 
 
 def lane_views(a: LaneArrays, num_models: int) -> SimState:
-    """The ``SimState`` of lanes ``a``: the records' fields as views (``pref`` cut to the pool's models and the
-    manager, ``ev`` transposed to [lane, c, answer]) and the per-slot arrays."""
+    """The ``SimState`` of lanes ``a``: the records' fields as views (``pref`` and ``effect`` cut to the pool's models
+    and the manager, ``ev`` transposed to [lane, c, answer]) and the per-slot arrays."""
     lanes = a.lanes
     return SimState(
         st_i=lanes["st_i"], st_f=lanes["st_f"], counts_t=lanes["counts_t"], counts_s=lanes["counts_s"],
         last_status=a.last_status, exec_prev=lanes["exec_prev"], pref=lanes["pref"][:, :num_models + 1],
-        ev=lanes["ev"].transpose(0, 2, 1), arrival=lanes["arrival"], order=lanes["order"], rng=lanes["rng"],
+        effect=lanes["effect"][:, :num_models + 1], ev=lanes["ev"].transpose(0, 2, 1), arrival=lanes["arrival"],
+        order=lanes["order"], rng=lanes["rng"],
         scratch=lanes["scratch"], call_i=a.call_i, call_f=a.call_f, task=lanes["task"], task_rng=lanes["task_rng"])
 
 

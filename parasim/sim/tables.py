@@ -25,8 +25,8 @@ NUM_TM = 8
 TT_USD_CALL, TT_USD_S, TT_COST, TT_TIMEOUT, TT_FEEDBACK = range(5)
 NUM_TT = 5
 # mm[k, model]
-MM_KAPPA, MM_RHO, MM_LAM = range(3)
-NUM_MM = 3
+MM_KAPPA, MM_RHO, MM_LAM, MM_TAU, MM_AFFINITY = range(5)
+NUM_MM = 5
 # md[k, model, domain]
 MD_SENS, MD_SPEC, MD_LLR_FLAG, MD_LLR_CONFIRM = range(4)
 NUM_MD = 4
@@ -73,7 +73,7 @@ class SimTables(NamedTuple):
     tok_mu: np.ndarray  # [T, M+1, D]
     tm: np.ndarray  # [8, T, M+1]
     tt: np.ndarray  # [5, T]
-    mm: np.ndarray  # [3, M+1]
+    mm: np.ndarray  # [5, M+1] kappa, rho, lambda, tau (per-task effect SD), affinity (shared distractor)
     md: np.ndarray  # [4, M+1, D]
     rel_logit: np.ndarray  # [NB, T, M+1] log-odds of an OK call's expected accuracy
     proto: np.ndarray  # [7]
@@ -107,7 +107,7 @@ def build_tables(pool: PoolSpec, suite: TaskSuite) -> SimTables:
                                           pool.price_in, pool.price_out, pool.p_exec])),
         tt=np.ascontiguousarray(np.stack([pool.usd_call, pool.usd_s, pool.cost_units, pool.timeout,
                                           pool.feedback_frac])),
-        mm=np.ascontiguousarray(np.stack([pool.kappa, pool.rho, pool.lam])),
+        mm=np.ascontiguousarray(np.stack([pool.kappa, pool.rho, pool.lam, pool.tau, pool.affinity])),
         md=np.ascontiguousarray(np.stack([sens, spec, np.log((1 - spec) / sens), np.log(spec / (1 - sens))])),
         rel_logit=np.ascontiguousarray(np.log(rel / (1 - rel))),
         proto=np.array([pool.ensemble_k, pool.manager_tokens_round, pool.manager_tokens_call, pool.prompt_tokens,
