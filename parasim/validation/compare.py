@@ -106,7 +106,9 @@ def compare_group(figs: list[Figure], rows: np.ndarray, clusters: np.ndarray, *,
             continue  # neither side has anything to measure (a tool never called)
         real = num_r.sum() / den_r.sum() if den_r.sum() else np.nan
         per_replica = _ratio(num_s, den_s)
-        sim = float(np.nanmean(per_replica)) if np.isfinite(per_replica).any() else np.nan
+        finite = per_replica[np.isfinite(per_replica)]
+        # the replicas' mean, kept inside their span: a mean of equal floats can round just outside it
+        sim = float(np.clip(finite.mean(), finite.min(), finite.max())) if finite.size else np.nan
         p = predictive_p(real, per_replica)
         metrics[f.name] = {"real": _value(real), "real_ci": _interval(_ratio(weights @ num_r, weights @ den_r), level),
                            "sim": _value(sim), "sim_range": _interval(per_replica, level),
