@@ -28,7 +28,6 @@ from parasim.envs.paraorch import resolve_reward, score_trajectories
 from parasim.protocol.schema import NUM_TOOLS, Status, Tool
 from parasim.sim import Simulator
 from parasim.sim.kernel import (
-    E_MAX_ROUNDS,
     F_COST,
     F_LAT,
     F_OUTCOME,
@@ -43,6 +42,7 @@ from parasim.sim.kernel import (
     NUM_I,
 )
 from parasim.sim.tables import (
+    E_MAX_ROUNDS,
     MD_LLR_CONFIRM,
     MD_LLR_FLAG,
     MD_SENS,

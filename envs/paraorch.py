@@ -12,7 +12,9 @@ Options (``gym.make("ParaOrch-v0", **options)``): ``pool`` (shipped name, JSON p
 "paramanager"), ``token_budget`` (None: calls made once the trajectory holds this many tokens get
 BUDGET_EXCEEDED), ``seed`` (None: seed used by the first ``reset()`` without a seed), ``tools`` ("sim" or "real"),
 ``engine`` (with ``tools="real"`` only: a ``parasim.real.engine.RealEpisodeEngine``; the episodes then run
-on real tools with the same spaces, see ``parasim.envs.paraorch_real``).
+on real tools with the same spaces and the same compiled rules, see ``parasim.envs.real_source``).
+One class for both: the env holds a call source (``parasim.envs.call_source``), and the rules of a round
+(``parasim.sim.rules``) are the same compiled functions whichever source answers the calls.
 
 Action, ``MultiDiscrete(nvec)`` with ``nvec = [2] + [NUM_TOOLS + 1, M, 3] * K`` (M = pool models):
   - ``a[0]``: stop flag, 1 = ``final_answer`` (the slots are then ignored), 0 = run a round.
@@ -70,29 +72,23 @@ an index into ``parasim.tasks.BENCHMARKS``); empty otherwise.
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import replace
 from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
+from gymnasium.envs.registration import EnvSpec
 
-from parasim.env_options import check_option_keys, check_seed
-from parasim.envs.render import (
-    Board,
-    SimRound,
-    check_render_mode,
-    ending_text,
-    new_history,
-    render_board,
-    sim_round,
-)
+from parasim.env_options import check_episode_options, check_option_keys, check_seed
+from parasim.envs.call_source import CallSource, SimSource
+from parasim.envs.render import Board, check_render_mode, ending_text, new_history, render_board
 from parasim.envs.render_modes import RENDER_FPS, RENDER_MODES
 from parasim.protocol.schema import NUM_STATUSES, NUM_TOOLS
 from parasim.sim import Simulator
+from parasim.sim.gather import trajectory_fields
 from parasim.sim.kernel import CAND_FEATURES, NUM_CANDIDATES
 from parasim.sim.state import TASK_FEATURES
-
-RESET_OPTIONS = ("task_index", "task_seed")  # the single env's reset options (the vector env adds reset_mask)
 
 REAL_TOOLS_HINT = (
     "build the engine over an OpenAI-compatible endpoint per pool model, e.g. engine = "
@@ -102,7 +98,7 @@ REAL_TOOLS_HINT = (
 
 def make_simulator(tools: str, num_lanes: int, *, pool: Any, suite: Any, max_rounds: int, max_parallel: int,
                    serial: bool, token_budget: float | None, threads: bool = False) -> Simulator:
-    """The compiled simulator behind the structured envs (real tools run through ``paraorch_real`` instead)."""
+    """The compiled simulator behind the simulated envs (real tools run through ``parasim.envs.real_source``)."""
     if tools == "real":
         raise ValueError("tools='real': the compiled simulator runs simulated tools only; real tools need one "
                          f"engine per env ({REAL_TOOLS_HINT}; several such envs vectorize with "
@@ -154,24 +150,6 @@ def resolve_reward(reward: Any) -> Any:
     return resolve_config(reward)
 
 
-def task_options(options: dict[str, Any] | None, num_tasks: int, lanes: int | None) -> tuple[Any, Any]:
-    """``options["task_index"]`` and ``options["task_seed"]`` validated (None where absent): ints for a single env
-    (``lanes`` None), int arrays of shape [lanes] for a vector env. Bad values are caller bugs and raise."""
-    out = []
-    for key, high in (("task_index", num_tasks), ("task_seed", 2**63)):
-        value = (options or {}).get(key)
-        if value is None:
-            out.append(None)
-            continue
-        arr = np.asarray(value)
-        shape = () if lanes is None else (lanes,)
-        what = "an integer" if lanes is None else f"an integer array of shape ({lanes},)"
-        if arr.shape != shape or arr.dtype.kind not in "iu" or (arr.size and not (0 <= arr.min() and arr.max() < high)):
-            raise ValueError(f"options[{key!r}]: expected {what} with values in [0, {high}), got {value!r}")
-        out.append(arr.reshape(-1).astype(np.int64))
-    return out[0], out[1]
-
-
 def terminal_info(sim: Simulator, lanes: np.ndarray, reward_config: Any) -> tuple[np.ndarray, dict, dict]:
     """Rewards, reward components and trajectory fields of the finished episodes in ``lanes``.
 
@@ -205,7 +183,8 @@ def terminal_step_info(comps: dict[str, np.ndarray], traj: dict[str, np.ndarray]
 
 
 class ParaOrchEnv(gym.Env):
-    """ParaOrch-v0 (see the module docstring for options, action layout and observation keys)."""
+    """ParaOrch-v0 (see the module docstring for options, action layout and observation keys): the episode's rules
+    over a call source (``parasim.envs.call_source``), simulated or real tools."""
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": list(RENDER_MODES), "render_fps": RENDER_FPS}
 
@@ -214,81 +193,109 @@ class ParaOrchEnv(gym.Env):
                  token_budget: float | None = None, seed: int | None = None, render_mode: str | None = None,
                  engine: Any = None) -> None:
         self.render_mode = check_render_mode(render_mode)
-        if tools == "real":
-            raise ValueError("tools='real': ParaOrchEnv runs the compiled simulator; make the real-tools env with "
-                             "gym.make('ParaOrch-v0', tools='real', engine=...) or "
-                             "parasim.envs.paraorch_real.ParaOrchRealEnv(engine=...)")
-        if engine is not None:
-            raise ValueError("engine: only with tools='real'; tools='sim' runs the compiled simulator")
-        self.sim = make_simulator(tools, 1, pool=pool, suite=suite, max_rounds=max_rounds, max_parallel=max_parallel,
-                                  serial=serial, token_budget=token_budget)
+        self.source: CallSource = make_source(tools, engine, pool=pool, suite=suite, max_rounds=max_rounds,
+                                              max_parallel=max_parallel, serial=serial, token_budget=token_budget)
+        self.tools = self.source.tools
         self.reward_config = resolve_reward(reward)
-        self.observation_space = observation_space(self.sim)
-        self.action_space = spaces.MultiDiscrete(self.sim.nvec)
-        self.num_tasks = self.sim.num_tasks
-        self.model_names: tuple[str, ...] = tuple(self.sim.pool.model_names[:-1])
+        self.observation_space = dict_observation_space(self.source.slots, float(self.source.max_rounds),
+                                                        self.source.nvec)
+        self.action_space = spaces.MultiDiscrete(self.source.nvec)
+        self.model_names: tuple[str, ...] = self.source.model_names
         self._initial_seed = check_seed(seed)
-        self._act = np.zeros((1, len(self.sim.nvec)), np.int64)
-        self._keep = np.zeros(1, np.uint8)
         self._lane = np.zeros(1, np.int64)
-        # the lane's views of the simulator's observation buffers (written in place by every kernel call): each
+        # lane 0's views of the source's observation buffers (written in place by the compiled rules): each
         # observation copies them without indexing nine arrays again
-        self._obs_views = tuple((k, v[0]) for k, v in self.sim.obs._asdict().items())
+        self._obs_views = tuple((k, v[0]) for k, v in self.source.obs._asdict().items())
         self._seeded = False
+        self._started = False
         self._done = True
-        # the board's records (``SimRound``s, made ``RoundRecord``s when rendered), kept only with a render mode
-        self._history: deque[SimRound] | None = None if render_mode is None else new_history()
+        self._spec: EnvSpec | None = None
+        # the board's records (kept only with a render mode), made ``RoundRecord``s when rendered
+        self._history: deque[Any] | None = None if render_mode is None else new_history()
         self._ending: str | None = None
+
+    @property
+    def sim(self) -> Simulator:
+        """The simulator of a ``tools="sim"`` env (its one lane is this env's episode)."""
+        if not isinstance(self.source, SimSource):
+            raise AttributeError("sim: a tools='real' env has no simulator; its calls run on env.source.engine")
+        return self.source.sim
+
+    @property
+    def engine(self) -> Any:
+        """The real-tools engine of a ``tools="real"`` env."""
+        if self.tools != "real":
+            raise AttributeError("engine: a tools='sim' env has no engine; its calls are simulated (env.sim)")
+        return self.source.engine  # type: ignore[attr-defined]
+
+    @property
+    def num_tasks(self) -> int:
+        """Valid ``task_index`` values are ``0 .. num_tasks - 1``: the suite's rows, or the engine's task list."""
+        return self.source.num_tasks
+
+    @property
+    def spec(self) -> EnvSpec | None:
+        return self._spec
+
+    @spec.setter
+    def spec(self, value: EnvSpec | None) -> None:
+        """gym.make sets the registered spec; real tools make the env nondeterministic, and the spec says so."""
+        self._spec = value if value is None or not self.source.nondeterministic else replace(
+            value, nondeterministic=True)
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[dict, dict]:
         seed = check_seed(seed)
-        options = check_option_keys(options, RESET_OPTIONS, "ParaOrch-v0")
+        options = check_option_keys(options, self.source.reset_options,
+                                    "ParaOrch-v0" if self.tools == "sim" else "ParaOrch-v0 (tools='real')")
         super().reset(seed=seed)
         if seed is None and not self._seeded:
             seed = self._initial_seed
-            if seed is None:
+            if seed is None and self.tools == "sim":  # the simulator's streams need a start; an engine has its own
                 seed = int(self.np_random.integers(2**62))
-        rows, task_seeds = task_options(options, self.num_tasks, None)
-        if seed is not None:
-            self.sim.seed([seed])
-            self._seeded = True
-        self.sim.reset(None, rows, task_seeds)
+        info = self.source.reset(seed, options)
+        self._seeded = self._seeded or seed is not None
+        self._started = True
         self._done = False
         if self._history is not None:
             self._history.clear()
             self._ending = None
-        return self._observation(), {}
+        return self._observation(), info
 
     def step(self, action: Any) -> tuple[dict, float, bool, bool, dict]:
-        a = check_action(action, self.sim.nvec)
+        a = check_action(action, self.source.nvec)
         if self._done:
             raise RuntimeError("ParaOrch-v0: the episode is over; call reset() before step()")
-        self._act[0] = a
-        done = bool(self.sim.step(self._act, self._keep)[0])
+        done, info, record = self.source.play(a, self._history is not None)
+        if record is not None:
+            self._history.append(record)
         obs = self._observation()
-        if self._history is not None and a[0] != 1:  # a round ran (a stop runs none)
-            self._history.append((int(obs["round"][0]), a.copy(), self.sim.last_round(0)))
         if not done:
-            return obs, 0.0, False, False, {}
+            return obs, 0.0, False, False, info
         self._done = True
-        total, comps, traj = terminal_info(self.sim, self._lane, self.reward_config)
-        info = terminal_step_info(comps, traj)
-        info.update({k: int(v) for k, v in self.sim.tasks(0).items()})
+        traj = trajectory_fields(self._lane, self.source.lanes)
+        # the simulator writes every field in its contract dtype and range (tests check it against
+        # ``TrajectoryBatch.from_arrays``); a real call source's figures come from outside and are validated
+        total, comps = score_trajectories(traj, self.reward_config, validate=self.source.nondeterministic)
+        info.update(terminal_step_info(comps, traj))
+        info.update(self.source.terminal_info())
         if self._history is not None:
-            self._ending = sim_ending(traj, 0, int(self.sim.final_answers()[0]), float(total[0]))
+            self._ending = ending_text(bool(traj["ended_with_final"][0]), int(traj["rounds"][0]),
+                                       self.source.answer_label(), bool(traj["outcome"][0] == 1.0), float(total[0]))
         return obs, float(total[0]), True, False, info
 
     def _observation(self) -> dict[str, np.ndarray]:
-        """The observation (copies: the buffers change with the next step), as ``sim.observation(0)``."""
+        """The observation (copies: the buffers change with the next step)."""
         return {k: v.copy() for k, v in self._obs_views}
 
     def task_weights(self) -> np.ndarray:
-        """Each task index's probability when the env draws tasks itself (float64[num_tasks], sums to 1)."""
-        return self.sim.task_weights()
+        """Each task index's probability when the env draws tasks itself (float64[num_tasks], sums to 1): the
+        suite's weights, uniform over a real engine's task list."""
+        return self.source.task_weights()
 
     def action_masks(self) -> np.ndarray:
-        """The current observation's ``action_mask`` as bool[sum(nvec)]: what sb3-contrib's MaskablePPO reads."""
-        return self.sim.obs.action_mask[0].astype(bool)
+        """The current observation's ``action_mask`` as bool[sum(nvec)]: what sb3-contrib's MaskablePPO reads
+        (before the first reset: the mask with no leading answer yet)."""
+        return self.source.obs.action_mask[0].astype(bool)
 
     def render(self) -> str | np.ndarray | None:
         """The episode board in ``render_mode`` (see the module docstring); None, with a warning, without one."""
@@ -300,10 +307,31 @@ class ParaOrchEnv(gym.Env):
 
     def _board(self) -> Board:
         """What the board shows of the current episode."""
-        if not self._seeded:
+        if not self._started:
             raise RuntimeError("ParaOrch-v0: call reset() before render()")
-        rounds = tuple(sim_round(*r, self.model_names) for r in self._history or ())
-        return Board("sim", self._observation(), rounds, ending=self._ending)
+        rounds = self.source.board_rounds(tuple(self._history or ()))
+        return Board(self.tools, self._observation(), rounds, ending=self._ending, **self.source.board_extras())
+
+
+def make_source(tools: str, engine: Any, *, pool: Any, suite: Any, max_rounds: int, max_parallel: int, serial: bool,
+                token_budget: float | None) -> CallSource:
+    """The call source of a single env: a one-lane simulator, or the real-tools source over ``engine``."""
+    if tools == "sim":
+        if engine is not None:
+            raise ValueError("engine: only with tools='real'; tools='sim' runs the compiled simulator")
+        return SimSource(make_simulator(tools, 1, pool=pool, suite=suite, max_rounds=max_rounds,
+                                        max_parallel=max_parallel, serial=serial, token_budget=token_budget))
+    if tools != "real":
+        raise ValueError(f"tools: expected 'sim' or 'real', got {tools!r}")
+    if engine is None:
+        raise NotImplementedError(f"ParaOrch-v0 with tools='real' needs engine=, the real-tools backend of its "
+                                  f"episodes: {REAL_TOOLS_HINT}. Use tools='sim' for the simulator.")
+    max_rounds, max_parallel, serial, token_budget = check_episode_options(max_rounds, max_parallel, serial,
+                                                                           token_budget)
+    from parasim.envs.real_source import RealSource  # real tools' dependencies load only for them
+
+    return RealSource(engine, pool=pool, suite=suite, max_rounds=max_rounds, max_parallel=max_parallel,
+                      serial=serial, token_budget=token_budget)
 
 
 def sim_ending(traj: dict[str, np.ndarray], row: int, answer: int, reward: float) -> str:

@@ -76,7 +76,7 @@ probabilities the engine draws tasks with by itself (uniform over a real engine'
 Info: on reset ``task`` (the TaskView), ``messages`` and ``task_index`` / ``benchmark``; on the terminal step
 ``reward_components``, ``trajectory``, ``answer``, ``correct``, ``final_answer_text``, ``messages``, and
 ``task_index`` / ``benchmark`` as ParaOrch-v0 names them (the task played and its index in
-``parasim.tasks.BENCHMARKS``; for real engines see ``paraorch_real.real_task_info``).
+``parasim.tasks.BENCHMARKS``; for real engines see ``real_source.real_task_info``).
 
 ``end_episode()`` ends a running episode at once as one that never answered, for a trainer whose token limit cut
 the manager off: the termination model answers from the evidence so far, no round or format violation is added,
@@ -105,6 +105,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from parasim.env_options import check_episode_options
 from parasim.envs.paraorch import resolve_reward
 from parasim.protocol.engine import EpisodeEngine, TaskView
 from parasim.protocol.parser import ParsedRound, parse_tool_calls
@@ -317,6 +318,8 @@ class ParaOrchTextEnv(gym.Env[str, str]):
             OBS_MAX_CHARS, f" (the low end is max_turn_chars + max_feedback_chars + {HEAD_RESERVE}, so the latest "
             f"turn fits beside the system prompt and the question; max_turn_chars={self.max_turn_chars}, "
             f"max_feedback_chars={self.max_feedback_chars})")
+        max_rounds, max_parallel, serial, token_budget = check_episode_options(max_rounds, max_parallel, serial,
+                                                                               token_budget)
         if tools == "sim":
             if engine is not None:
                 raise ValueError("engine: only with tools='real'; tools='sim' builds the simulator engine itself")
@@ -332,8 +335,6 @@ class ParaOrchTextEnv(gym.Env[str, str]):
                     "pool model, the python sandbox and the search retriever. Use tools='sim' for the simulator.")
         else:
             raise ValueError(f"tools: expected 'sim' or 'real', got {tools!r}")
-        if not 1 <= int(max_rounds) <= 1000 or not 1 <= int(max_parallel) <= 16:
-            raise ValueError(f"max_rounds in [1, 1000] and max_parallel in [1, 16]; got {max_rounds}, {max_parallel}")
         self.engine = engine
         self.max_rounds, self.max_parallel = int(max_rounds), int(max_parallel)
         self.reward_config = resolve_reward(reward)
@@ -413,7 +414,7 @@ class ParaOrchTextEnv(gym.Env[str, str]):
         own = getattr(self.engine, "task_info", None)
         if own is not None:
             return dict(own())
-        from parasim.envs.paraorch_real import real_task_info
+        from parasim.envs.real_source import real_task_info
 
         return real_task_info(self.engine, self._task)
 

@@ -43,13 +43,12 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from parasim.env_options import check_lane_seeds, check_option_keys, check_seed
+from parasim.envs.call_source import RESET_OPTIONS, task_options
 from parasim.envs.paraorch import (
-    RESET_OPTIONS,
     make_simulator,
     observation_space,
     resolve_reward,
     sim_ending,
-    task_options,
     terminal_info,
 )
 from parasim.envs.render import (

@@ -1,24 +1,27 @@
-"""The evidence board of a real-tools episode: answers grouped into candidates and scored, as the simulator does.
+"""What only real tools need besides the episode's rules: answer texts as ids, and the rules' records for a task.
 
-ParaOrch-v0's observation shows candidate answers ranked by the termination model's score (never their text).
-In the simulator answers are integer ids; real tools return text, so two answers are one candidate when the
-task's verifier (``parasim.tools.verify``) would accept one as the other: math-verify equality for math,
-the same option letter for multiple choice, SQuAD normalization otherwise. The score is the simulator's
-weighted vote (``parasim.sim.kernel``): an OK answer adds ``max(0.05, logit(reliability) + log(A - 1))``
-with the pool's reliability of that (benchmark, tool, model), a reviewer's flag or confirmation adds the
-log-likelihood ratio of its sensitivity and specificity. A model id the pool does not name (an endpoint
-serving a new model) gets the pool's mean over its agent models: an average prior, not a made-up one.
+The rules of a round (``parasim.sim.rules``) see answers as small integer ids and read the vote weights from the
+parameter record and the task's row record. Real tools return text, so ``AnswerIds`` gives two answers one id when
+the task's verifier (``parasim.tools.verify``) would accept one as the other: the same option letter for multiple
+choice, SQuAD normalization otherwise, and math-verify equality for math. Ids are given in first-seen order; the
+rules hold ``NUM_ANSWERS`` (16) ids, so an answer that would be the 17th distinct one gets none: its call stays OK
+(tokens, cost and latency count) but adds no candidate and no vote, as an OK call without an answer.
+
+``real_params`` is the parameter record for the engine's model ids: the pool's rows for the ids it names, and for an
+id it does not name (an endpoint serving a new model) the pool's mean over its agent models (mean reliability and
+mean reviewer sensitivity / specificity, so its vote weights are an average prior, not a made-up one). ``task_row``
+is the row record of one real task (benchmark, domain, answer ids in play, the vote's prior odds, question tokens).
 """
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-
 import numpy as np
 
-from parasim.pools import PoolSpec, reliability
-from parasim.protocol.schema import Domain, Tool
-from parasim.tasks import BENCHMARK_INDEX, NUM_ANSWERS
+from parasim.pools import MAX_MODELS, PoolSpec, reliability
+from parasim.protocol.engine import TaskView
+from parasim.protocol.schema import Domain
+from parasim.real.backend import approx_tokens
+from parasim.sim.tables import PARAMS_DTYPE, ROW_DTYPE, SimTables, answer_log_odds_offset, kernel_params
+from parasim.tasks import FREE_FORM, NUM_ANSWERS
 from parasim.tools.verify import (
     AnswerKind,
     extract_choice,
@@ -28,67 +31,20 @@ from parasim.tools.verify import (
 )
 
 
-@dataclass
-class Candidate:
-    """One distinct answer: its text (as first seen), vote score, tallies, and the call that first gave it."""
-
-    answer: str
-    source: int  # index of the first call (episode order) that gave it: what target 1 / 2 carry as context
-    arrival: int
-    score: float = 0.0
-    support: int = 0
-    flags: int = 0
-    confirms: int = 0
-
-    def features(self) -> list[float]:
-        """The observation row: present, score, supporting calls, reviewer flags, reviewer confirmations."""
-        return [1.0, self.score, float(self.support), float(self.flags), float(self.confirms)]
-
-
-class CallWeights:
-    """The termination model's per-call weights for one task, from a pool's reliabilities and reviewer rates."""
-
-    def __init__(self, pool: PoolSpec, model_ids: tuple[str, ...], benchmark: str, domain: int,
-                 num_options: int) -> None:
-        rel = np.clip(reliability(pool)[BENCHMARK_INDEX[benchmark]], 1e-4, 1 - 1e-4)  # [T, M+1]
-        sens = np.clip(pool.sens[:, domain], 0.01, 0.99)
-        spec = np.clip(pool.spec[:, domain], 0.01, 0.99)
-        agents = slice(0, pool.num_models)
-        rows = [pool.model_names.index(m) if m in pool.model_names[:-1] else -1 for m in model_ids]
-
-        def per_model(table: np.ndarray) -> np.ndarray:  # [..., M+1] -> [..., len(model_ids)]
-            mean = table[..., agents].mean(-1, keepdims=True)
-            return np.concatenate([table[..., r:r + 1] if r >= 0 else mean for r in rows], -1)
-
-        log_a = math.log((num_options if num_options > 1 else NUM_ANSWERS) - 1)
-        # basic tools (python, search) are run by the manager: index -1 is the pool's manager row, as in the sim
-        rel_m = np.concatenate([per_model(rel), rel[:, -1:]], -1)
-        self._answer = np.maximum(0.05, np.log(rel_m / (1 - rel_m)) + log_a)
-        s, p = per_model(sens), per_model(spec)
-        self._flag, self._confirm = np.log((1 - p) / s), np.log(p / (1 - s))
-
-    def answer(self, tool: Tool, model: int) -> float:
-        """Score an OK answer of ``tool`` adds (``model`` -1 for a basic tool)."""
-        return float(self._answer[tool, model])
-
-    def review(self, flagged: bool, model: int) -> float:
-        """Score a reviewer's flag (negative) or confirmation (positive) adds to the answer it reviewed."""
-        return float(self._flag[model] if flagged else self._confirm[model])
-
-
 def answer_kind(domain: int, num_options: int) -> AnswerKind:
     """How answers of a task are compared: the verifier's kind, exact match for code (its outputs are strings)."""
     kind = kind_for(Domain(domain), num_options)
     return AnswerKind.EXACT if kind is AnswerKind.CODE else kind
 
 
-class EvidenceBoard:
-    """The candidates of one episode; answers that verify as equal share a candidate."""
+class AnswerIds:
+    """The answer ids of one real episode: answers that verify as equal share an id (see the module docstring)."""
 
-    def __init__(self, kind: AnswerKind, options: tuple[str, ...], weights: CallWeights) -> None:
-        self.kind, self.options, self.weights = kind, options, weights
-        self.candidates: list[Candidate] = []
-        self.ok_answers = 0
+    def __init__(self, kind: AnswerKind, options: tuple[str, ...]) -> None:
+        self.kind, self.options = kind, options
+        self.texts: list[str] = []  # the answer as first seen, per id
+        self.sources: list[int] = []  # the episode's index of the call that first gave it, per id
+        self._keys: list[str] = []
 
     def _key(self, answer: str) -> str:
         if self.kind is AnswerKind.CHOICE:
@@ -96,43 +52,82 @@ class EvidenceBoard:
             return letter or normalize_text(answer)
         return normalize_text(answer)
 
-    def find(self, answer: str) -> Candidate | None:
-        """The candidate ``answer`` belongs to, or None (model text: never raises)."""
+    def find(self, answer: str) -> int:
+        """The id ``answer`` belongs to, -1 if none (model text: never raises)."""
         key = self._key(answer)
-        for cand in self.candidates:
-            if self._key(cand.answer) == key:
-                return cand
+        if key in self._keys:
+            return self._keys.index(key)
         if self.kind is AnswerKind.MATH:
-            for cand in self.candidates:
-                if math_equal(answer, cand.answer):
-                    return cand
-        return None
+            for j, text in enumerate(self.texts):
+                if math_equal(answer, text):
+                    return j
+        return -1
 
-    def add_answer(self, answer: str, tool: Tool, model: int, call_index: int) -> None:
-        """An OK call's answer: joins (or opens) its candidate and adds the call's vote weight."""
+    def id_for(self, answer: str, source: int) -> int:
+        """The id of an OK call's answer, a new one for an answer not seen before (``source``: the call's index in
+        the episode); -1 for an empty answer or a new one past ``NUM_ANSWERS`` ids."""
         if not answer.strip():
-            return
-        cand = self.find(answer)
-        if cand is None:
-            cand = Candidate(answer, call_index, len(self.candidates))
-            self.candidates.append(cand)
-        cand.support += 1
-        cand.score += self.weights.answer(tool, model)
-        self.ok_answers += 1
+            return -1
+        found = self.find(answer)
+        if found >= 0 or len(self.texts) >= NUM_ANSWERS:
+            return found
+        self.texts.append(answer)
+        self.sources.append(source)
+        self._keys.append(self._key(answer))
+        return len(self.texts) - 1
 
-    def add_review(self, target: Candidate, flagged: bool, model: int) -> None:
-        """A reviewer's verdict on ``target`` (the leading candidate when its round began)."""
-        if flagged:
-            target.flags += 1
-        else:
-            target.confirms += 1
-        target.score += self.weights.review(flagged, model)
 
-    def ranked(self) -> list[Candidate]:
-        """Candidates by score, the earlier first on ties (the termination model's order)."""
-        return sorted(self.candidates, key=lambda c: (-c.score, c.arrival))
+def _logit(p: np.ndarray) -> np.ndarray:
+    return np.log(p / (1 - p))
 
-    def lead(self) -> Candidate | None:
-        """The termination model's pick so far, None without evidence."""
-        ranked = self.ranked()
-        return ranked[0] if ranked else None
+
+def real_params(pool: PoolSpec, tables: SimTables, model_ids: tuple[str, ...], env: np.ndarray,
+                slots: int) -> np.ndarray:
+    """The parameter record (1-element ``PARAMS_DTYPE``) of the pool ``tables`` (``build_tables(pool, ...)``) with
+    model row ``j`` for ``model_ids[j]`` (row ``len(model_ids)``: the pool's manager); see the module docstring."""
+    if not 1 <= len(model_ids) <= MAX_MODELS:
+        raise ValueError(f"engine.model_names: expected 1 to {MAX_MODELS} model ids (the action's model dimension), "
+                         f"got {len(model_ids)}")
+    src, _rows = kernel_params(tables, env, slots)
+    s = src[0]
+    nm_pool = pool.num_models
+    rows = [pool.model_names.index(m) if m in pool.model_names[:-1] else -1 for m in model_ids] + [nm_pool]
+    params = np.zeros(1, PARAMS_DTYPE)
+    p = params[0]
+    p["nm"], p["slots"], p["env"], p["proto"], p["tt"], p["bonus"] = len(model_ids), slots, env, s["proto"], s["tt"], \
+        s["bonus"]
+    # the mean agent model, for ids the pool does not name: probabilities averaged, then their logits / LLRs
+    rel = np.clip(reliability(pool), 1e-4, 1 - 1e-4)  # [NB, T, M+1], as build_tables clips it
+    sens, spec = np.clip(pool.sens, 0.01, 0.99), np.clip(pool.spec, 0.01, 0.99)  # [M+1, D]
+    mean_rel = _logit(rel[:, :, :nm_pool].mean(-1)).T  # [T, NB]
+    mean_sens, mean_spec = sens[:nm_pool].mean(0), spec[:nm_pool].mean(0)
+    mean_md = np.stack([mean_sens, mean_spec, np.log((1 - mean_spec) / mean_sens),
+                        np.log(mean_spec / (1 - mean_sens))], -1)  # [D, 4]
+    agents = slice(0, nm_pool)
+    for j, r in enumerate(rows):
+        if r >= 0:
+            p["tm"][:, j], p["tok_mu"][:, j] = s["tm"][:, r], s["tok_mu"][:, r]
+            p["rel_logit"][:, j] = s["rel_logit"][:, r]
+            p["mm"][j], p["md"][j], p["skill"][j] = s["mm"][r], s["md"][r], s["skill"][r]
+            continue
+        p["tm"][:, j], p["tok_mu"][:, j] = s["tm"][:, agents].mean(1), s["tok_mu"][:, agents].mean(1)
+        p["rel_logit"][:, j] = mean_rel
+        p["mm"][j], p["md"][j], p["skill"][j] = s["mm"][agents].mean(0), mean_md, s["skill"][agents].mean(0)
+    return params
+
+
+def task_row(view: TaskView, benchmark: int, difficulty: float | None) -> np.ndarray:
+    """The row record (1-element ``ROW_DTYPE``) of a real task: free-form when it has no options (16 answer ids in
+    play), else its options (at most 16 ids); the vote's prior odds log(A - 1) with A its options; its question's
+    tokens (``approx_tokens``); its difficulty where known (the rules never read it)."""
+    num_options = len(view.options)
+    rows = np.zeros(1, ROW_DTYPE)
+    r = rows[0]
+    r["bench"], r["domain"] = benchmark, view.domain
+    r["nans"] = NUM_ANSWERS if num_options < 2 else min(num_options, NUM_ANSWERS)
+    r["log_odds"] = answer_log_odds_offset(FREE_FORM if num_options < 2 else num_options)
+    r["z"] = 0.0 if difficulty is None else float(difficulty)
+    r["qtok"] = float(approx_tokens(view.question))
+    r["dcdf"] = 1.0
+    return rows
+

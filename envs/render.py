@@ -22,6 +22,7 @@ import numpy as np
 
 from parasim.envs.render_modes import RENDER_MODES
 from parasim.protocol.schema import NUM_TOOLS, Domain, Status, Tool
+from parasim.sim.state import action_slot
 from parasim.tasks import NUM_ANSWERS
 
 SHOWN_ROUNDS = 12  # rounds of calls kept and shown (the default max_rounds)
@@ -91,7 +92,7 @@ def sim_round(number: int, action: np.ndarray, results: Sequence[Mapping[str, An
     calls = []
     for res in results:
         k, kind = int(res["slot"]), res["kind"]
-        tool, model, target = (int(x) for x in action[1 + 3 * k: 4 + 3 * k])
+        tool, model, target = action_slot(action, k)
         calls.append(CallRecord(k, tool, model_label(tool, model, model_names), target, int(res["status"]),
                                 f"{kind} #{res['answer']}" if kind else "", res["tokens_out"], res["latency_s"]))
     return RoundRecord(number, tuple(calls))

@@ -23,20 +23,35 @@ from parasim.envs.paraorch import ParaOrchEnv
 from parasim.protocol.engine import EpisodeOutcome, TaskView
 from parasim.protocol.schema import CallResult, Domain, Status, Tool, ToolCall
 from parasim.sim import NUM_TARGETS, TARGET_CARRY, TARGET_QUESTION, TARGET_VERIFY
-from parasim.sim.kernel import (
-    EMPTY_SLOT,
-    F_QTOK,
-    I_DOMAIN,
-    I_EPISODE,
-    I_NANS,
-    leading_answer,
+from parasim.sim.kernel import F_QTOK, F_TOKENS, I_DOMAIN, I_EPISODE, I_NANS, leading_answer
+from parasim.sim.rules import (
+    RULE_BAD_TARGET,
+    RULE_BUDGET,
+    RULE_NOTHING_TO_CARRY,
+    RULE_NOTHING_TO_REVIEW,
+    RULE_REVIEWER_TARGET,
+    RULE_SLOT_NOT_ALLOWED,
+    RULE_UNKNOWN_MODEL,
+    RULE_UNKNOWN_TOOL,
+    slot_rule,
 )
-from parasim.sim.tables import TT_TIMEOUT
+from parasim.sim.state import empty_action, set_action_slot
+from parasim.sim.tables import E_SLOTS, E_TOKEN_BUDGET, TT_TIMEOUT
 from parasim.tasks import BENCHMARKS, NUM_ANSWERS
 
 _SAMPLED = (Status.OK, Status.EXEC_ERR, Status.TIMEOUT)
 
 
+# what the manager reads for each rule that rejects a call (the unknown-model reason also lists the models)
+_REASONS = {
+    RULE_UNKNOWN_TOOL: "tool not allowed in this slot",
+    RULE_SLOT_NOT_ALLOWED: "tool not allowed in this slot",
+    RULE_NOTHING_TO_REVIEW: "critical_reviewer needs an answer to review; none exists yet",
+    RULE_BAD_TARGET: "context_from names no earlier call",
+    RULE_NOTHING_TO_CARRY: "context_from needs an earlier answer to carry; none exists yet",
+    RULE_REVIEWER_TARGET: "critical_reviewer verifies the leading answer; other tools take the question or carry",
+    RULE_BUDGET: "the token budget is spent",
+}
 LABELS_TAG = 0x6C6162656C73  # "labels": keeps the permutation's stream apart from other uses of a task seed
 
 
@@ -108,20 +123,24 @@ class SimEpisodeEngine:
             target = TARGET_CARRY if call.target < index else NUM_TARGETS  # no such earlier call: FORMAT_ERR
         return int(call.tool), model, target
 
-    def run_round(self, calls: Sequence[ToolCall]) -> list[CallResult]:
-        """Step one round of ParaOrch-v0 with these calls (at most ``max_parallel``) and report each call."""
+    def run_round(self, calls: Sequence[ToolCall], *, action: Sequence[int] | None = None,
+                  slots: Sequence[int] | None = None) -> list[CallResult]:
+        """Step one round of ParaOrch-v0 with these calls (at most ``max_parallel``) and report each call (this engine
+        keeps no episode log: ``action`` and ``slots`` are ignored, the round's action is built from the calls)."""
+        del action, slots
         if self._info is not None:
             return [CallResult(Status.BUDGET_EXCEEDED, detail="the episode is over") for _ in calls]
         sim, slots = self.sim, self.sim.slots
         if len(calls) > slots:
             raise ValueError(f"calls: at most max_parallel={slots} per round, got {len(calls)}")
-        action = np.zeros(len(sim.nvec), np.int64)
-        action[1::3] = EMPTY_SLOT
+        action = empty_action(slots)
         slot_args = [self._slot(c, self.calls_so_far) for c in calls]
         for k, (tool, model, target) in enumerate(slot_args):
-            action[1 + 3 * k: 4 + 3 * k] = (tool, model, target)
+            set_action_slot(action, k, tool, model, target)
         state = sim.state
-        lead = int(leading_answer(state.ev, state.arrival, 0, int(state.st_i[0, I_NANS])))
+        # the round-start lead and trajectory length, which the rules' slot checks read (``slot_rule``)
+        has_lead = int(leading_answer(state.ev, state.arrival, 0, int(state.st_i[0, I_NANS]))) >= 0
+        tokens = float(state.st_f[0, F_TOKENS])
         _, _, terminated, _, info = self.env.step(action)
         self.calls_so_far += len(calls)
         if terminated:
@@ -130,7 +149,9 @@ class SimEpisodeEngine:
         for (tool, model, target), rec in zip(slot_args, sim.last_round(0)):
             status = rec["status"]
             if status not in _SAMPLED:
-                results.append(CallResult(status, detail=self._reason(status, tool, model, target, lead)))
+                rule = slot_rule(tool, model, target, rec["slot"], int(sim.env[E_SLOTS]), len(self.model_names),
+                                 has_lead, tokens, float(sim.env[E_TOKEN_BUDGET]))
+                results.append(CallResult(status, detail=self._reason(rule)))
                 continue
             results.append(CallResult(
                 status, output=self._output(rec["kind"], rec["answer"]), tokens_in=int(rec["tokens_in"] + 0.5),
@@ -155,21 +176,12 @@ class SimEpisodeEngine:
             return f"timed out after {self.sim.tables.tt[TT_TIMEOUT, tool]:g} s"
         return ""
 
-    def _reason(self, status: Status, tool: int, model: int, target: int, lead: int) -> str:
-        """Why the simulator rejected a call without running it (mirrors its validation order)."""
-        if status is Status.INVALID_TOOL:
-            if tool == int(Tool.CRITICAL_REVIEWER) and lead < 0:
-                return "critical_reviewer needs an answer to review; none exists yet"
-            if model >= len(self.model_names):
-                return f"unknown model; models: {', '.join(self.model_names)}"
-            return "tool not allowed in this slot"
-        if status is Status.FORMAT_ERR:
-            if target >= NUM_TARGETS:
-                return "context_from names no earlier call"
-            return "context_from needs an earlier answer to carry; none exists yet"
-        if status is Status.BUDGET_EXCEEDED:
-            return "the token budget is spent"
-        return ""
+    def _reason(self, rule: int) -> str:
+        """Why the rules rejected a call without running it (``parasim.sim.rules.slot_rule``), in the text
+        protocol's words."""
+        if rule == RULE_UNKNOWN_MODEL:
+            return f"unknown model; models: {', '.join(self.model_names)}"
+        return _REASONS.get(rule, "")
 
     @property
     def done(self) -> bool:
@@ -182,9 +194,7 @@ class SimEpisodeEngine:
         own ``final_answer`` text is kept by the text env but does not change the outcome.
         """
         if self._info is None:
-            action = np.zeros(len(self.sim.nvec), np.int64)
-            action[0] = 1
-            action[1::3] = EMPTY_SLOT
+            action = empty_action(self.sim.slots, stop=True)
             _, _, _, _, self._info = self.env.step(action)
         answer = int(self.sim.final_answers()[0])
         trajectory = dict(self._info["trajectory"])

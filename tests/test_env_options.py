@@ -14,7 +14,7 @@ import pytest
 
 import parasim  # noqa: F401  (registers the envs)
 from parasim.env_options import check_episode_options
-from parasim.envs.paraorch_real import ParaOrchRealEnv
+from parasim.envs.paraorch import ParaOrchEnv
 from parasim.sim import Simulator
 
 
@@ -40,7 +40,7 @@ def test_bad_episode_options_are_refused_by_every_env(options, error, words):
         Simulator(**{"max_rounds": 12, "max_parallel": 4, "serial": False, "token_budget": None, **options})
     engine = SimpleNamespace(model_names=("m",), tasks=[])
     with pytest.raises(error, match=words.split(":")[0]):
-        ParaOrchRealEnv(tools="real", engine=engine, **options)
+        ParaOrchEnv(tools="real", engine=engine, **options)
 
 
 def test_numpy_integers_are_integers():
@@ -103,7 +103,7 @@ def test_unknown_reset_options_are_refused():
 def test_real_env_exposes_the_task_api_of_the_sim_env():
     """``num_tasks`` and ``task_weights()`` (trainers call both) work on the real-tools env too."""
     engine = SimpleNamespace(model_names=("m",), tasks=["a", "b", "c", "d"])
-    env = ParaOrchRealEnv(tools="real", engine=engine)
+    env = ParaOrchEnv(tools="real", engine=engine)
     assert env.num_tasks == 4
     np.testing.assert_allclose(env.task_weights(), [0.25] * 4)
     with pytest.raises(ValueError, match="unknown key.*tsk"):

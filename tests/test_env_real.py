@@ -27,13 +27,14 @@ from test_real_backend import (
 
 import parasim  # noqa: F401  (registers the envs)
 from parasim import TrajectoryBatch, compute_rewards
-from parasim.envs.paraorch_real import real_task_info, slot_status
-from parasim.envs.real_evidence import CallWeights, EvidenceBoard, answer_kind
+from parasim.envs.real_evidence import AnswerIds, answer_kind, real_params
+from parasim.envs.real_source import real_task_info
 from parasim.pools import load_pool
 from parasim.protocol.schema import NUM_STATUSES, Domain, Status, Tool
 from parasim.real.backend import RealToolBackend
 from parasim.real.engine import RealEpisodeEngine
-from parasim.tasks import BENCHMARK_INDEX
+from parasim.sim.tables import MD_LLR_CONFIRM, MD_LLR_FLAG, NUM_ENV_PARAMS, build_tables, kernel_params
+from parasim.tasks import BENCHMARK_INDEX, load_suite
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 EMPTY = [7, 0, 0]
@@ -78,7 +79,9 @@ def test_episode_end_to_end_calls_candidates_budgets_reward(backend):
     assert cands[0, 1] > cands[1, 1] > 0 and obs["evidence"].tolist() == [3, 2, 0]
     results = info["results"]
     pool = load_pool("paramanager")
-    tokens = pool.manager_tokens_round + 3 * pool.manager_tokens_call + sum(r.tokens_out for r in results)
+    # the rules' trajectory length: the manager's tokens, and the share of each OK call's output fed back to it
+    fed = sum(r.tokens_out * pool.feedback_frac[c.tool] for c, r in zip(info["calls"], results))
+    tokens = pool.manager_tokens_round + 3 * pool.manager_tokens_call + fed
     assert obs["budget"][0] == pytest.approx(tokens)
     assert obs["budget"][1] == pytest.approx(sum(r.cost_units for r in results))
     assert obs["budget"][3] == pytest.approx(sum(r.latency_s for r in results), rel=1e-5)  # serial: summed
@@ -142,10 +145,24 @@ def test_token_budget_gives_budget_exceeded(backend):
     assert obs["last_status"].tolist()[:2] == [Status.BUDGET_EXCEEDED] * 2
 
 
+def _documented_status(tool: int, model: int, target: int, slot: int, *, allowed: int, num_models: int,
+                       has_lead: bool, tokens: float, token_budget: float) -> Status | None:
+    """The protocol rules as ParaOrch-v0's docstring states them, written out independently of the compiled rules:
+    the status a malformed or over-budget slot gets without a call, None for one that runs."""
+    if not 0 <= tool < 7 or slot >= allowed or (tool <= 4 and not 0 <= model < num_models) or (
+            tool == Tool.CRITICAL_REVIEWER and not has_lead):
+        return Status.INVALID_TOOL
+    if not 0 <= target < 3 or (target != 0 and not has_lead) or ((tool == Tool.CRITICAL_REVIEWER) != (target == 2)):
+        return Status.FORMAT_ERR
+    if tokens >= token_budget:
+        return Status.BUDGET_EXCEEDED
+    return None
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.integers(-2, 9), min_size=13, max_size=13), st.integers(0, 3), st.booleans())
 def test_slot_rules_match_the_simulator(action, warmup, budget):
-    """Every protocol status ``slot_status`` predicts is the compiled simulator's; runnable calls run there."""
+    """Every protocol status the documented rules predict is the compiled simulator's; runnable calls run there."""
     env = gym.make("ParaOrch-v0", token_budget=3000 if budget else None).unwrapped
     obs, _ = env.reset(seed=warmup)
     for _ in range(warmup):  # some evidence first, so that the lead-dependent rules are exercised
@@ -159,16 +176,10 @@ def test_slot_rules_match_the_simulator(action, warmup, budget):
         if tool == 7:
             assert obs["last_status"][k] == NO_CALL
             continue
-        want = slot_status(int(tool), int(model), int(target), k, allowed=4, num_models=3, has_lead=has_lead,
-                           tokens=tokens, token_budget=3000 if budget else np.inf)
+        want = _documented_status(int(tool), int(model), int(target), k, allowed=4, num_models=3, has_lead=has_lead,
+                                  tokens=tokens, token_budget=3000 if budget else np.inf)
         got = Status(obs["last_status"][k])
         assert got == want if want is not None else got in (Status.OK, Status.EXEC_ERR, Status.TIMEOUT)
-
-
-def _board(domain: Domain, options: tuple[str, ...] = ()) -> EvidenceBoard:
-    weights = CallWeights(load_pool("paramanager"), ("good", "Qwen3-30B-A3B-Instruct-2507"),
-                          f"generic_{domain.name.lower()}", int(domain), len(options))
-    return EvidenceBoard(answer_kind(int(domain), len(options)), options, weights)
 
 
 @pytest.mark.parametrize("domain, options, same, other", [
@@ -176,27 +187,50 @@ def _board(domain: Domain, options: tuple[str, ...] = ()) -> EvidenceBoard:
     (Domain.SCIENCE, ("Mars", "Venus", "Earth"), ["(B)", "B", "Venus"], "A"),
     (Domain.KNOWLEDGE, (), ["The Eiffel Tower", "eiffel tower."], "Louvre"),
 ])
-def test_answers_that_verify_as_equal_share_a_candidate(domain, options, same, other):
-    board = _board(domain, options)
-    for i, answer in enumerate(same + [other, ""]):
-        board.add_answer(answer, Tool.STANDARD_REASONER, i % 2, i)
-    ranked = board.ranked()
-    assert [c.support for c in ranked] == [len(same), 1] and ranked[0].answer == same[0] and ranked[0].source == 0
-    assert board.ok_answers == len(same) + 1
-    lead = board.lead()
-    before = lead.score
-    board.add_review(lead, True, 0)
-    assert lead.flags == 1 and lead.score < before
+def test_answers_that_verify_as_equal_share_an_id(domain, options, same, other):
+    ids = AnswerIds(answer_kind(int(domain), len(options)), options)
+    got = [ids.id_for(answer, i) for i, answer in enumerate(same + [other, ""])]
+    assert got == [0] * len(same) + [1, -1]  # first-seen order; an empty answer is none
+    assert ids.texts == [same[0], other] and ids.sources == [0, len(same)]
+
+
+def test_answers_past_the_id_space_get_none():
+    """16 distinct answers take the 16 ids; a 17th new one gets none (its call adds no candidate), a known one
+    still gets its id."""
+    ids = AnswerIds(answer_kind(int(Domain.KNOWLEDGE), 0), ())
+    assert [ids.id_for(f"answer {i}", i) for i in range(17)] == [*range(16), -1]
+    assert ids.id_for("Answer 3", 20) == 3 and len(ids.texts) == 16
+
+
+def _params(model_ids: tuple[str, ...]) -> np.ndarray:
+    pool = load_pool("paramanager")
+    env = np.array([12, 4, 0, np.inf])[:NUM_ENV_PARAMS]
+    return real_params(pool, build_tables(pool, load_suite("paramanager")), model_ids, env, 4)[0]
+
+
+def test_named_models_get_the_simulators_parameter_rows():
+    """The engine's ids in the pool's order give the simulator's own parameter record (what the rules read)."""
+    from parasim.sim import Simulator
+
+    pool = load_pool("paramanager")
+    sim = Simulator("paramanager", "paramanager", 1)
+    want = kernel_params(sim.tables, sim.env, sim.slots)[0][0]  # the simulator's parameter record
+    got = _params(tuple(pool.model_names[:-1]))
+    for field in ("nm", "slots", "proto", "tt", "rel_logit", "md"):
+        np.testing.assert_array_equal(got[field], want[field])
 
 
 def test_unknown_models_get_the_pool_mean_prior():
     pool = load_pool("paramanager")
-    named = CallWeights(pool, pool.model_names[:-1], "generic_math", 0, 0)
-    unknown = CallWeights(pool, ("endpoint-x",), "generic_math", 0, 0)
-    t = Tool.STANDARD_REASONER
-    scores = [named.answer(t, m) for m in range(pool.num_models)]
-    assert min(scores) <= unknown.answer(t, 0) <= max(scores)
-    assert unknown.review(True, 0) < 0 < unknown.review(False, 0)
+    named = _params(tuple(pool.model_names[:-1]))
+    unknown = _params(("endpoint-x",))
+    t, bench = Tool.STANDARD_REASONER, BENCHMARK_INDEX["generic_math"]
+    scores = [named["rel_logit"][t, m, bench] for m in range(pool.num_models)]
+    assert min(scores) <= unknown["rel_logit"][t, 0, bench] <= max(scores)
+    assert unknown["md"][0, 0, MD_LLR_FLAG] < 0 < unknown["md"][0, 0, MD_LLR_CONFIRM]
+    # the basic tools use the manager's row, the row after the engine's models
+    manager = named["rel_logit"][Tool.PYTHON, pool.num_models]
+    np.testing.assert_array_equal(unknown["rel_logit"][Tool.PYTHON, 1], manager)
 
 
 def test_killed_server_gives_timeouts_and_the_episode_still_ends_with_a_reward():

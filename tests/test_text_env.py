@@ -271,3 +271,19 @@ def test_each_observation_extends_the_previous_one_by_the_turn() -> None:
         assert nxt.startswith(obs + turn + "<|im_end|>\n<|im_start|>user\n<tool_response>")
         assert nxt.endswith("<|im_start|>assistant\n")
         obs = nxt
+
+
+def test_rejected_calls_give_the_rules_reason():
+    """A reviewer with nothing to review, a carry from no earlier call, and a spent budget: the statuses and the
+    reasons come from the compiled rules' ``slot_rule`` (no second copy of the checks in the simulator engine)."""
+    env = ParaOrchTextEnv(token_budget=1.0)
+    env.reset(seed=0)
+    m = env.model_names[0]
+    _, _, _, _, info = env.step(call_text("critical_reviewer", model=m, subtask="check")
+                                + call_text("standard_reasoner", model=m, subtask="go", context_from=5))
+    first, second = info["results"]
+    assert first.status is Status.INVALID_TOOL and "needs an answer to review" in first.detail
+    assert second.status is Status.FORMAT_ERR and "names no earlier call" in second.detail
+    _, _, _, _, info = env.step(call_text("standard_reasoner", model=m, subtask="again"))
+    assert info["results"][0].status is Status.BUDGET_EXCEEDED
+    assert info["results"][0].detail == "the token budget is spent"

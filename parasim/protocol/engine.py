@@ -39,8 +39,11 @@ class EpisodeEngine(Protocol):
         """Start a new episode and return the task as the manager sees it."""
         ...
 
-    def run_round(self, calls: Sequence[ToolCall]) -> list[CallResult]:
-        """Execute one round of parallel calls (already parsed and validated)."""
+    def run_round(self, calls: Sequence[ToolCall], *, action: Sequence[int] | None = None,
+                  slots: Sequence[int] | None = None) -> list[CallResult]:
+        """Execute one round of parallel calls (already parsed and validated). The structured env also passes the
+        round's ``action`` and each call's ``slot`` in it, for an engine's episode log (``parasim validate-sim``
+        replays them); an engine without a log ignores them."""
         ...
 
     def finish(self) -> EpisodeOutcome:

@@ -112,6 +112,12 @@ class Simulator:
             self.state.st_i[i, I_EPISODE] = 0
 
     @property
+    def lane_records(self) -> np.ndarray:
+        """The lane records (``LANE_DTYPE[num_lanes]``, written in place by every kernel call): what
+        ``parasim.sim.gather.trajectory_fields`` reads."""
+        return self._lanes.lanes
+
+    @property
     def num_tasks(self) -> int:
         """Rows of the task suite: the valid task indices are ``0 .. num_tasks - 1``."""
         return len(self.suite)

@@ -1,4 +1,4 @@
-"""The batched simulator's per-lane functions: the per-call model, and reset and step of one lane.
+"""The batched simulator's per-call model and the lane record's layout (the rules of a round: ``parasim.sim.rules``).
 
 PufferLib-Ocean style: all state lives in preallocated arrays, nothing is allocated after construction, and
 ``parasim.sim.step`` steps every lane in one numba call. A lane's state is one record of a structured array
@@ -27,12 +27,6 @@ from numba import njit
 from parasim.protocol.schema import NUM_STATUSES, NUM_TOOLS, Status, Tool
 from parasim.sim.rng import normal_from, uniform_from
 from parasim.sim.tables import (
-    E_MAX_ROUNDS,
-    E_SERIAL,
-    E_SLOTS,
-    E_TOKEN_BUDGET,
-    MD_LLR_CONFIRM,
-    MD_LLR_FLAG,
     MD_SENS,
     MD_SPEC,
     MM_AFFINITY,
@@ -42,11 +36,8 @@ from parasim.sim.tables import (
     MM_TAU,
     P_ENSEMBLE_K,
     P_MAX_OUT,
-    P_MGR_CALL,
-    P_MGR_ROUND,
     P_PROMPT,
     P_REPAIR,
-    P_STATUS,
     R_BENCH,
     R_DOMAIN,
     R_MU,
@@ -62,7 +53,6 @@ from parasim.sim.tables import (
     TM_TOK_ALPHA,
     TM_TOK_SD,
     TT_COST,
-    TT_FEEDBACK,
     TT_TIMEOUT,
     TT_USD_CALL,
     TT_USD_S,
@@ -312,190 +302,11 @@ def sample_call(rng, lane, tool, mm, target, lead, ctx, exec_before, row, bench,
 @njit(cache=True)
 def leading_answer(ev, arrival, i, nans):
     """The termination model's pick in lane ``i`` of the state views (``SimState.ev``, ``SimState.arrival``):
-    highest score among answers with support, earliest on ties; -1 if none. ``lane_lead`` in the kernel."""
+    highest score among answers with support, earliest on ties; -1 if none (``parasim.sim.rules.lane_lead`` on a
+    lane record)."""
     best = -1
     for a in range(nans):
         if ev[i, E_SUPPORT, a] > 0 and (best < 0 or ev[i, E_SCORE, a] > ev[i, E_SCORE, best] or (
                 ev[i, E_SCORE, a] == ev[i, E_SCORE, best] and arrival[i, a] < arrival[i, best])):
             best = a
     return best
-
-
-# ---- one lane, over its record L, the parameter record P and its suite row's record R ----
-
-@njit(cache=True, inline="always")
-def lane_lead(L):
-    """``leading_answer`` of lane record ``L``: answers with support are exactly those in ``L.order`` (first-seen
-    order), so the first of the highest score in that order is the pick."""
-    best = -1
-    for j in range(L.st_i[I_SEQ]):
-        a = L.order[j]
-        if best < 0 or L.ev[a, E_SCORE] > L.ev[best, E_SCORE]:
-            best = a
-    return best
-
-
-@njit(cache=True, inline="always")
-def reset_lane(L, i, last_status, rows, row_cdf, P):
-    """Draw a new task for lane ``i`` (record ``L``) and clear its episode accumulators.
-
-    ``L.task`` is the lane's task request (``TASK_ROW``: suite row or -1 = drawn by weight; ``TASK_KEYED``: 1 =
-    the task's own draws, its row when drawn, difficulty, preferred wrong answers and model effects, come from
-    the task stream ``L.task_rng``, so lanes with equal requests play the identical task). Those draws then leave
-    the lane's own stream untouched, so its tool randomness stays its own.
-    """
-    keyed = L.task[TASK_KEYED] != 0
-    s = L.task_rng if keyed else L.rng
-    row = L.task[TASK_ROW]
-    if row < 0:
-        s, row = pick_row(s, row_cdf)
-    R = rows[row]
-    nans = R.nans
-    s, z = difficulty(s, R.z, R.mu, R.sigma)
-    st_i, st_f = L.st_i, L.st_f
-    episode = st_i[I_EPISODE]
-    for c in range(NUM_I):
-        st_i[c] = 0
-    st_i[I_ROW], st_i[I_BENCH], st_i[I_DOMAIN], st_i[I_NANS] = row, R.bench, R.domain, nans
-    st_i[I_ANSWER] = -1
-    st_i[I_EPISODE] = episode + 1
-    for c in range(NUM_F):
-        st_f[c] = 0.0
-    st_f[F_Z], st_f[F_QTOK] = z, R.qtok
-    for c in range(NUM_TOOLS):
-        L.counts_t[c] = 0
-        L.exec_prev[c] = 0
-    for c in range(NUM_STATUSES):
-        L.counts_s[c] = 0
-    for k in range(P.slots):
-        last_status[i, k] = NO_CALL
-    for a in range(NUM_ANSWERS):
-        L.arrival[a] = -1
-        for c in range(NUM_EVIDENCE):
-            L.ev[a, c] = 0.0
-    s = draw_model_effects(s, nans, R.dcdf, P.nm, P.mm, L.pref, L.effect)
-    if not keyed:
-        L.rng = s
-
-
-@njit(cache=True, inline="always")
-def finalize_lane(L, R, P, s, ended_final):
-    """The termination model answers (vote, else the manager's own direct answer); the verifier scores it.
-    Returns the stream state."""
-    st_i, st_f = L.st_i, L.st_f
-    answer = lane_lead(L)
-    if answer < 0:
-        mgr = P.nm
-        p = _sigmoid(P.skill[mgr, st_i[I_BENCH]] + P.bonus[_SR, st_i[I_DOMAIN]] - st_f[F_Z] + L.effect[mgr])
-        s, u = uniform_from(s)
-        if u < p:
-            answer = 0
-        else:
-            s, answer = wrong_answer(s, st_i[I_NANS], L.pref[mgr], P.mm[mgr, MM_KAPPA], R.dcdf)
-    if ended_final:
-        st_f[F_TOKENS] += P.proto[P_MGR_ROUND]
-    st_i[I_FINAL] = ended_final
-    st_i[I_ANSWER] = answer
-    st_f[F_OUTCOME] = 1.0 if answer == 0 else 0.0
-    st_i[I_DONE] = 1
-    return s
-
-
-@njit(cache=True, inline="always")
-def step_lane(L, i, last_status, call_i, call_f, R, P, actions):
-    """One manager turn of lane ``i`` (record ``L``, suite row record ``R``, action row ``actions[i]``):
-    ``final_answer`` or a round of up to K isolated parallel calls, recorded per slot in ``last_status[i]``,
-    ``call_i[i]`` and ``call_f[i]``.
-
-    Isolation: every call of the round sees the leading answer and context as they were when the round
-    began (``lead`` and ``ctx`` are read once), so calls of one round never see each other's outputs.
-
-    Malformed parts of the action never raise: an unknown tool or model, a slot beyond the allowed
-    parallelism or a masked tool is INVALID_TOOL; a target outside the range or not applicable is
-    FORMAT_ERR; a round with no call at all is a format violation.
-    """
-    stop = actions[i, 0]
-    if stop == 1:
-        L.rng = finalize_lane(L, R, P, L.rng, 1)
-        return
-    s = L.rng
-    st_i, st_f, ev = L.st_i, L.st_f, L.ev
-    proto, env = P.proto, P.env
-    nm = P.nm
-    nans = st_i[I_NANS]
-    bench, dom = st_i[I_BENCH], st_i[I_DOMAIN]
-    z, qtok = st_f[F_Z], st_f[F_QTOK]
-    lead = lane_lead(L)
-    ctx = st_f[F_TOKENS]
-    allowed = int(env[E_SLOTS])
-    round_lat = 0.0
-    round_tokens = proto[P_MGR_ROUND]
-    n_calls = 0
-    bad = stop != 0
-    loga = R.log_odds
-    for k in range(P.slots):
-        tool, model, target = actions[i, 1 + 3 * k], actions[i, 2 + 3 * k], actions[i, 3 + 3 * k]
-        call_i[i, k, C_KIND] = OUT_NONE
-        call_i[i, k, C_ANSWER] = -1
-        for c in range(NUM_CALL_F):
-            call_f[i, k, c] = 0.0
-        if tool == EMPTY_SLOT:
-            last_status[i, k] = NO_CALL
-            continue
-        n_calls += 1
-        round_tokens += proto[P_MGR_CALL]
-        valid_tool = 0 <= tool < NUM_TOOLS
-        agent = valid_tool and tool < _FIRST_BASIC
-        if not valid_tool or k >= allowed or (agent and not 0 <= model < nm) or (tool == _CR and lead < 0):
-            status = _INVALID
-        elif not 0 <= target < NUM_TARGETS or (target != TARGET_QUESTION and lead < 0) or (
-                tool == _CR) != (target == TARGET_VERIFY):
-            status = _FORMAT
-        elif ctx >= env[E_TOKEN_BUDGET]:
-            status = _BUDGET
-        else:
-            mm = model if agent else nm
-            s, status, kind, answer, tok_in, tok_out, lat, usd, cost = call_outcome(
-                s, tool, target, lead, ctx, L.exec_prev[tool] != 0, nans, z, qtok, L.pref[mm], R.dcdf, L.scratch,
-                P.tok_mu[tool, mm, dom] + P.tm[tool, mm, TM_TOK_ALPHA] * z,
-                P.skill[mm, bench] + P.bonus[tool, dom] - z + L.effect[mm],
-                P.tm[tool, mm], P.tt[tool], P.mm[mm], P.md[mm, dom], proto)
-            L.exec_prev[tool] = status == _EXEC
-            call_i[i, k, C_KIND], call_i[i, k, C_ANSWER] = kind, answer
-            call_f[i, k, C_TOK_IN], call_f[i, k, C_TOK_OUT], call_f[i, k, C_LAT] = tok_in, tok_out, lat
-            call_f[i, k, C_USD], call_f[i, k, C_COST] = usd, cost
-            st_f[F_COST] += cost
-            st_f[F_USD] += usd
-            round_lat = round_lat + lat if env[E_SERIAL] != 0 else max(round_lat, lat)
-            round_tokens += tok_out * P.tt[tool, TT_FEEDBACK] if status == _OK else proto[P_STATUS]
-            if kind == OUT_ANSWER:
-                if L.arrival[answer] < 0:
-                    L.arrival[answer] = st_i[I_SEQ]
-                    L.order[st_i[I_SEQ]] = answer
-                    st_i[I_SEQ] += 1
-                ev[answer, E_SUPPORT] += 1.0
-                ev[answer, E_SCORE] += max(0.05, P.rel_logit[tool, mm, bench] + loga)
-                st_i[I_NOK] += 1
-            elif kind == OUT_FLAG:
-                ev[answer, E_FLAGS] += 1.0
-                ev[answer, E_SCORE] += P.md[mm, dom, MD_LLR_FLAG]
-            elif kind == OUT_CONFIRM:
-                ev[answer, E_CONFIRMS] += 1.0
-                ev[answer, E_SCORE] += P.md[mm, dom, MD_LLR_CONFIRM]
-            L.counts_t[tool] += 1
-        if status == _FORMAT or status == _INVALID:
-            bad = True
-        if status == _FORMAT or status == _INVALID or status == _BUDGET:
-            round_tokens += proto[P_STATUS]
-        last_status[i, k] = status
-        L.counts_s[status] += 1
-    if n_calls == 0:
-        bad = True
-    st_i[I_CALLS] += n_calls
-    st_i[I_FMT] += bad
-    st_i[I_ROUND] += 1
-    st_f[F_TOKENS] += round_tokens
-    st_f[F_LAT] += round_lat
-    if st_i[I_ROUND] >= env[E_MAX_ROUNDS]:
-        s = finalize_lane(L, R, P, s, 0)
-    L.rng = s

@@ -88,8 +88,35 @@ class ObsBuffers(NamedTuple):
 
 
 def action_nvec(slots: int, num_models: int) -> np.ndarray:
-    """MultiDiscrete sizes: [stop (2)] + [tool (T + 1), model (M), target (3)] per slot."""
+    """MultiDiscrete sizes: [stop (2)] + [tool (T + 1), model (M), target (3)] per slot: the action layout, which
+    the compiled rules read with ``parasim.sim.rules.slot_call`` and Python with ``action_slot``."""
     return np.array([2] + [NUM_TOOLS + 1, num_models, NUM_TARGETS] * slots, np.int64)
+
+
+def slot_column(k: int) -> int:
+    """The column of slot ``k``'s tool in an action row (its model and target follow): batched consumers index
+    ``actions[:, slot_column(k) + part]`` with part 0 / 1 / 2."""
+    return 1 + 3 * k
+
+
+def action_slot(action: np.ndarray, k: int) -> tuple[int, int, int]:
+    """Slot ``k`` of one action row: (tool, model, target)."""
+    j = slot_column(k)
+    return int(action[j]), int(action[j + 1]), int(action[j + 2])
+
+
+def set_action_slot(action: np.ndarray, k: int, tool: int, model: int, target: int) -> None:
+    """Write slot ``k`` of one action row."""
+    j = slot_column(k)
+    action[j: j + 3] = tool, model, target
+
+
+def empty_action(slots: int, stop: bool = False) -> np.ndarray:
+    """An action row with every slot empty (``EMPTY_SLOT``): a stop with ``stop``, else a round to fill in."""
+    action = np.zeros(1 + 3 * slots, np.int64)
+    action[0] = int(stop)
+    action[1::3] = NUM_TOOLS
+    return action
 
 
 def static_action_mask(slots: int, allowed: int, num_models: int) -> np.ndarray:

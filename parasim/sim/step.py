@@ -8,6 +8,10 @@ and the observation buffers (``ObsBuffers``), in that order, so the Python side 
 Each entry point first takes ``borrowed`` views of its arrays: numba counts references to arrays, and every
 array passed to an inlined per-lane function costs an atomic increment and decrement per lane (a third of the
 step's time before this); a borrowed view has no reference count, so those updates compile away.
+
+The one-lane entry points at the end (``begin_one``, ``plan_one``, ``apply_one``, ``end_one``) are the same rules
+for a call source that runs its calls outside compiled code (the real-tools env): the state and observation of
+lane 0, in the argument order above, with the row records of its one task.
 """
 from __future__ import annotations
 
@@ -15,35 +19,10 @@ from numba import njit, prange, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from parasim.protocol.schema import NUM_STATUSES, NUM_TOOLS, Tool
-from parasim.sim.kernel import (
-    CAND_FEATURES,
-    E_CONFIRMS,
-    E_FLAGS,
-    E_MAX_ROUNDS,
-    E_SCORE,
-    E_SLOTS,
-    E_SUPPORT,
-    F_COST,
-    F_LAT,
-    F_QTOK,
-    F_TOKENS,
-    F_USD,
-    I_DOMAIN,
-    I_DONE,
-    I_NANS,
-    I_NOK,
-    I_ROUND,
-    I_ROW,
-    I_SEQ,
-    NUM_CANDIDATES,
-    NUM_TARGETS,
-    reset_lane,
-    step_lane,
-)
-from parasim.tasks import NUM_ANSWERS
+from parasim.sim.kernel import F_LAT, F_USD, I_DONE, I_ROW
+from parasim.sim.rules import apply_round, begin_episode, end_episode, plan_round, write_obs
+from parasim.sim.sim_source import reset_lane, step_lane
 
-_CR = int(Tool.CRITICAL_REVIEWER)
 # No division in the kernels can have a zero divisor (polynomial denominators > 0, 1 + exp(-x) >= 1, a timed-out
 # latency > 0, constants), so NumPy's error model gives the same results without Python's zero checks and their
 # branches to a raise in the hot code.
@@ -64,74 +43,6 @@ def borrowed(typingctx, arr):
         return view._getvalue()
 
     return arr(arr), codegen
-
-
-@njit(cache=True, inline="always")
-def write_obs(i, L, last_status, P, o_task, o_round, o_budget, o_cand, o_evid, o_tools, o_status, o_last, o_mask):
-    """Lane ``i``'s observation from its record ``L``: candidates ranked by the termination score (ids never
-    shown)."""
-    env = P.env
-    st_i, st_f, ev, order = L.st_i, L.st_f, L.ev, L.order
-    nans = st_i[I_NANS]
-    for c in range(4):
-        o_task[i, c] = 0.0
-    o_task[i, st_i[I_DOMAIN]] = 1.0
-    o_task[i, 4] = 1.0 if nans == NUM_ANSWERS else 0.0
-    o_task[i, 5] = 1.0 - o_task[i, 4]
-    o_task[i, 6] = nans / NUM_ANSWERS
-    o_task[i, 7] = st_f[F_QTOK] / 1000.0
-    o_round[i, 0] = st_i[I_ROUND]
-    o_round[i, 1] = env[E_MAX_ROUNDS] - st_i[I_ROUND]
-    o_budget[i, 0] = st_f[F_TOKENS]
-    o_budget[i, 1] = st_f[F_COST]
-    o_budget[i, 2] = st_f[F_USD]
-    o_budget[i, 3] = st_f[F_LAT]
-    # the answers with support, in first-seen order (``order``), ranked by score, earliest first on ties: one
-    # insertion pass keeps the top NUM_CANDIDATES positions of ``order`` in the lane's ``scratch`` (free outside
-    # a call)
-    distinct = st_i[I_SEQ]
-    top = L.scratch
-    n_top = 0
-    for j in range(distinct):
-        sj = ev[order[j], E_SCORE]
-        p = n_top
-        while p > 0 and sj > ev[order[top[p - 1]], E_SCORE]:
-            p -= 1
-        if p < NUM_CANDIDATES:
-            n_top = min(n_top + 1, NUM_CANDIDATES)
-            for q in range(n_top - 1, p, -1):
-                top[q] = top[q - 1]
-            top[p] = j
-    for c in range(NUM_CANDIDATES):
-        for f in range(CAND_FEATURES):
-            o_cand[i, c, f] = 0.0
-        if c < n_top:
-            a = order[top[c]]
-            o_cand[i, c, 0] = 1.0
-            o_cand[i, c, 1] = ev[a, E_SCORE]
-            o_cand[i, c, 2] = ev[a, E_SUPPORT]
-            o_cand[i, c, 3] = ev[a, E_FLAGS]
-            o_cand[i, c, 4] = ev[a, E_CONFIRMS]
-    o_evid[i, 0] = st_i[I_NOK]
-    o_evid[i, 1] = distinct
-    o_evid[i, 2] = 1.0 if distinct == 0 else 0.0
-    for t in range(NUM_TOOLS):
-        o_tools[i, t] = L.counts_t[t]
-    for s in range(NUM_STATUSES):
-        o_status[i, s] = L.counts_s[s]
-    allowed = int(env[E_SLOTS])
-    has_lead = 1 if distinct > 0 else 0
-    # the mask's static part (stop, models, empty slots, slots past max_parallel) is written once at
-    # allocation (``static_action_mask``); only the entries that depend on a leading answer change
-    j = 2
-    for k in range(P.slots):
-        if k < allowed:
-            o_mask[i, j + _CR] = has_lead
-        jt = j + NUM_TOOLS + 1 + P.nm
-        o_mask[i, jt + 1] = has_lead
-        o_mask[i, jt + 2] = has_lead
-        j = jt + NUM_TARGETS
-        o_last[i, k] = last_status[i, k]
 
 
 @njit(cache=True, error_model=ERROR_MODEL)
@@ -192,3 +103,52 @@ def step_lanes_parallel(actions, reset_first, done, lanes, last_status, call_i, 
         _step_range(c * n // chunks, (c + 1) * n // chunks, actions, reset_first, done, lanes, last_status, call_i,
                     call_f, rows, row_cdf, params, o_task, o_round, o_budget, o_cand, o_evid, o_tools, o_status,
                     o_last, o_mask)
+
+
+# ---- one lane, a phase at a time: the real-tools env's calls (``parasim.envs.real_source``) ----
+
+@njit(cache=True, error_model=ERROR_MODEL)
+def begin_one(lanes, last_status, call_i, call_f, rows, params, row, z, o_task, o_round, o_budget, o_cand, o_evid,
+              o_tools, o_status, o_last, o_mask):
+    """Begin lane 0's episode on row ``row`` of ``rows`` with difficulty ``z`` and write its observation."""
+    lanes, last_status, rows = borrowed(lanes), borrowed(last_status), borrowed(rows)
+    P = params[0]
+    L = lanes[0]
+    begin_episode(L, 0, last_status, P, row, rows[row], z)
+    write_obs(0, L, last_status, P, o_task, o_round, o_budget, o_cand, o_evid, o_tools, o_status, o_last, o_mask)
+
+
+@njit(cache=True, error_model=ERROR_MODEL)
+def plan_one(actions, lanes, last_status, call_i, call_f, params):
+    """Phase (a) of lane 0's round (``plan_round``); returns the round-start leading answer id (-1 none)."""
+    actions, lanes, last_status = borrowed(actions), borrowed(lanes), borrowed(last_status)
+    call_i, call_f = borrowed(call_i), borrowed(call_f)
+    lead, _ctx = plan_round(lanes[0], 0, last_status, call_i, call_f, params[0], actions)
+    return lead
+
+
+@njit(cache=True, error_model=ERROR_MODEL)
+def apply_one(actions, lanes, last_status, call_i, call_f, rows, params, o_task, o_round, o_budget, o_cand, o_evid,
+              o_tools, o_status, o_last, o_mask):
+    """Phase (c) of lane 0's round (``apply_round``) and its observation; True when the round limit ends it."""
+    actions, lanes, last_status = borrowed(actions), borrowed(lanes), borrowed(last_status)
+    call_i, call_f, rows = borrowed(call_i), borrowed(call_f), borrowed(rows)
+    P = params[0]
+    L = lanes[0]
+    ended = apply_round(L, 0, last_status, call_i, call_f, rows[L.st_i[I_ROW]], P, actions)
+    write_obs(0, L, last_status, P, o_task, o_round, o_budget, o_cand, o_evid, o_tools, o_status, o_last, o_mask)
+    return ended
+
+
+@njit(cache=True, error_model=ERROR_MODEL)
+def end_one(lanes, last_status, params, ended_final, answer, outcome, usd, latency_s, o_task, o_round, o_budget,
+            o_cand, o_evid, o_tools, o_status, o_last, o_mask):
+    """End lane 0's episode (``end_episode``) with the call source's answer id and verdict, adding what the
+    termination call itself cost (``usd``, ``latency_s``: 0 in simulation), and write its observation."""
+    lanes, last_status = borrowed(lanes), borrowed(last_status)
+    P = params[0]
+    L = lanes[0]
+    end_episode(L, P, ended_final, answer, outcome)
+    L.st_f[F_USD] += usd
+    L.st_f[F_LAT] += latency_s
+    write_obs(0, L, last_status, P, o_task, o_round, o_budget, o_cand, o_evid, o_tools, o_status, o_last, o_mask)

@@ -1,0 +1,140 @@
+"""The call sources of ParaOrch-v0: who answers a round's calls, behind one small interface.
+
+``ParaOrchEnv`` holds one ``CallSource``. Both sources keep the episode in a lane record and write the observation
+with the same compiled rules (``parasim.sim.rules``: slot validation, evidence and the vote, accounting, the
+round limit, the observation encoding), so the env itself only checks actions, scores the trajectory row (gathered
+from the lane record by ``parasim.sim.gather.trajectory_fields``) and renders:
+
+  - ``SimSource`` (``tools="sim"``): a one-lane ``Simulator``, whose one compiled step runs plan -> simulated
+    calls -> apply, exactly as each lane of the vector env does.
+  - ``RealSource`` (``tools="real"``, ``parasim.envs.real_source``): the same plan and apply, with the calls run
+    on a ``RealEpisodeEngine`` in between.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import numpy as np
+
+from parasim.envs.render import RoundRecord, SimRound, sim_round
+from parasim.sim import Simulator
+from parasim.sim.kernel import I_ROUND
+from parasim.sim.state import ObsBuffers
+
+RESET_OPTIONS = ("task_index", "task_seed")  # the simulated env's reset options (the vector env adds reset_mask)
+
+
+def task_options(options: dict[str, Any] | None, num_tasks: int, lanes: int | None) -> tuple[Any, Any]:
+    """``options["task_index"]`` and ``options["task_seed"]`` validated (None where absent): ints for a single env
+    (``lanes`` None), int arrays of shape [lanes] for a vector env. Bad values are caller bugs and raise."""
+    out = []
+    for key, high in (("task_index", num_tasks), ("task_seed", 2**63)):
+        value = (options or {}).get(key)
+        if value is None:
+            out.append(None)
+            continue
+        arr = np.asarray(value)
+        shape = () if lanes is None else (lanes,)
+        what = "an integer" if lanes is None else f"an integer array of shape ({lanes},)"
+        if arr.shape != shape or arr.dtype.kind not in "iu" or (arr.size and not (0 <= arr.min() and arr.max() < high)):
+            raise ValueError(f"options[{key!r}]: expected {what} with values in [0, {high}), got {value!r}")
+        out.append(arr.reshape(-1).astype(np.int64))
+    return out[0], out[1]
+
+
+class CallSource(Protocol):
+    """What ``ParaOrchEnv`` calls; ``obs`` and ``lanes`` are lane 0's observation buffers and lane records, written
+    in place by the compiled rules."""
+
+    tools: str  # "sim" or "real"
+    nondeterministic: bool  # real latencies and sampling are not reproducible
+    reset_options: tuple[str, ...]
+    model_names: tuple[str, ...]
+    nvec: np.ndarray
+    slots: int
+    max_rounds: int
+    obs: ObsBuffers
+    lanes: np.ndarray
+
+    @property
+    def num_tasks(self) -> int:
+        """Valid ``task_index`` values are ``0 .. num_tasks - 1``."""
+        ...
+
+    def task_weights(self) -> np.ndarray:
+        """Each task index's probability when the source draws a task itself (float64[num_tasks])."""
+        ...
+
+    def reset(self, seed: int | None, options: dict[str, Any]) -> dict[str, Any]:
+        """Begin an episode (``seed``: restart the source's streams; None continues them); returns the reset info."""
+        ...
+
+    def play(self, action: np.ndarray, record: bool) -> tuple[bool, dict[str, Any], Any]:
+        """One manager turn (stop, or a round); returns (episode over, step info, the round's board record or None;
+        a record only when ``record``)."""
+        ...
+
+    def terminal_info(self) -> dict[str, Any]:
+        """What the terminal step's info adds besides reward and trajectory: ``task_index``, ``benchmark``, ..."""
+        ...
+
+    def answer_label(self) -> str:
+        """The final answer as the board shows it."""
+        ...
+
+    def board_rounds(self, records: Sequence[Any]) -> tuple[RoundRecord, ...]:
+        """The board's rounds from the records ``play`` returned."""
+        ...
+
+    def board_extras(self) -> dict[str, Any]:
+        """What only this source can show on the board (``Board`` fields: question, candidate labels)."""
+        ...
+
+
+class SimSource:
+    """Simulated tools: one lane of the compiled simulator."""
+
+    tools = "sim"
+    nondeterministic = False
+    reset_options = RESET_OPTIONS
+
+    def __init__(self, sim: Simulator) -> None:
+        self.sim = sim
+        self.model_names: tuple[str, ...] = tuple(sim.pool.model_names[:-1])
+        self.nvec, self.slots, self.max_rounds = sim.nvec, sim.slots, int(sim.env[0])
+        self.obs, self.lanes = sim.obs, sim.lane_records
+        self._act = np.zeros((1, len(sim.nvec)), np.int64)
+        self._keep = np.zeros(1, np.uint8)
+
+    @property
+    def num_tasks(self) -> int:
+        return self.sim.num_tasks
+
+    def task_weights(self) -> np.ndarray:
+        return self.sim.task_weights()
+
+    def reset(self, seed: int | None, options: dict[str, Any]) -> dict[str, Any]:
+        rows, task_seeds = task_options(options, self.num_tasks, None)
+        if seed is not None:
+            self.sim.seed([seed])
+        self.sim.reset(None, rows, task_seeds)
+        return {}
+
+    def play(self, action: np.ndarray, record: bool) -> tuple[bool, dict[str, Any], SimRound | None]:
+        self._act[0] = action
+        done = bool(self.sim.step(self._act, self._keep)[0])
+        ran = record and action[0] != 1  # a stop runs no round
+        return done, {}, (int(self.sim.state.st_i[0, I_ROUND]), action.copy(), self.sim.last_round(0)) if ran else None
+
+    def terminal_info(self) -> dict[str, Any]:
+        return {k: int(v) for k, v in self.sim.tasks(0).items()}
+
+    def answer_label(self) -> str:
+        return f"#{int(self.sim.final_answers()[0])}"
+
+    def board_rounds(self, records: Sequence[SimRound]) -> tuple[RoundRecord, ...]:
+        return tuple(sim_round(*r, self.model_names) for r in records)
+
+    def board_extras(self) -> dict[str, Any]:
+        return {}

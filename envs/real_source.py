@@ -1,0 +1,288 @@
+"""The real-tools call source of ParaOrch-v0: ``gym.make("ParaOrch-v0", tools="real", engine=RealEpisodeEngine(...))``.
+
+The episode's rules are the simulator's own compiled functions (``parasim.sim.rules`` through the one-lane entry
+points of ``parasim.sim.step``) over a one-lane state, the parameter record of the engine's model ids and the row
+record of the task (``parasim.envs.real_evidence``). A round: ``plan_one`` gives each slot its protocol status or
+lets it run and returns the round-start leading answer; this module builds the ``ToolCall`` of each runnable slot,
+the engine runs them concurrently, and each ``CallResult`` becomes the slot's outcome record (status, kind, answer
+id, tokens, latency, USD, cost units); ``apply_one`` then scores the evidence, does the accounting and writes the
+observation. The model dimension indexes the engine's ``model_names`` (its endpoint ids). What each slot becomes:
+  - target 0: the question, fresh context;
+  - target 1: the question with the leading candidate's answer, and the output of the call that first gave it as
+    carried context (the call may copy it, as in the simulator);
+  - target 2 (critical_reviewer only): "verify this answer", the leading answer with the same context;
+  - ``python`` runs the last program in the trajectory (the carried call's with target 1), else the question
+    text, which fails as code: a structured manager cannot write programs; ``search`` queries the question
+    (with the leading answer for target 1).
+A result's answer is the agent's ``extra["answer"]`` (also a basic tool's, when its tool gives one), else
+python's last output line; texts that verify as equal share an id (``AnswerIds``); a reviewer's verdict
+(``extra["flagged"]``) flags or confirms the round-start lead. Search passages are no answer.
+
+On stop or after ``max_rounds`` rounds the engine's ``finish()`` writes and verifies the final answer (the outcome);
+the trajectory row is the lane's (the same gather as the simulator's), with the termination call's latency and USD
+added. Real latencies and sampling are not reproducible, so the env's spec says ``nondeterministic=True``; a seeded
+reset still draws the same task. ``pool`` is the prior behind the vote weights and the manager's token rates.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from parasim.envs.real_evidence import AnswerIds, answer_kind, real_params, task_row
+from parasim.envs.render import CallRecord, RoundRecord, model_label
+from parasim.pools import load_pool
+from parasim.protocol.engine import TaskView
+from parasim.protocol.schema import CallResult, Domain, Status, Tool, ToolCall
+from parasim.real import prompts
+from parasim.sim import TARGET_CARRY, TARGET_QUESTION, TARGET_VERIFY
+from parasim.sim.kernel import (
+    C_ANSWER,
+    C_COST,
+    C_KIND,
+    C_LAT,
+    C_TOK_IN,
+    C_TOK_OUT,
+    C_USD,
+    F_USD,
+    I_EPISODE,
+    I_ROUND,
+    I_SEQ,
+    NO_CALL,
+    NUM_CANDIDATES,
+    OUT_ANSWER,
+    OUT_CONFIRM,
+    OUT_FLAG,
+    OUT_NONE,
+)
+from parasim.sim.rules import PENDING
+from parasim.sim.state import action_nvec, action_slot, allocate_lanes, allocate_obs
+from parasim.sim.step import apply_one, begin_one, end_one, plan_one
+from parasim.sim.tables import E_MAX_ROUNDS, E_SERIAL, E_SLOTS, E_TOKEN_BUDGET, NUM_ENV_PARAMS, build_tables
+from parasim.tasks import BENCHMARK_INDEX, GENERIC, load_suite
+
+# reset options: a task (or its dict) to play, or an index into the engine's list; ``task_seed`` is taken for parity
+# with the simulated env (GRPO groups pass it), and a real task has no hidden draws for it to key
+REAL_RESET_OPTIONS = ("task", "task_index", "task_seed")
+
+
+def real_task_info(engine: Any, view: TaskView) -> dict[str, int]:
+    """``task_index`` and ``benchmark`` of a real-tools engine's current task, named as the simulated env's terminal
+    info names them, so trainers read both envs alike: the index of ``engine.task`` in ``engine.tasks`` (-1 when
+    the engine has no task list or the task is not in it) and the benchmark's index in ``parasim.tasks.BENCHMARKS``
+    (the task's ``benchmark`` name; the generic benchmark of the view's domain for engines whose tasks carry none).
+    """
+    task = getattr(engine, "task", None)
+    tasks = list(getattr(engine, "tasks", None) or ())
+    index = next((i for i, t in enumerate(tasks) if t is task), -1)
+    if index < 0 and task is not None and task in tasks:  # an equal task passed by value
+        index = tasks.index(task)
+    name = getattr(task, "benchmark", None)
+    benchmark = BENCHMARK_INDEX[name] if name in BENCHMARK_INDEX else GENERIC[Domain(view.domain)]
+    return {"task_index": index, "benchmark": benchmark}
+
+
+def call_answer(call: ToolCall, res: CallResult) -> str | None:
+    """The answer an OK call gave: ``extra["answer"]`` when the tool gives one, else python's last output line; None
+    for the reviewer (a verdict), search passages and an agent result without an answer."""
+    if call.tool is Tool.CRITICAL_REVIEWER:
+        return None
+    answer = res.extra.get("answer")
+    if isinstance(answer, str):
+        return answer
+    if call.tool is Tool.PYTHON:
+        lines = [ln.strip() for ln in res.output.splitlines() if ln.strip()]
+        return lines[-1] if lines else ""
+    return None
+
+
+def call_result_text(call: ToolCall, res: CallResult) -> str:
+    """The board's result column of a call that ran: its answer or verdict, or why it failed."""
+    if res.status is not Status.OK:
+        return res.detail
+    if call.tool is Tool.CRITICAL_REVIEWER:
+        flagged = res.extra.get("flagged")
+        return ("flag" if flagged else "confirm") if isinstance(flagged, bool) else ""
+    answer = call_answer(call, res)
+    if answer is None:
+        return "passages" if call.tool is Tool.SEARCH else ""
+    return repr(answer)
+
+
+class RealSource:
+    """Real tools: the rules' one-lane state, the calls run on ``engine`` (see the module docstring)."""
+
+    tools = "real"
+    nondeterministic = True
+    reset_options = REAL_RESET_OPTIONS
+
+    def __init__(self, engine: Any, *, pool: Any, suite: Any, max_rounds: int, max_parallel: int, serial: bool,
+                 token_budget: float | None) -> None:
+        self.engine = engine
+        self.model_names: tuple[str, ...] = tuple(engine.model_names)
+        if not self.model_names:
+            raise ValueError("engine: its model_names is empty; the action's model dimension needs at least one")
+        self.pool = load_pool(pool)
+        self.slots, self.max_rounds = max_parallel, max_rounds
+        env = np.zeros(NUM_ENV_PARAMS)
+        env[E_MAX_ROUNDS], env[E_SLOTS], env[E_SERIAL] = max_rounds, max_parallel, float(serial)
+        env[E_TOKEN_BUDGET] = np.inf if token_budget is None else token_budget
+        self.params = real_params(self.pool, build_tables(self.pool, load_suite(suite)), self.model_names, env,
+                                  self.slots)
+        self.nvec = action_nvec(self.slots, len(self.model_names))
+        self._state = allocate_lanes(1, self.slots)
+        self.lanes = self._state.lanes
+        self.obs = allocate_obs(1, self.slots, len(self.model_names))
+        self._act = np.zeros((1, len(self.nvec)), np.int64)
+        self.rows = task_row(TaskView("", "", 0), 0, None)
+        self.task: TaskView | None = None
+        self.ids = AnswerIds(answer_kind(0, 0), ())
+        self.calls: list[ToolCall] = []  # every call sent to the engine, in its order (targets index these)
+        self.results: list[CallResult] = []
+        self.outcome: Any = None
+
+    @property
+    def num_tasks(self) -> int:
+        """Tasks in the engine's list: the valid ``task_index`` values are ``0 .. num_tasks - 1``."""
+        return len(getattr(self.engine, "tasks", None) or ())
+
+    def task_weights(self) -> np.ndarray:
+        """Uniform over the engine's task list (float64), the engine's own draw."""
+        n = self.num_tasks
+        if n == 0:
+            raise ValueError("task_weights: the engine has no task list (pass tasks, or reset with options['task'])")
+        return np.full(n, 1.0 / n)
+
+    def reset(self, seed: int | None, options: dict[str, Any]) -> dict[str, Any]:
+        self.task = view = self.engine.reset(seed=seed, options=options)
+        real_task = getattr(self.engine, "task", None)
+        self.rows = task_row(view, real_task_info(self.engine, view)["benchmark"],
+                             getattr(real_task, "difficulty", None))
+        self.ids = AnswerIds(answer_kind(view.domain, len(view.options)), view.options)
+        self.calls, self.results, self.outcome = [], [], None
+        if seed is not None:
+            self.lanes["st_i"][0, I_EPISODE] = 0  # episodes count from 1 after a seed, as the simulator's lanes
+        begin_one(*self._state, self.rows, self.params, 0, float(self.rows["z"][0]), *self.obs)
+        return {"task": view}
+
+    # ------------------------------------------------------------------------------------------ a turn
+    def play(self, action: np.ndarray, record: bool) -> tuple[bool, dict[str, Any], RoundRecord | None]:
+        if action[0] == 1:
+            self._finish(ended_final=True)
+            return True, {}, None
+        self._act[0] = action
+        lanes, last_status, call_i, call_f = self._state
+        lead = int(plan_one(self._act, lanes, last_status, call_i, call_f, self.params))
+        slots = np.flatnonzero(last_status[0] == PENDING).tolist()
+        calls = [self._tool_call(*self._slot(action, k), lead) for k in slots]
+        first = len(self.calls)
+        results = list(self.engine.run_round(calls, action=[int(x) for x in action], slots=slots))
+        if len(results) != len(calls):
+            raise RuntimeError(f"engine.run_round: expected {len(calls)} results (one per call), got {len(results)}")
+        for j, (k, call, res) in enumerate(zip(slots, calls, results)):
+            self._outcome_record(k, call, res, lead, first + j)
+        self.calls += calls
+        self.results += results
+        over = bool(apply_one(self._act, *self._state, self.rows, self.params, *self.obs))
+        rec = self._round_record(action, dict(zip(slots, zip(calls, results)))) if record else None
+        if over:
+            self._finish(ended_final=False)
+        return over, {"calls": calls, "results": results}, rec
+
+    def _slot(self, action: np.ndarray, k: int) -> tuple[Tool, int, int]:
+        tool, model, target = action_slot(action, k)
+        return Tool(tool), model if Tool(tool).is_agent else -1, target
+
+    def _outcome_record(self, k: int, call: ToolCall, res: CallResult, lead: int, index: int) -> None:
+        """Slot ``k``'s outcome record from its ``CallResult`` (``index``: the call's place in the episode)."""
+        kind, answer = OUT_NONE, -1
+        if res.status is Status.OK:
+            if call.tool is Tool.CRITICAL_REVIEWER:
+                flagged = res.extra.get("flagged")
+                if isinstance(flagged, bool) and lead >= 0:
+                    kind, answer = (OUT_FLAG if flagged else OUT_CONFIRM), lead
+            else:
+                text = call_answer(call, res)
+                answer = -1 if text is None else self.ids.id_for(text, index)
+                kind = OUT_ANSWER if answer >= 0 else OUT_NONE
+        _lanes, last_status, call_i, call_f = self._state
+        last_status[0, k] = int(res.status)
+        call_i[0, k, C_KIND], call_i[0, k, C_ANSWER] = kind, answer
+        rec = call_f[0, k]
+        rec[C_TOK_IN], rec[C_TOK_OUT], rec[C_LAT] = res.tokens_in, res.tokens_out, res.latency_s
+        rec[C_USD], rec[C_COST] = res.usd, res.cost_units
+
+    def _tool_call(self, tool: Tool, model: int, target: int, lead: int) -> ToolCall:
+        """The ``ToolCall`` of a well-formed slot (see the module docstring for what each target means)."""
+        assert self.task is not None
+        question = self.task.question
+        model_id = self.model_names[model] if model >= 0 else ""
+        lead_text = self.ids.texts[lead] if lead >= 0 else ""
+        source = self.ids.sources[lead] if lead >= 0 else -1
+        if tool is Tool.PYTHON:
+            carried = self.results[source].output if target == TARGET_CARRY and lead >= 0 else ""
+            program = prompts.extract_code(carried) or self._last_program() or question
+            return ToolCall(tool, "", program)
+        if target == TARGET_QUESTION or lead < 0:
+            return ToolCall(tool, model_id, question)
+        if tool is Tool.SEARCH:
+            return ToolCall(tool, "", f"{question} {lead_text}")
+        if target == TARGET_VERIFY:
+            return ToolCall(tool, model_id, f"Verify this answer: {lead_text}", target=source)
+        return ToolCall(tool, model_id, f"An earlier call answered {lead_text} (its work is below); solve the "
+                        "question, using or correcting it.", target=source)
+
+    def _last_program(self) -> str | None:
+        for res in reversed(self.results):
+            code = prompts.extract_code(res.output) if res.status is Status.OK else None
+            if code:
+                return code
+        return None
+
+    def _finish(self, ended_final: bool) -> None:
+        """The engine's ``finish()`` answers and verifies; its answer's id (-1 if no call gave it) and the
+        termination call's own latency and USD (what the engine counts beyond the calls) end the lane."""
+        self.outcome = outcome = self.engine.finish()
+        synthesis = getattr(self.engine, "last_synthesis", None)
+        latency = float(getattr(synthesis, "latency_s", 0.0))
+        lane_usd = float(self.lanes["st_f"][0, F_USD])
+        usd = max(0.0, float(outcome.trajectory.get("usd", lane_usd)) - lane_usd)
+        answer = self.ids.find(outcome.answer) if outcome.answer else -1
+        end_one(self.lanes, self._state.last_status, self.params, int(ended_final), answer,
+                1.0 if outcome.correct else 0.0, usd, latency, *self.obs)
+
+    # --------------------------------------------------------------------------------------- info, board
+    def terminal_info(self) -> dict[str, Any]:
+        assert self.task is not None
+        return {"answer": self.outcome.answer, "correct": bool(self.outcome.correct),
+                **real_task_info(self.engine, self.task)}
+
+    def answer_label(self) -> str:
+        return repr(self.outcome.answer)
+
+    def _round_record(self, action: np.ndarray, ran: dict[int, tuple[ToolCall, CallResult]]) -> RoundRecord:
+        """The board's record of the round just run."""
+        last_status = self._state.last_status[0]
+        calls = []
+        for k in np.flatnonzero(last_status != NO_CALL).tolist():
+            tool, model, target = action_slot(action, k)
+            label = model_label(tool, model, self.model_names)
+            if k not in ran:  # a protocol status, given without a call
+                calls.append(CallRecord(k, tool, label, target, int(last_status[k])))
+                continue
+            call, res = ran[k]
+            calls.append(CallRecord(k, tool, label, target, int(res.status), call_result_text(call, res),
+                                    float(res.tokens_out), float(res.latency_s)))
+        return RoundRecord(int(self.lanes["st_i"][0, I_ROUND]), tuple(calls))
+
+    def board_rounds(self, records: Sequence[RoundRecord]) -> tuple[RoundRecord, ...]:
+        return tuple(records)
+
+    def board_extras(self) -> dict[str, Any]:
+        """The question and the shown candidates' answers (their ids in rank order: ``write_obs`` leaves the
+        candidates' positions in first-seen order in the lane's ``scratch``)."""
+        shown = min(int(self.lanes["st_i"][0, I_SEQ]), NUM_CANDIDATES)
+        ids = [int(self.lanes["order"][0, p]) for p in self.lanes["scratch"][0, :shown]]
+        return {"question": self.task.question if self.task else None,
+                "candidate_labels": tuple(repr(self.ids.texts[a]) for a in ids)}
