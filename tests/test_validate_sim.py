@@ -77,7 +77,9 @@ def test_real_env_logs_episodes_and_validate_sim_reports_them(backend, tmp_path:
     assert (out / "validate_sim.png").read_bytes()[:4] == b"\x89PNG"
     assert report["episodes"] == 6 and report["calls"] == len(calls) and report["replicas"] == 8
     assert report["pool"]["source"] == "fitted" and {"good", "other", "split"} <= set(report["pool"]["models"])
-    assert report["actions"] == "rebuilt from the calls" and report["slots"] == K
+    # the structured env passes each round's action and each call's slot to the engine's log
+    assert all(len(r["action"]) == 1 + 3 * K for e in episodes for r in e["rounds"])
+    assert report["actions"] == "logged" and report["slots"] == K
     assert set(report["benchmarks"]) == {"generic_math", "AMC", "GPQA", "all"}
     pooled = report["benchmarks"]["all"]
     assert pooled["episodes"] == 6 and pooled["tasks"] == 3 and pooled["resampled_by"] == "task"
