@@ -42,7 +42,14 @@ def _graph() -> dict[str, set[str]]:
                 names = [a.name for a in node.names]
             else:
                 continue
-            deps.update(n for n in names if n in mods and n not in (name, "parasim"))
+            for n in names:
+                # importing a.b.c runs a.b's __init__ first: an edge to every enclosing package but the root, except
+                # the importer's own packages (already initializing when it runs)
+                parts = n.split(".")
+                for k in range(2, len(parts) + 1):
+                    dep = ".".join(parts[:k])
+                    if dep in mods and dep != name and not name.startswith(dep + "."):
+                        deps.add(dep)
         graph[name] = deps
     return graph
 

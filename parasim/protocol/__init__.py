@@ -1,26 +1,30 @@
 """The orchestration protocol: tool set, statuses, call records (``schema``), the episode engine
-interface (``engine``), the tool list and system prompt (``tool_schema``) and the text parser."""
-from parasim.protocol.engine import EpisodeEngine, EpisodeOutcome, TaskView
-from parasim.protocol.parser import BlockError, ParsedRound, parse_tool_calls
-from parasim.protocol.schema import (
-    AGENT_TOOLS,
-    BASIC_TOOLS,
-    MAX_PARALLEL,
-    MAX_ROUNDS,
-    NUM_DOMAINS,
-    NUM_STATUSES,
-    NUM_TOOLS,
-    PROTOCOL_FAILURES,
-    CallResult,
-    Domain,
-    Status,
-    Tool,
-    ToolCall,
-)
-from parasim.protocol.tool_schema import render_system_prompt, tool_list
+interface (``engine``), the tool list and system prompt (``tool_schema``) and the text parser.
 
-__all__ = [
-    "AGENT_TOOLS", "BASIC_TOOLS", "MAX_PARALLEL", "MAX_ROUNDS", "NUM_DOMAINS", "NUM_STATUSES",
-    "NUM_TOOLS", "PROTOCOL_FAILURES", "BlockError", "CallResult", "Domain", "EpisodeEngine", "EpisodeOutcome",
-    "ParsedRound", "Status", "TaskView", "Tool", "ToolCall", "parse_tool_calls", "render_system_prompt", "tool_list",
-]
+Names resolve lazily (PEP 562): importing ``parasim.protocol.schema`` runs this file first, and an eager import of
+the parser here would pull in the tool spec and the pool-file checks that themselves need ``schema``: a cycle.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_SCHEMA = ("AGENT_TOOLS", "BASIC_TOOLS", "MAX_PARALLEL", "MAX_ROUNDS", "NUM_DOMAINS", "NUM_STATUSES", "NUM_TOOLS",
+           "PROTOCOL_FAILURES", "CallResult", "Domain", "Status", "Tool", "ToolCall")
+_LAZY: dict[str, str] = {
+    **{name: "parasim.protocol.schema" for name in _SCHEMA},
+    **{name: "parasim.protocol.engine" for name in ("EpisodeEngine", "EpisodeOutcome", "TaskView")},
+    **{name: "parasim.protocol.parser" for name in ("BlockError", "ParsedRound", "parse_tool_calls")},
+    **{name: "parasim.protocol.tool_schema" for name in ("render_system_prompt", "tool_list")},
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'parasim.protocol' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
