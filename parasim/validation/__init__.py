@@ -15,7 +15,7 @@ from typing import Any
 
 from parasim.config_fields import opt, validate
 from parasim.pools import PoolSpec, load_pool, parse_pool
-from parasim.validation.compare import compare, figures, flagged
+from parasim.validation.compare import chance_rate, compare, figures, flagged
 from parasim.validation.logs import LogError, Logs, read_logs, slot_count
 from parasim.validation.replay import model_indices, real_metrics, replay
 
@@ -84,7 +84,7 @@ def validate_sim(logs_path: str | Path, cfg: ValidateSimConfig) -> dict[str, Any
                    "adapted_share": sim.adapted / sim.slots if sim.slots else 0.0},
         "benchmarks": groups, "notes": list(logs.notes),
         "summary": {"figures": judged, "flagged": len(bad), "flagged_figures": bad,
-                    "expected_by_chance": round(max(1 - cfg.level, 2 / (cfg.replicas + 1)) * judged, 2)},
+                    "expected_by_chance": round(chance_rate(cfg.level, cfg.replicas) * judged, 2)},
     }
 
 

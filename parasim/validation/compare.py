@@ -8,16 +8,19 @@ calls' accuracy (right / graded answers).
 Replica r of the log (replica r of every episode) is one simulated version of the whole log, so its figure f_r is
 what the real figure would be if the simulator were right. The verdict is that predictive check: the real figure's
 two-sided mid-p among the f_r, p = 2 min(P(f < real) + P(f = real) / 2, P(f > real) + P(f = real) / 2), and the
-figure is ``consistent`` when p >= 1 - level. It covers rare events (a status no real call had: replicas show
-zeros too) and every simulated source of noise, including the hidden difficulty of each task (replicas draw it,
-shared by the task's episodes). With R replicas a real figure outside all of them has p = 0 and, under a right
-simulator, that happens with probability 2 / (R + 1), so at least 40 replicas make the check about as strict as its
-level (the summary gives the expected number of chance flags). ``sim_range`` is the replicas' central ``level``
-interval, ``sim`` their mean. The real figure's own interval ``real_ci`` is a bootstrap over the benchmark's tasks
-(episodes of one task resampled together), over episodes when the benchmark has a single task.
+figure is ``consistent`` when p >= 1 - level (``is_consistent``). It covers rare events (a status no real call
+had: replicas show zeros too) and every simulated source of noise, including the hidden difficulty of each task
+(replicas draw it, shared by the task's episodes). Under a right simulator the real figure's rank among the R
+replicas is uniform, so it is flagged with probability ``chance_rate`` = 2 ceil((1 - level) R / 2) / (R + 1) (exact
+without ties, ties only raise p): 2 / 41 with 40 replicas at level 0.95, a real figure outside all of them. With
+fewer than 39 replicas that alone is likelier than 1 - level, so chance flags exceed the level (the summary gives
+their expected number). ``sim_range`` is the replicas' central ``level`` interval, ``sim`` their mean. The real
+figure's own interval ``real_ci`` is a bootstrap over the benchmark's tasks (episodes of one task resampled
+together), over episodes when the benchmark has a single task.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +31,9 @@ from parasim.protocol.schema import Tool
 from parasim.validation.replay import STATUS_GROUPS, EpisodeMetrics
 
 HEADLINE = ("accuracy", "tokens", "cost_units", "usd", "latency_s", "call_accuracy")
+# p is a multiple of 1 / R; 1 - level is not exact in binary (1 - 0.95 = 0.05000000000000004), so without this slack
+# a p of exactly 1 - level (40 replicas, one beyond the real figure) was flagged, nearly doubling the chance rate
+_P_SLACK = 1e-9
 
 
 @dataclass(frozen=True)
@@ -89,6 +95,19 @@ def predictive_p(real: float, replicas: np.ndarray) -> float | None:
     return float(min(1.0, 2 * min(below.mean() + tie, above.mean() + tie)))
 
 
+def is_consistent(p: float, level: float) -> bool:
+    """The predictive check's verdict: ``p`` >= 1 - ``level``, a p of exactly 1 - level included."""
+    return p >= 1 - level - _P_SLACK
+
+
+def chance_rate(level: float, replicas: int) -> float:
+    """The probability that a figure is flagged under a right simulator (module docstring): the real figure's rank
+    among ``replicas`` exchangeable draws is uniform over R + 1 places, and a place with k replicas beyond it on its
+    nearer side has p = 2k / R (without ties)."""
+    places = math.ceil((1 - level) * replicas / 2 - _P_SLACK)
+    return min(1.0, 2 * places / (replicas + 1))
+
+
 def compare_group(figs: list[Figure], rows: np.ndarray, clusters: np.ndarray, *, level: float, draws: int,
                   rng: np.random.Generator) -> dict[str, Any]:
     """The figures over episodes ``rows``; ``clusters`` are the episodes' task ids (as ints), for ``real_ci``."""
@@ -112,7 +131,8 @@ def compare_group(figs: list[Figure], rows: np.ndarray, clusters: np.ndarray, *,
         p = predictive_p(real, per_replica)
         metrics[f.name] = {"real": _value(real), "real_ci": _interval(_ratio(weights @ num_r, weights @ den_r), level),
                            "sim": _value(sim), "sim_range": _interval(per_replica, level),
-                           "diff": _value(sim - real), "p": p, "consistent": None if p is None else p >= 1 - level}
+                           "diff": _value(sim - real), "p": p,
+                           "consistent": None if p is None else is_consistent(p, level)}
     return {"episodes": int(len(rows)), "tasks": int(len(ids)), "resampled_by": by, "metrics": metrics}
 
 

@@ -14,8 +14,10 @@ real side is never refused there, every replica would be biased the same way. So
 (``Replay.adapted``): a carry (target 1) asks the question fresh (target 0), a review of no answer is left out.
 Slots the env itself refused (logged actions) are replayed as logged.
 
-Replicas of one task share its hidden difficulty draw (a task stream keyed by the task and the replica), as repeated
-real episodes on one task share its real difficulty; a logged difficulty is used as is.
+Replica r of every episode of one task shares the task's hidden draws (difficulty, per-(task, model) effects,
+preferred wrong answers: a task stream keyed by the task and the replica), as repeated real episodes on one task share
+the real task; other replicas draw their own, so the replicas' spread covers which tasks the log holds. A logged
+difficulty is used as is; the model effects are always drawn.
 
 Measured per episode, on both sides, from the per-call records: outcome (the final answer is right), tool-output
 tokens (the calls' ``tokens_out``), cost units and USD of the calls, latency (the sum over rounds of the slowest call,
