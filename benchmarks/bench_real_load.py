@@ -1,6 +1,6 @@
 """Calls per second of the real-tools backend under load: 64 concurrent episodes x 4 parallel calls x 3 rounds, plus
 each episode's termination call, against the scripted OpenAI-compatible server on loopback
-(``parasim.real.fake_server``), fault-free and with a seeded fifth of the calls faulty, in the same run.
+(``tests/fake_server.py``), fault-free and with a seeded fifth of the calls faulty, in the same run.
 
 The faults are the ones that cost the client work: a 503 whose retry succeeds, a 500 retried to the end, invalid
 JSON, a completion without choices, a slow answer, a 100 kB body. Hangs are left out on purpose: a round lasts as
@@ -33,6 +33,9 @@ from parasim.real.calllog import CallLogger
 from parasim.real.engine import RealEpisodeEngine
 from parasim.real.tasks import RealTask, parse_task
 
+# the scripted OpenAI-compatible server (a test tool)
+FAKE_SERVER = Path(__file__).resolve().parents[1] / "tests" / "fake_server.py"
+
 EPISODES, CALLS, ROUNDS = 64, 4, 3
 MODELS = {"good": "42", "split": "41,42,42"}
 TOOLS = [Tool.STANDARD_REASONER, Tool.CRITICAL_REVIEWER, Tool.ENSEMBLE_SOLVER, Tool.KNOWLEDGE_SEARCHER]
@@ -47,7 +50,7 @@ def server() -> Iterator[str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    argv = [sys.executable, "-m", "parasim.real.fake_server", "--port", str(port)]
+    argv = [sys.executable, str(FAKE_SERVER), "--port", str(port)]
     argv += [f"--model={name}={answers}" for name, answers in MODELS.items()]
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     url = f"http://127.0.0.1:{port}"

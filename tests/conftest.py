@@ -1,5 +1,5 @@
 """Fixtures shared by the real-tools test modules: the scripted OpenAI-compatible server on loopback
-(``parasim.real.fake_server``, one per module) and a backend over it, reset to its scripted defaults per test."""
+(``tests/fake_server.py``, one per module) and a backend over it, reset to its scripted defaults per test."""
 from __future__ import annotations
 
 from collections.abc import Iterator

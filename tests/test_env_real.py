@@ -1,6 +1,6 @@
 """ParaOrch-v0 with tools="real": the structured env over RealEpisodeEngine and the scripted OpenAI-compatible server.
 
-The server (``parasim.real.fake_server``) is a real process on loopback: "good" answers 42 (the gold answer),
+The server (``tests/fake_server.py``) is a real process on loopback: "good" answers 42 (the gold answer),
 "other" answers 7, "split" samples 41, 42, 42. Covers the shared spaces, the call each slot becomes, candidates
 grouped by verifier equivalence, budgets and the reward from the CallResults, the simulator's protocol
 statuses, and a server killed mid-episode.

@@ -35,6 +35,8 @@ from parasim.training.llm.data import (  # noqa: E402
 from parasim.training.llm.expert_data import generate  # noqa: E402
 from parasim.training.llm.rollout import Generation, parse_completion_choice, reset_for_group  # noqa: E402
 
+FAKE_SERVER = Path(__file__).with_name("fake_server.py")  # the scripted OpenAI-compatible server (a test tool)
+
 REPAIR = '<tool_call>\n{"name": "python", "arguments": {"code": "print(%d+1)"}}\n</tool_call>'
 FINAL = '<tool_call>\n{"name": "final_answer", "arguments": {"answer": "%d"}}\n</tool_call>'
 
@@ -397,13 +399,13 @@ def test_grpo_checkpoint_resumes_to_identical_weights(sft_model: Path, grpo_run:
 
 def test_grpo_with_real_tools_against_an_openai_compatible_server(sft_model: Path, tmp_path: Path, tokenizer) -> None:
     """tools='real': the envs share one RealToolBackend over the endpoint map; calls and the termination model go
-    over HTTP to a scripted server process (parasim.real.fake_server), every call is logged."""
+    over HTTP to a scripted server process (tests/fake_server.py), every call is logged."""
     import httpx
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "parasim.real.fake_server", "--port", str(port),
+    proc = subprocess.Popen([sys.executable, str(FAKE_SERVER), "--port", str(port),
                              "--model=solver=42"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     try:

@@ -1,4 +1,4 @@
-"""The real-tools backend against a real OpenAI-compatible server process on loopback (parasim.real.fake_server).
+"""The real-tools backend against a real OpenAI-compatible server process on loopback (tests/fake_server.py).
 
 Covers what the real loop relies on: statuses instead of exceptions (timeouts, 5xx, 4xx, refused connections,
 a server SIGKILLed mid-round), per-endpoint concurrency limits, retries, usage-based token counts and prices,
@@ -33,6 +33,7 @@ from parasim.real.endpoints import EndpointError, load_endpoint_map, parse_endpo
 from parasim.real.engine import RealEpisodeEngine
 from parasim.real.tasks import RealTask, load_real_tasks
 
+FAKE_SERVER = Path(__file__).with_name("fake_server.py")  # the scripted OpenAI-compatible server (a test tool)
 ANSWERS = {"good": "42", "other": "7", "split": "41,42,42"}
 
 
@@ -43,7 +44,7 @@ def _free_port() -> int:
 
 
 def _start_fake(port: int) -> subprocess.Popen:
-    argv = [sys.executable, "-m", "parasim.real.fake_server", "--port", str(port)]
+    argv = [sys.executable, str(FAKE_SERVER), "--port", str(port)]
     argv += [f"--model={name}={answers}" for name, answers in ANSWERS.items()]
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
     deadline = time.monotonic() + 30
@@ -479,7 +480,9 @@ def test_serve_config_validation_and_commands(tmp_path: Path):
 
 _FAKE_VLLM = """
 import argparse
-from parasim.real.fake_server import main
+import sys
+sys.path.insert(0, {tests!r})
+from fake_server import main
 p = argparse.ArgumentParser()
 p.add_argument("--port"); p.add_argument("--served-model-name"); p.add_argument("--host")
 args, _ = p.parse_known_args()
@@ -496,7 +499,7 @@ def _fake_vllm(root: Path) -> Path:
     pkg.mkdir(parents=True)
     for d in (root / "vllm", root / "vllm" / "entrypoints", pkg):
         (d / "__init__.py").write_text("")
-    (pkg / "api_server.py").write_text(_FAKE_VLLM)
+    (pkg / "api_server.py").write_text(_FAKE_VLLM.format(tests=str(FAKE_SERVER.parent)))
     return root
 
 

@@ -1,5 +1,5 @@
 """Load test of the real-tools backend: 64 concurrent episodes x 4 parallel calls x 3 rounds against scripted
-OpenAI-compatible server processes on loopback (``parasim.real.fake_server``) that inject faults.
+OpenAI-compatible server processes on loopback (``tests/fake_server.py``) that inject faults.
 
 Server A serves ``good`` and ``split`` (deadline 30 s); 8 of their calls per fault kind carry a fault tag (5xx and
 4xx, 429, slow answers, invalid JSON, missing fields, wrong types, bad usage counts, huge and deep bodies, a
@@ -43,6 +43,8 @@ from parasim.real.calllog import CallLogger
 from parasim.real.engine import RealEpisodeEngine
 from parasim.real.tasks import RealTask, parse_task
 from parasim.real.termination import Synthesis
+
+FAKE_SERVER = Path(__file__).with_name("fake_server.py")  # the scripted OpenAI-compatible server (a test tool)
 
 pytestmark = pytest.mark.timeout(150)  # a hang guard: the module runs in well under a minute
 
@@ -94,7 +96,7 @@ def _free_port() -> int:
 
 def _spawn(port: int, models: dict[str, str]) -> subprocess.Popen:
     """A fake server process on ``port`` (not yet up: see ``_up``)."""
-    argv = [sys.executable, "-m", "parasim.real.fake_server", "--port", str(port)]
+    argv = [sys.executable, str(FAKE_SERVER), "--port", str(port)]
     argv += [f"--model={name}={answers}" for name, answers in models.items()]
     return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
 

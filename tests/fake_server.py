@@ -26,7 +26,7 @@ not JSON; ``nochoices`` a completion without ``choices``; ``wrongtype`` choices 
 ``hugejunk=B`` a 200 of B bytes that are not JSON; ``blank=N`` a reply of ``Verdict:`` and N newlines;
 ``surrogate`` a reply (so its answer) ending in a lone UTF-16 surrogate (``\\ud800``: legal JSON, not UTF-8).
 
-    python -m parasim.real.fake_server --port 8011 --model tiny=42 --model split=41,42,42
+    python tests/fake_server.py --port 8011 --model tiny=42 --model split=41,42,42
 """
 import argparse  # no `from __future__ import annotations`: FastAPI reads the route signatures at runtime
 import asyncio
