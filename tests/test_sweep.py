@@ -10,8 +10,10 @@ import time
 
 import numpy as np
 import pytest
+import torch
 
-from parasim.training import config, report, sweep
+from parasim.cli import main as cli_main
+from parasim.training import config, grpo, report, sft, sweep
 from parasim.training.store import ResultsStore
 
 TINY = {"grpo.steps": "2", "grpo.tasks_per_step": "4", "grpo.group_size": "4", "grpo.minibatches": "2",
@@ -93,7 +95,7 @@ def test_a_failing_point_is_reported_not_stored(tmp_path, monkeypatch):
 
     monkeypatch.setattr(sweep, "run_local", fake)
     with pytest.raises(sweep.SweepError, match="(?s)1 of 2 points failed.*boom"):
-        sweep.run_sweep(points, tmp_path, progress=False)
+        sweep.run_sweep(points, tmp_path, "local", progress=False)
     store = ResultsStore(tmp_path / "store")
     assert store.done(points[0].key) and not store.done(points[1].key)
 
@@ -133,9 +135,11 @@ TIMING = {"wall_s", "sft_s", "grpo_s", "eval_s", "env_steps_per_s"}
 
 @pytest.mark.slow
 def test_killed_sweep_restarts_without_redoing_or_losing_points(tmp_path):
+    """Per-point processes store each point as it finishes, so a kill between two points keeps the first (a
+    population's points finish together: ``test_a_killed_population_sweep_resumes_each_point_from_its_checkpoints``)."""
     out = tmp_path / "sweep"
     cmd = [sys.executable, "-m", "parasim.cli", "sweep", "--grid", "c_tar=4,8,12", "--seeds", "1", "--workers", "1",
-           "--out", str(out), "--no-progress", *_tiny_args()]
+           "--backend", "local", "--out", str(out), "--no-progress", *_tiny_args()]
     points = out / "store" / "points"
     with open(tmp_path / "first.log", "w") as log:
         proc = subprocess.Popen(cmd, start_new_session=True, stdout=log, stderr=subprocess.STDOUT)
@@ -153,6 +157,59 @@ def test_killed_sweep_restarts_without_redoing_or_losing_points(tmp_path):
     rows = json.loads((out / "summary.json").read_text())
     assert [r["label"] for r in rows] == ["c_tar=4", "c_tar=8", "c_tar=12"]
     assert not list(points.glob(".*.tmp"))
+
+
+def _in_process(chunks, workers):
+    """``run_populations`` without worker processes, so that a test's patches reach the trainer."""
+    for chunk in chunks:
+        yield from sweep.run_chunk(chunk)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_a_killed_population_sweep_resumes_each_point_from_its_checkpoints(tmp_path, monkeypatch):
+    """kill -9 mid-GRPO under the default (population) backend: its points finish together, so none is stored, but
+    each keeps its SFT weights and GRPO state under OUT/work/<key>; the rerun redoes no SFT and no checkpointed GRPO
+    step, stores exactly what an uninterrupted sweep stores and removes the checkpoints."""
+    tiny = {**TINY, "grpo.steps": "40", "grpo.checkpoint_every": "2"}
+    sets = [a for k, v in tiny.items() for a in ("--set", f"{k}={v}")]
+    out = tmp_path / "sweep"
+    args = ["sweep", "--grid", "c_tar=4,12", "--seeds", "1", "--workers", "1", "--out", str(out), "--no-progress",
+            *sets]
+    points = sweep.expand(sweep.parse_grid(["c_tar=4,12"]), [0], fixed=tiny)
+    ckpts = [out / "work" / p.key / "grpo.pt" for p in points]
+    with open(tmp_path / "first.log", "w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "parasim.cli", *args], start_new_session=True, stdout=log,
+                                stderr=subprocess.STDOUT)
+        deadline = time.time() + 180
+        while time.time() < deadline and proc.poll() is None and not all(c.exists() for c in ckpts):
+            time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGKILL)  # the driver and its worker, mid-GRPO
+        proc.wait()
+    assert all(c.exists() for c in ckpts), (tmp_path / "first.log").read_text()
+    assert not list((out / "store" / "points").glob("*.json"))
+    killed_at = {p.key: torch.load(c, weights_only=False)["step"] for p, c in zip(points, ckpts)}
+    assert all(0 < s < 40 for s in killed_at.values()), killed_at
+
+    threads = torch.get_num_threads()
+    monkeypatch.setattr(sweep, "run_populations", _in_process)
+    sweep.run_sweep(points, tmp_path / "whole", workers=1, progress=False)
+    saved: list[tuple[str, int]] = []
+    save = grpo.save_checkpoint
+    monkeypatch.setattr(grpo, "save_checkpoint",
+                        lambda path, *rest: saved.append((path.parent.name, rest[2])) or save(path, *rest))
+    monkeypatch.setattr(sft, "train_sft_stack", lambda *a, **k: pytest.fail("SFT redone despite its checkpoint"))
+    try:
+        assert cli_main(args) == 0
+    finally:
+        torch.set_num_threads(threads)
+    for key, step in killed_at.items():
+        assert min(s for k, s in saved if k == key) == step + 2  # resumed after its last checkpoint
+    for p in points:
+        a, b = (json.loads((root / "store" / "points" / f"{p.key}.json").read_text())
+                for root in (tmp_path / "whole", out))
+        assert {k: v for k, v in a.items() if k not in TIMING} == {k: v for k, v in b.items() if k not in TIMING}
+    assert not (out / "work").exists()
 
 
 @pytest.mark.ray

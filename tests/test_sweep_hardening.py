@@ -94,7 +94,7 @@ def test_a_bad_point_file_is_quarantined_with_a_warning_and_only_its_point_redon
             yield _result(p, accuracy=0.75)
 
     monkeypatch.setattr(sweep, "run_local", fake_run_local)
-    results = sweep.run_sweep(points, tmp_path, progress=False)
+    results = sweep.run_sweep(points, tmp_path, "local", progress=False)
     assert redone == [points[1].key]
     err = capsys.readouterr().err
     assert bad.name in err and reason in err, err
@@ -104,7 +104,7 @@ def test_a_bad_point_file_is_quarantined_with_a_warning_and_only_its_point_redon
     assert {p.name: p.read_bytes() for p in points_dir.glob("*.json") if p != bad} == kept
     assert [r["key"] for r in results] == [p.key for p in points]
     assert [r["accuracy"] for r in results] == [0.5, 0.75, 0.5]
-    sweep.run_sweep(points, tmp_path, progress=False)  # now nothing is bad and nothing is redone
+    sweep.run_sweep(points, tmp_path, "local", progress=False)  # now nothing is bad and nothing is redone
     assert redone == [points[1].key] and capsys.readouterr().err == ""
 
 
@@ -127,11 +127,11 @@ def test_a_regular_file_as_out_is_a_one_line_error(tmp_path, capsys):
 
 
 def test_an_interrupted_sweep_is_a_one_line_message(tmp_path, monkeypatch, capsys):
-    def interrupted(todo, workers):
+    def interrupted(chunks, workers):
         raise KeyboardInterrupt
         yield
 
-    monkeypatch.setattr(sweep, "run_local", interrupted)
+    monkeypatch.setattr(sweep, "run_populations", interrupted)  # the default backend's worker pool
     assert cli_main(_args("c_tar=4", tmp_path)) == 130
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and "interrupted" in lines[0]

@@ -6,9 +6,14 @@ come from a fixed seed, not the training seed, so every grid point and every see
 same tasks. Alongside accuracy per suite and per benchmark: tokens, cost units, USD, critical-path
 latency, calls per round, distinct tools per trajectory, the tool and model distributions, the
 format-failure rate (trajectories with a FORMAT_ERR / INVALID_TOOL round) and the mean reward.
+
+A population evaluates in one vector env per suite (``evaluate_stack``): a block of ``tasks * k`` lanes per member,
+each reset with the evaluation seeds the member uses alone, so every member is measured on its own tasks and draws
+exactly as alone; at most ``MAX_EVAL_LANES`` lanes share an env (members beyond wait for the next one).
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -18,8 +23,10 @@ import torch
 from parasim.batch import TrajectoryBatch
 from parasim.config_fields import opt
 from parasim.protocol.schema import NUM_TOOLS, Tool
-from parasim.training.policy import ManagerPolicy
-from parasim.training.rollout import Rollout, collect, derive_seed, make_envs
+from parasim.training.policy import ManagerPolicy, PolicyStack
+from parasim.training.rollout import Block, Rollout, collect_blocks, derive_seed, make_envs, stack_actor
+
+MAX_EVAL_LANES = 65_536  # lanes of one evaluation env: bounds the memory of a population's evaluation
 
 
 @dataclass(frozen=True)
@@ -57,21 +64,48 @@ def summarize(batch: TrajectoryBatch, ro: Rollout, model_names: list[str], rewar
 
 
 def evaluate(policy: ManagerPolicy, cfg: Any, seed: int) -> dict[str, Any]:
-    """Evaluate on the training suite (and ``eval.suites``); ``seed`` drives action sampling only."""
-    e: EvalConfig = cfg.eval
-    suites = [cfg.env.suite] + [s.strip() for s in e.suites.split(",") if s.strip() and s.strip() != cfg.env.suite]
-    out: dict[str, Any] = {}
-    for i, suite in enumerate(suites):
-        envs = make_envs(replace(cfg.env, suite=suite), e.tasks * e.k, cfg.reward)
-        gen = torch.Generator().manual_seed(derive_seed(seed, "eval", i))
-        ro = collect(policy, envs, seed=derive_seed(e.seed, "eval", suite), group_size=e.k, generator=gen,
-                     greedy=e.greedy)
-        envs.close()
-        metrics = summarize(ro.batch, ro, ro.model_names, cfg.reward)
-        if i == 0:
-            out.update(metrics)
-            out["acc_by_benchmark"] = ro.accuracy_by_benchmark()
-            out["trajectories"] = ro.batch
-        out.setdefault("acc_by_suite", {})[suite] = metrics["accuracy"]
-    out["tool_names"] = [Tool(t).wire_name for t in range(NUM_TOOLS)]
+    """Evaluate on the training suite (and ``eval.suites``); ``seed`` drives action sampling only. A population of
+    one (``evaluate_stack``)."""
+    return evaluate_stack(PolicyStack([policy]), [cfg], [seed])[0]
+
+
+def _suites(cfg: Any) -> list[str]:
+    """The training suite, then the extra ``eval.suites``."""
+    return [cfg.env.suite] + [s.strip() for s in cfg.eval.suites.split(",") if s.strip() and s.strip() != cfg.env.suite]
+
+
+def evaluate_stack(stack: PolicyStack, cfgs: Sequence[Any], seeds: Sequence[int]) -> list[dict[str, Any]]:
+    """``evaluate`` of every member ``m`` of ``stack`` under ``cfgs[m]`` with sampling seed ``seeds[m]``."""
+    suites = [_suites(c) for c in cfgs]
+    found: dict[tuple[int, int], dict[str, Any]] = {}
+    for suite in dict.fromkeys(s for member in suites for s in member):
+        todo = [(m, i) for m, member in enumerate(suites) for i, s in enumerate(member) if s == suite]
+        while todo:
+            chunk, rest, lanes = [], [], 0
+            for m, i in todo:  # each member once per env, in member order, up to MAX_EVAL_LANES lanes
+                n = cfgs[m].eval.tasks * cfgs[m].eval.k
+                fits = not chunk or (lanes + n <= MAX_EVAL_LANES and m not in {c[0] for c in chunk})
+                (chunk if fits else rest).append((m, i))
+                lanes += n if fits else 0
+            todo = rest
+            evals = [cfgs[m].eval for m, _ in chunk]
+            blocks = [Block(e.tasks * e.k, derive_seed(e.seed, "eval", suite), e.k) for e in evals]
+            gens = [torch.Generator().manual_seed(derive_seed(seeds[m], "eval", i)) for m, i in chunk]
+            first = cfgs[chunk[0][0]]
+            envs = make_envs(replace(first.env, suite=suite), lanes, first.reward)
+            actor = stack_actor(stack, [m for m, _ in chunk], np.cumsum([0] + [b.lanes for b in blocks]), gens,
+                                [e.greedy for e in evals])
+            ro = collect_blocks(actor, envs, blocks)
+            envs.close()
+            for b, (decisions, (m, i)) in enumerate(zip(ro.block_decisions(), chunk)):
+                part = ro.member(b, decisions)
+                found[m, i] = {"metrics": summarize(part.batch, part, part.model_names, cfgs[m].reward),
+                               "acc_by_benchmark": part.accuracy_by_benchmark(), "trajectories": part.batch}
+    out = []
+    for m, member in enumerate(suites):
+        result: dict[str, Any] = {**found[m, 0]["metrics"], "acc_by_benchmark": found[m, 0]["acc_by_benchmark"],
+                                  "trajectories": found[m, 0]["trajectories"],
+                                  "acc_by_suite": {s: found[m, i]["metrics"]["accuracy"] for i, s in enumerate(member)},
+                                  "tool_names": [Tool(t).wire_name for t in range(NUM_TOOLS)]}
+        out.append(result)
     return out

@@ -69,7 +69,7 @@ class ScriptedExpert:
                  mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         acts = np.zeros((len(live), self.width), np.int64)
         for j, lane in enumerate(live):
-            acts[j] = self.decide(lane, {k: v[j] for k, v in obs.items()})
+            acts[j] = self.decide(lane, {k: v[lane] for k, v in obs.items()})
         return torch.from_numpy(acts), torch.zeros(len(live))
 
     def decide(self, lane: int, o: dict[str, np.ndarray]) -> np.ndarray:
@@ -151,6 +151,12 @@ def balance(tool_counts: np.ndarray, keep: np.ndarray, max_share: float) -> np.n
         heavy = idx[np.argsort(-(tool_counts[idx, top] / np.maximum(tool_counts[idx].sum(1), 1)), kind="stable")]
         keep[heavy[: max(1, len(heavy) // 50)]] = False
     return keep
+
+
+def demonstrations_key(cfg: Any) -> tuple[Any, ...]:
+    """What ``demonstrations(cfg)`` depends on: the seed, the env options and the expert's settings. Not the reward:
+    the env's score of an episode is never read, so the points of a reward sweep share their demonstrations."""
+    return cfg.seed, cfg.env, cfg.expert
 
 
 def demonstrations(cfg: Any) -> Demonstrations:

@@ -9,20 +9,30 @@ Not every dimension matters for every action: after ``stop`` nothing else is exe
 has no model or target, and basic tools (python, search) take no model. Those dimensions still get a
 sample (the env ignores them) but are left out of the log-probability and entropy, so the gradient
 only flows through choices that changed what the environment did.
+
+A population of policies (a sweep's grid points and seeds) runs as one ``PolicyStack``: P members' parameters
+stacked along a leading dimension, one pass for all. Each member's trunk and heads are its own matrix products
+on its own rows, of the shapes the member has alone; everything after them (tool conditioning, masking,
+sampling, log-probabilities, entropies) is row by row and runs once over all members' rows. A member therefore
+computes the same floats in a population as alone (``ManagerPolicy`` is a population of one and runs through the
+same code), and ``MemberAdam`` steps each member exactly as ``torch.optim.Adam`` steps it alone.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch import nn
+from torch.nn import functional
 
 from parasim.config_fields import opt
 from parasim.protocol.schema import NUM_STATUSES
 
 MIN_LOGIT = -1e9
+ADAM_BETAS = (0.9, 0.999)  # torch.optim.Adam's defaults, which both trainers use
 
 
 @dataclass(frozen=True)
@@ -73,7 +83,125 @@ def relevance(actions: torch.Tensor, nvec: list[int], num_agent_tools: int) -> t
     return rel
 
 
-class ManagerPolicy(nn.Module):
+@dataclass(frozen=True)
+class Weights:
+    """What one pass reads: each member's (weight, bias) pairs (trunk layers, then the heads) and the stacked
+    per-tool offsets ``[P, slots, tools, models]`` / ``[P, slots, tools, targets]``."""
+
+    layers: list[list[tuple[torch.Tensor, torch.Tensor]]]
+    tool_model: torch.Tensor
+    tool_target: torch.Tensor
+
+
+def draw_noise(nvec: Sequence[int], counts: Sequence[int], generators: Sequence[torch.Generator | None],
+               greedy: Sequence[bool]) -> list[torch.Tensor]:
+    """Exponential(1) noise per action dimension (float[N, n_d] each) for sampling by ``argmax(p / noise)``.
+
+    That is how ``torch.multinomial(p, 1, generator)`` samples (it fills ``empty_like(p).exponential_`` and takes
+    the argmax of ``p / q``), and ``exponential_`` fills a tensor from its generator in memory order, so drawing a
+    member's rows of every dimension in dimension order reproduces, number for number, the draws of the member
+    sampling alone. Rows of greedy members get no draws (their noise is 1).
+    """
+    rows = np.concatenate([[0], np.cumsum(counts)])
+    noise = [torch.empty(int(rows[-1]), n) for n in nvec]
+    for m, gen in enumerate(generators):
+        if counts[m]:
+            for q in noise:
+                if greedy[m]:
+                    q[rows[m]:rows[m + 1]] = 1.0
+                else:
+                    q[rows[m]:rows[m + 1]].exponential_(1, generator=gen)
+    return noise
+
+
+class _Heads:
+    """The action layout shared by one policy and a stack: dimension sizes, call slots, where each head starts."""
+
+    nvec: list[int]
+    num_agent_tools: int
+    slots: int
+    splits: list[int]
+
+    def _layout(self, nvec: Sequence[int], num_agent_tools: int) -> None:
+        self.nvec = [int(n) for n in nvec]
+        self.num_agent_tools = num_agent_tools
+        if (len(self.nvec) - 1) % 3:
+            raise ValueError(f"action nvec {self.nvec}: expected [stop] + 3 dims per call slot")
+        self.slots = (len(self.nvec) - 1) // 3
+        self.splits = np.cumsum(self.nvec)[:-1].tolist()
+
+    def relevance(self, actions: torch.Tensor) -> torch.Tensor:
+        """Which dimensions of each action changed what the env did (bool[N, D])."""
+        return relevance(actions, self.nvec, self.num_agent_tools)
+
+    def _pass(self, w: Weights, x: torch.Tensor, mask: torch.Tensor, counts: Sequence[int],
+              actions: torch.Tensor | None, noise: list[torch.Tensor] | None = None,
+              greedy: Sequence[bool] = ()) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """Masked logits per dimension for rows grouped by member (``counts[m]`` rows of member ``m``, in member
+        order), sampling each dimension first when ``actions`` is None (greedy members take the argmax)."""
+        members = [m for m, c in enumerate(counts) if c]
+        parts = []
+        for m, xm in zip(members, x.split([counts[m] for m in members])):
+            # MKL multiplies a batch of 2 or 3 rows differently when it starts off a 16-byte boundary, as a member's
+            # rows inside the population's features can; a member alone always gets a fresh, aligned tensor
+            h = xm.clone() if xm.data_ptr() % 16 else xm
+            for weight, bias in w.layers[m][:-1]:
+                # in place: the product's backward reads its inputs, not its output, so tanh may overwrite it
+                h = functional.linear(h, weight, bias).tanh_()
+            parts.append(functional.linear(h, *w.layers[m][-1]))
+        base = torch.tensor_split(parts[0] if len(parts) == 1 else torch.cat(parts), self.splits, dim=1)
+        illegal = torch.tensor_split(~mask.bool(), self.splits, dim=1)
+        rows = torch.as_tensor(counts)
+        # row r's offsets of slot s for tool t sit at row (member(r) * slots + s) * tools + t of a flattened table
+        first = torch.repeat_interleave(torch.arange(len(counts)) * (self.slots * self.nvec[1]), rows) \
+            if self.slots else None
+        tables = [t.reshape(-1, t.shape[-1]) for t in (w.tool_model, w.tool_target)]
+        mixed = any(greedy) and not all(greedy)
+        greedy_rows = torch.repeat_interleave(torch.as_tensor(list(greedy), dtype=torch.bool), rows) if mixed else None
+        cols: list[torch.Tensor] = []
+        out = []
+        for d, lg in enumerate(base):
+            slot, part = divmod(d - 1, 3)
+            if d > 0 and part > 0:
+                at = first + (slot * self.nvec[1]) + cols[1 + 3 * slot]
+                lg = lg + tables[part - 1].index_select(0, at)
+            lg = lg.masked_fill(illegal[d], MIN_LOGIT)
+            out.append(lg)
+            if actions is not None:
+                cols.append(actions[:, d])
+            elif noise is None:
+                cols.append(lg.argmax(1))
+            else:
+                sampled = (torch.softmax(lg, dim=1) / noise[d]).argmax(1)
+                cols.append(sampled if greedy_rows is None else torch.where(greedy_rows, lg.argmax(1), sampled))
+        return torch.stack(cols, dim=1), out
+
+    def _score(self, logits: list[torch.Tensor], actions: torch.Tensor,
+               entropy: str = "grad") -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Log-probability of ``actions`` and entropy over their relevant dimensions, per row. ``entropy``: "grad"
+        (differentiable), "value" (the same floats, outside the graph: its backward, a third of a PPO update's,
+        would only add zeros to the gradient when no loss weighs the entropy) or "none" (not computed: None)."""
+        rel = self.relevance(actions).t().contiguous().float()  # one contiguous row per dimension
+        chosen = actions.t().contiguous().unsqueeze(2)
+        logp = torch.zeros(actions.shape[0])
+        ent = torch.zeros(actions.shape[0]) if entropy != "none" else None
+        for d, lg in enumerate(logits):
+            lsm = torch.log_softmax(lg, dim=1)
+            logp = logp + lsm.gather(1, chosen[d]).squeeze(1) * rel[d]
+            if ent is not None:
+                lsm = lsm if entropy == "grad" else lsm.detach()
+                ent = ent - (lsm.exp() * lsm).sum(1) * rel[d]
+        return logp, ent
+
+    def _act(self, w: Weights, x: torch.Tensor, mask: torch.Tensor, counts: Sequence[int],
+             generators: Sequence[torch.Generator | None], greedy: Sequence[bool]) -> tuple[torch.Tensor, torch.Tensor]:
+        noise = None if all(greedy) else draw_noise(self.nvec, counts, generators, greedy)
+        with torch.no_grad():
+            actions, logits = self._pass(w, x, mask, counts, None, noise, greedy)
+            return actions, self._score(logits, actions, "none")[0]
+
+
+class ManagerPolicy(nn.Module, _Heads):
     """MLP trunk, one categorical head per action dimension, model and target conditioned on the tool.
 
     Slots are factorized (each has its own heads) but within a slot the model and target logits get a
@@ -85,12 +213,8 @@ class ManagerPolicy(nn.Module):
     def __init__(self, obs_dim: int, nvec: np.ndarray | list[int], obs_keys: tuple[str, ...],
                  num_agent_tools: int, cfg: PolicyConfig = PolicyConfig()) -> None:
         super().__init__()
-        self.nvec = [int(n) for n in nvec]
+        self._layout(nvec, num_agent_tools)
         self.obs_keys = tuple(obs_keys)
-        self.num_agent_tools = num_agent_tools
-        if (len(self.nvec) - 1) % 3:
-            raise ValueError(f"action nvec {self.nvec}: expected [stop] + 3 dims per call slot")
-        self.slots = (len(self.nvec) - 1) // 3
         layers: list[nn.Module] = []
         width = obs_dim
         for _ in range(cfg.layers):
@@ -101,47 +225,21 @@ class ManagerPolicy(nn.Module):
         tools, models, targets = self.nvec[1:4] if self.slots else (1, 1, 1)
         self.tool_model = nn.Parameter(torch.zeros(self.slots, tools, models))
         self.tool_target = nn.Parameter(torch.zeros(self.slots, tools, targets))
-        self.splits = np.cumsum(self.nvec)[:-1].tolist()
 
-    def _run(self, x: torch.Tensor, mask: torch.Tensor, actions: torch.Tensor | None,
-             generator: torch.Generator | None = None, greedy: bool = False) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """Masked logits per dimension, sampling each dimension first when ``actions`` is None."""
-        base = torch.tensor_split(self.heads(self.trunk(x)), self.splits, dim=1)
-        legal = torch.tensor_split(mask.bool(), self.splits, dim=1)
-        cols: list[torch.Tensor] = []
-        out = []
-        for d, lg in enumerate(base):
-            slot, part = divmod(d - 1, 3)
-            if d > 0 and part > 0:
-                tool = cols[1 + 3 * slot]
-                lg = lg + (self.tool_model if part == 1 else self.tool_target)[slot][tool]
-            lg = lg.masked_fill(~legal[d], MIN_LOGIT)
-            out.append(lg)
-            if actions is not None:
-                cols.append(actions[:, d])
-            elif greedy:
-                cols.append(lg.argmax(1))
-            else:
-                cols.append(torch.multinomial(torch.softmax(lg, dim=1), 1, generator=generator).squeeze(1))
-        return torch.stack(cols, dim=1), out
+    def linear_names(self) -> list[tuple[str, str]]:
+        """The (weight, bias) parameter names of the trunk's layers and then the heads, in the order of a pass."""
+        names = [f"trunk.{i}" for i, m in enumerate(self.trunk) if isinstance(m, nn.Linear)] + ["heads"]
+        return [(f"{n}.weight", f"{n}.bias") for n in names]
+
+    def weights(self) -> Weights:
+        """This policy as a population of one."""
+        params = dict(self.named_parameters())
+        return Weights([[(params[w], params[b]) for w, b in self.linear_names()]], self.tool_model.unsqueeze(0),
+                       self.tool_target.unsqueeze(0))
 
     def logits(self, x: torch.Tensor, mask: torch.Tensor, actions: torch.Tensor) -> list[torch.Tensor]:
         """Masked logits per dimension, model and target conditioned on the tools in ``actions``."""
-        return self._run(x, mask, actions)[1]
-
-    def relevance(self, actions: torch.Tensor) -> torch.Tensor:
-        """Which dimensions of each action changed what the env did (bool[N, D])."""
-        return relevance(actions, self.nvec, self.num_agent_tools)
-
-    def _score(self, logits: list[torch.Tensor], actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        rel = self.relevance(actions).float()
-        logp = torch.zeros(actions.shape[0])
-        ent = torch.zeros(actions.shape[0])
-        for d, lg in enumerate(logits):
-            lsm = torch.log_softmax(lg, dim=1)
-            logp = logp + lsm.gather(1, actions[:, d : d + 1]).squeeze(1) * rel[:, d]
-            ent = ent - (lsm.exp() * lsm).sum(1) * rel[:, d]
-        return logp, ent
+        return self._pass(self.weights(), x, mask, [len(x)], actions)[1]
 
     def evaluate(self, x: torch.Tensor, mask: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Log-probability and entropy of ``actions`` (int[N, D]) over their relevant dimensions.
@@ -151,9 +249,153 @@ class ManagerPolicy(nn.Module):
         """
         return self._score(self.logits(x, mask, actions), actions)
 
-    @torch.no_grad()
-    def act(self, x: torch.Tensor, mask: torch.Tensor, generator: torch.Generator,
+    def act(self, x: torch.Tensor, mask: torch.Tensor, generator: torch.Generator | None,
             greedy: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """Sample (or take the argmax of) every dimension; returns actions int64[N, D] and their log-probs."""
-        actions, logits = self._run(x, mask, None, generator, greedy)
-        return actions, self._score(logits, actions)[0]
+        return self._act(self.weights(), x, mask, [len(x)], [generator], [greedy])
+
+
+class PolicyStack(nn.Module, _Heads):
+    """P members of one architecture, each parameter stacked ``[P, ...]`` (in ``ManagerPolicy``'s order).
+
+    ``counts`` says how many rows of a pass belong to each member (rows grouped by member, in member order); a
+    member with no rows is left out of the pass and gets a zero gradient.
+    """
+
+    def __init__(self, members: Sequence[ManagerPolicy]) -> None:
+        super().__init__()
+        first = members[0]
+        self._layout(first.nvec, first.num_agent_tools)
+        self.obs_keys = first.obs_keys
+        self.names = [n for n, _ in first.named_parameters()]
+        self._linear_names = first.linear_names()
+        shapes = {n: p.shape for n, p in first.named_parameters()}
+        for i, m in enumerate(members):
+            theirs = {n: p.shape for n, p in m.named_parameters()}
+            if theirs != shapes or m.nvec != first.nvec:
+                raise ValueError(f"members[{i}]: parameter shapes {theirs} differ from members[0]'s {shapes}; a "
+                                 "stack needs one architecture (same env and policy config)")
+        self.stacked = nn.ParameterList(
+            [nn.Parameter(torch.stack([dict(m.named_parameters())[n].detach() for m in members])) for n in self.names])
+        self.size = len(members)
+
+    def param(self, name: str) -> torch.Tensor:
+        """The stacked parameter ``name`` (a ``ManagerPolicy`` parameter name), ``[P, ...]``."""
+        return self.stacked[self.names.index(name)]
+
+    def weights(self) -> Weights:
+        """Per-member views of the stacked parameters (one ``unbind`` each, so the backward is one ``stack``)."""
+        views = {n: p.unbind(0) for n, p in zip(self.names, self.stacked) if n not in ("tool_model", "tool_target")}
+        layers = [[(views[w][m], views[b][m]) for w, b in self._linear_names] for m in range(self.size)]
+        return Weights(layers, self.param("tool_model"), self.param("tool_target"))
+
+    def member_state(self, m: int) -> OrderedDict[str, torch.Tensor]:
+        """Member ``m``'s parameters as a ``ManagerPolicy.state_dict()``."""
+        return OrderedDict((n, p[m].detach().clone()) for n, p in zip(self.names, self.stacked))
+
+    def load_member(self, m: int, state: Mapping[str, torch.Tensor]) -> None:
+        """Set member ``m`` from a ``ManagerPolicy.state_dict()``."""
+        with torch.no_grad():
+            for n, p in zip(self.names, self.stacked):
+                p[m].copy_(state[n])
+
+    def evaluate(self, x: torch.Tensor, mask: torch.Tensor, actions: torch.Tensor, counts: Sequence[int],
+                 entropy: str = "grad") -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Log-probability and entropy of ``actions`` per row (see ``ManagerPolicy.evaluate``; ``entropy`` as in
+        ``_score``)."""
+        return self._score(self._pass(self.weights(), x, mask, counts, actions)[1], actions, entropy)
+
+    def act(self, x: torch.Tensor, mask: torch.Tensor, counts: Sequence[int],
+            generators: Sequence[torch.Generator | None], greedy: Sequence[bool]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Sample each member's rows with its own generator (or its argmax where ``greedy``); actions, log-probs."""
+        return self._act(self.weights(), x, mask, counts, generators, greedy)
+
+
+def member_runs(active: np.ndarray, keys: Sequence[object]) -> list[tuple[int, int]]:
+    """Maximal ranges ``[lo, hi)`` of consecutive active members with equal ``keys``: the slices a per-member
+    update can treat as one tensor."""
+    runs: list[tuple[int, int]] = []
+    for m in np.flatnonzero(active):
+        if runs and runs[-1][1] == m and keys[m] == keys[runs[-1][0]]:
+            runs[-1] = (runs[-1][0], m + 1)
+        else:
+            runs.append((m, m + 1))
+    return runs
+
+
+class MemberAdam:
+    """``torch.optim.Adam`` (no weight decay) for each member of a ``PolicyStack``, on the stacked tensors.
+
+    Adam is elementwise, so a member's slice goes through exactly the operations ``torch.optim.Adam`` applies to
+    the member's own tensors alone (lerp, mul, addcmul, sqrt, div, add, addcdiv, with the same Python scalars),
+    and the floats are the same; each member keeps its own step count and learning rate, and ``step(active)``
+    moves only the active members (a member that had no minibatch in an update is not stepped, as alone).
+    ``member_state`` / ``load_member`` read and write one member's state as a ``torch.optim.Adam`` state dict, so
+    checkpoints are those of a run alone.
+    """
+
+    def __init__(self, stack: PolicyStack, lrs: Sequence[float], eps: float) -> None:
+        self.params = list(stack.stacked)
+        self.lrs = [float(lr) for lr in lrs]
+        self.eps = eps
+        self.exp_avg = [torch.zeros_like(p) for p in self.params]
+        self.exp_avg_sq = [torch.zeros_like(p) for p in self.params]
+        self.steps = np.zeros(stack.size, np.int64)
+
+    def zero_grad(self) -> None:
+        """Drop the gradients (``set_to_none``, as ``Optimizer.zero_grad``)."""
+        for p in self.params:
+            p.grad = None
+
+    @torch.no_grad()
+    def step(self, active: np.ndarray) -> None:
+        """One Adam step of the members where ``active`` (bool[P]) is set, from the stacked ``.grad``."""
+        self.steps[active] += 1
+        beta1, beta2 = ADAM_BETAS
+        for lo, hi in member_runs(active, list(zip(self.steps.tolist(), self.lrs))):
+            step = float(self.steps[lo])
+            bias_correction1 = 1 - beta1**step
+            bias_correction2 = 1 - beta2**step
+            step_size = self.lrs[lo] / bias_correction1
+            bias_correction2_sqrt = bias_correction2**0.5
+            for p, m1, m2 in zip(self.params, self.exp_avg, self.exp_avg_sq):
+                grad = p.grad[lo:hi]
+                exp_avg, exp_avg_sq = m1[lo:hi], m2[lo:hi]
+                exp_avg.lerp_(grad, 1 - beta1)
+                exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+                denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(self.eps)
+                p[lo:hi].addcdiv_(exp_avg, denom, value=-step_size)
+
+    def member_state(self, m: int) -> dict:
+        """Member ``m``'s state as ``torch.optim.Adam(policy.parameters(), lr, eps=eps).state_dict()``."""
+        state = {} if self.steps[m] == 0 else {
+            i: {"step": torch.tensor(float(self.steps[m])), "exp_avg": a[m].clone(), "exp_avg_sq": s[m].clone()}
+            for i, (a, s) in enumerate(zip(self.exp_avg, self.exp_avg_sq))}
+        group = {"lr": self.lrs[m], "betas": ADAM_BETAS, "eps": self.eps, "weight_decay": 0, "amsgrad": False,
+                 "maximize": False, "foreach": None, "capturable": False, "differentiable": False, "fused": None,
+                 "decoupled_weight_decay": False, "params": list(range(len(self.params)))}
+        return {"state": state, "param_groups": [group]}
+
+    def load_member(self, m: int, state: Mapping) -> None:
+        """Set member ``m`` from a ``member_state`` (or a ``torch.optim.Adam`` state dict of the member alone)."""
+        entries = state["state"]
+        self.steps[m] = int(entries[0]["step"]) if entries else 0
+        for i, (a, s) in enumerate(zip(self.exp_avg, self.exp_avg_sq)):
+            a[m] = entries[i]["exp_avg"] if entries else 0.0
+            s[m] = entries[i]["exp_avg_sq"] if entries else 0.0
+
+
+@torch.no_grad()
+def clip_member_grads(stack: PolicyStack, max_norms: np.ndarray) -> None:
+    """``torch.nn.utils.clip_grad_norm_`` per member: member ``m``'s gradients are scaled so that their total norm
+    is at most ``max_norms[m]`` (0: not clipped). Same floats as the member alone: per-tensor norms, their norm,
+    ``max_norm / (norm + 1e-6)`` clamped at 1, one multiplication."""
+    if not (max_norms > 0).any():
+        return
+    grads = [p.grad for p in stack.stacked]
+    norms = torch.stack([torch.linalg.vector_norm(g.reshape(len(g), -1), dim=1) for g in grads], dim=1)
+    total = torch.linalg.vector_norm(norms, dim=1)
+    coef = torch.clamp((total + 1e-6).reciprocal() * torch.as_tensor(max_norms, dtype=total.dtype), max=1.0)
+    coef = torch.where(torch.as_tensor(max_norms > 0), coef, torch.ones_like(coef))
+    for g in grads:
+        g.mul_(coef.view(-1, *[1] * (g.dim() - 1)))

@@ -20,7 +20,7 @@ import os
 import sys
 import tempfile
 from collections.abc import Callable, Iterable, Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -148,7 +148,7 @@ class ResultsStore:
 
     def _quarantine(self, path: Path, reasons: Sequence[str]) -> None:
         """Move a bad point file to ``quarantine/<name>.bad-<UTC time>`` and say so on stderr."""
-        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
         dest = self.quarantine_dir / f"{path.name}.bad-{stamp}"
         reason = "; ".join(reasons[:_REASONS_SHOWN])
         if len(reasons) > _REASONS_SHOWN:

@@ -1,12 +1,17 @@
 """Reward / budget sweeps: a grid of training configs, run on local processes or on Ray, resumable.
 
 A grid is a list of axes ``name=v1,v2,...`` over any ``TrainConfig`` option (see ``config.resolve``),
-crossed with seeds. Each point trains (expert -> SFT -> GRPO) and evaluates in its own process with
-one torch thread, so a point's result depends only on its config and seed: the local and Ray backends
-give identical numbers, and a crash loses at most the points in flight. Finished points live in a
-``ResultsStore``; a rerun with the same grid skips them. Local workers die with the sweep, even a
-SIGKILLed one (``procgroup``), and every result is checked against ``result_schema`` both when a worker
-hands it back and when the store reads it again.
+crossed with seeds. With ``population`` (the default; local processes) and ``ray-population`` (Ray tasks) each
+worker trains a chunk of points as one population (``population.run_population``: one vector env, one stacked
+policy pass per step), which shares the per-call overhead of the small policy among the chunk's points; with
+``local`` and ``ray`` each point trains (expert -> SFT -> GRPO) and evaluates in its own process. Every worker runs
+one torch thread. A point's result depends only on its config and seed, so every backend gives identical numbers.
+A crash loses at most the work in flight: ``population`` checkpoints each of its points under
+``OUT/work/<point key>`` (the files of ``parasim train``: SFT weights, then the GRPO state every
+``grpo.checkpoint_every`` steps) and a rerun resumes each point there, whatever chunk it lands in; a per-point
+process restarts its point. Finished points live in a ``ResultsStore``; a rerun with the same grid skips them.
+Local workers die with the sweep, even a SIGKILLed one (``procgroup``), and every result is checked against
+``result_schema`` both when a worker hands it back and when the store reads it again.
 """
 from __future__ import annotations
 
@@ -14,9 +19,12 @@ import contextlib
 import hashlib
 import itertools
 import json
+import math
+import shutil
+import threading
 import time
 import traceback
-from collections.abc import Generator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,11 +32,17 @@ from typing import Any
 from parasim.training import procgroup, result_schema
 from parasim.training.config import ABLATIONS, TrainConfig, make_config, resolve
 from parasim.training.config import options_table as config_options_table
+from parasim.training.expert import demonstrations_key
 from parasim.training.loggers import Progress
-from parasim.training.store import ResultsStore, StoreError
+from parasim.training.population import population_key, split_population
+from parasim.training.store import ResultsStore, StoreError, atomic_write_json
+from parasim.training.sweep_backends import BACKENDS, DEFAULT_BACKEND
 
 DEFAULT_GRID = ("c_tar=4,8,12,16",)
 DEFAULT_SEEDS = 3
+# Share of a population's wall time in each phase (measured on the default recipe), for its progress as a fraction.
+PHASE_SHARES = {"expert": 0.03, "sft": 0.25, "eval sft": 0.02, "grpo": 0.68, "eval": 0.02}
+PROGRESS_EVERY_S = 1.0  # how often a population worker rewrites its progress file, and the bar re-reads them
 
 
 @dataclass(frozen=True)
@@ -132,6 +146,120 @@ def _lost(point: GridPoint, exit_code: int | None) -> dict[str, Any]:
     return {**_identity(point), "error": f"its worker process died with exit code {exit_code}"}
 
 
+@dataclass(frozen=True)
+class Chunk:
+    """Points one worker trains as one population; with a ``workdir`` each point checkpoints under
+    ``workdir/<point key>`` and the worker writes its progress (a fraction of the chunk) to ``progress_file``."""
+
+    points: tuple[GridPoint, ...]
+    workdir: str | None = None
+    progress_file: str | None = None
+
+
+def plan_chunks(points: Sequence[GridPoint], workers: int, workdir: Path | None = None) -> list[Chunk]:
+    """The points as populations (points that share their env options and policy size), each cut into chunks so
+    that about ``workers`` chunks run at once; points that share their expert demonstrations stay together."""
+    groups: dict[str, list[GridPoint]] = {}
+    for p in points:
+        groups.setdefault(population_key(p.config()), []).append(p)
+    chunks = []
+    for group in groups.values():
+        parts = 1 if len(groups) >= workers else math.ceil(workers * len(group) / len(points))
+        for idx in split_population([demonstrations_key(p.config()) for p in group], parts):
+            chunks.append(tuple(group[i] for i in idx))
+    return [Chunk(c, str(workdir) if workdir else None, str(workdir / f"progress-{i}.json") if workdir else None)
+            for i, c in enumerate(chunks)]
+
+
+def _fraction(phase: str, done: int, total: int) -> float:
+    """How much of a population's work is behind it in ``phase`` at ``done`` of ``total``."""
+    names = list(PHASE_SHARES)
+    before = sum(PHASE_SHARES[n] for n in names[: names.index(phase)])
+    return before + PHASE_SHARES[phase] * (done / total if total else 1.0)
+
+
+def run_chunk(chunk: Chunk) -> list[dict[str, Any]]:
+    """Train and evaluate a chunk of points as one population (runs in a worker process or a Ray task); one
+    result per point, or its failure (``error``), as ``run_point`` returns them. The points finish together, so each
+    one's ``wall_s`` is the chunk's."""
+    import torch
+
+    from parasim.training.population import run_population
+
+    torch.set_num_threads(1)
+    start = time.perf_counter()
+    last = [0.0]
+
+    def progress(phase: str, done: int, total: int) -> None:
+        if chunk.progress_file and (time.perf_counter() - last[0] >= PROGRESS_EVERY_S or done == total):
+            last[0] = time.perf_counter()
+            atomic_write_json(Path(chunk.progress_file), {"fraction": _fraction(phase, done, total)})
+
+    workdirs = [Path(chunk.workdir) / p.key for p in chunk.points] if chunk.workdir else None
+    try:
+        results = run_population([p.config() for p in chunk.points], workdirs, progress=progress)
+    except Exception:  # noqa: BLE001 - reported with its traceback, the sweep goes on
+        return [{**_identity(p), "error": traceback.format_exc()} for p in chunk.points]
+    wall = time.perf_counter() - start
+    out = []
+    for point, result in zip(chunk.points, results):
+        result = {**result, **_identity(point), "wall_s": wall}
+        problems = result_schema.problems(result)
+        out.append(result if not problems else
+                   {**_identity(point), "error": "the result breaks the result schema: " + "; ".join(problems)})
+    return out
+
+
+def _lost_chunk(chunk: Chunk, exit_code: int | None) -> list[dict[str, Any]]:
+    """The failures of a chunk whose worker process died under it."""
+    return [_lost(p, exit_code) for p in chunk.points]
+
+
+def run_populations(chunks: Sequence[Chunk], workers: int) -> Generator[dict[str, Any], None, None]:
+    """The chunks on ``spawn`` processes (as ``run_local``), each point's result as its chunk finishes."""
+    stream = procgroup.imap_unordered(f"{__name__}:run_chunk", chunks, workers, _lost_chunk)
+    with contextlib.closing(stream):
+        for results in stream:
+            yield from results
+
+
+class _ChunkProgress:
+    """Points done, counting the finished fraction of each running chunk (read from its progress file)."""
+
+    def __init__(self, chunks: Sequence[Chunk], done: int) -> None:
+        self.chunks = [c for c in chunks if c.progress_file]
+        self.base = done
+        self.finished: set[str] = set()
+
+    def value(self) -> float:
+        """Points stored, plus each running chunk's finished fraction of the points it has not handed back yet."""
+        partial = 0.0
+        for c in self.chunks:
+            left = sum(p.key not in self.finished for p in c.points)
+            if left:
+                with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+                    partial += left * float(json.loads(Path(c.progress_file).read_text())["fraction"])
+        return self.base + len(self.finished) + min(partial, sum(len(c.points) for c in self.chunks))
+
+
+@contextlib.contextmanager
+def _watch(bar: Progress, tracker: _ChunkProgress, total: int) -> Iterator[None]:
+    """Refresh the bar from the chunks' progress files while the sweep waits for results."""
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.wait(PROGRESS_EVERY_S):
+            bar.update("sweep", tracker.value(), total)
+
+    thread = threading.Thread(target=loop, daemon=True, name="sweep-progress")
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
 class SweepError(RuntimeError):
     """Some grid points failed; the finished ones are stored and a rerun retries only the failed."""
 
@@ -141,9 +269,10 @@ def run_local(points: Sequence[GridPoint], workers: int) -> Generator[dict[str, 
     return procgroup.imap_unordered(f"{__name__}:run_point", points, workers, _lost)
 
 
-def run_ray(points: Sequence[GridPoint], address: str | None = None,
-            num_cpus: int | None = None) -> Generator[dict[str, Any], None, None]:
-    """Each point a Ray task on the cluster ``ray.init`` finds (a new local instance by default)."""
+def run_ray(points: Sequence[Any], address: str | None = None, num_cpus: int | None = None,
+            fn: Any = run_point) -> Generator[Any, None, None]:
+    """``fn(point)`` (default ``run_point``) for each point as a Ray task on the cluster ``ray.init`` finds (a new
+    local instance by default), results as they finish."""
     if not points:  # nothing to run: no Ray instance to start
         return
     import ray
@@ -151,7 +280,7 @@ def run_ray(points: Sequence[GridPoint], address: str | None = None,
     started = not ray.is_initialized()
     if started:
         ray.init(address=address, num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
-    task = ray.remote(num_cpus=1, max_retries=0)(run_point)
+    task = ray.remote(num_cpus=1, max_retries=0)(fn)
     try:
         pending = [task.remote(p) for p in points]
         while pending:
@@ -162,7 +291,14 @@ def run_ray(points: Sequence[GridPoint], address: str | None = None,
             ray.shutdown()
 
 
-def run_sweep(points: Sequence[GridPoint], out: str | Path, backend: str = "local", workers: int = 2,
+def run_ray_populations(chunks: Sequence[Chunk], address: str | None = None,
+                        num_cpus: int | None = None) -> Generator[dict[str, Any], None, None]:
+    """Each chunk a Ray task (``run_ray`` over chunks), each point's result as its chunk finishes."""
+    for results in run_ray(chunks, address, num_cpus, fn=run_chunk):
+        yield from results
+
+
+def run_sweep(points: Sequence[GridPoint], out: str | Path, backend: str = DEFAULT_BACKEND, workers: int = 2,
               progress: bool = True, ray_address: str | None = None) -> list[dict[str, Any]]:
     """Run the unfinished points, store each as it finishes, and return all results in grid order.
 
@@ -176,24 +312,43 @@ def run_sweep(points: Sequence[GridPoint], out: str | Path, backend: str = "loca
     todo = [p for p in points if not store.done(p.key)]
     if todo:
         store.check_writable()
+    chunks: list[Chunk] = []
     if backend == "local":
         stream = run_local(todo, workers)
     elif backend == "ray":
         stream = run_ray(todo, ray_address, num_cpus=workers if ray_address is None else None)
+    elif backend == "population":
+        chunks = plan_chunks(todo, workers, out / "work")
+        for chunk in chunks:  # a killed sweep's progress is not this one's
+            Path(str(chunk.progress_file)).unlink(missing_ok=True)
+        stream = run_populations(chunks, workers)
+    elif backend == "ray-population":
+        chunks = plan_chunks(todo, workers)
+        stream = run_ray_populations(chunks, ray_address, num_cpus=workers if ray_address is None else None)
     else:
-        raise ValueError(f"backend={backend!r}: allowed one of local, ray")
+        raise ValueError(f"backend={backend!r}: allowed one of {', '.join(BACKENDS)}")
     failed = []
     done = len(points) - len(todo)
+    tracker = _ChunkProgress(chunks, done)
     with contextlib.closing(stream), Progress(enabled=progress) as bar:
         bar.update("sweep", done, len(points), f"{done} already done" if done else "")
-        for result in stream:  # an exception here closes the stream, which kills the workers
-            if "error" in result:
-                failed.append(result)
-                continue
-            store.put(result)
-            done += 1
-            bar.update("sweep", done, len(points), f"{result['label']} seed {result['seed']}: "
-                                                   f"acc {result['accuracy']:.3f}")
+        watch = _watch(bar, tracker, len(points)) if progress and tracker.chunks else contextlib.nullcontext()
+        with watch:
+            for result in stream:  # an exception here closes the stream, which kills the workers
+                if "error" in result:
+                    failed.append(result)
+                    continue
+                store.put(result)
+                shutil.rmtree(out / "work" / result["key"], ignore_errors=True)
+                tracker.finished.add(result["key"])
+                done += 1
+                bar.update("sweep", tracker.value() if tracker.chunks else done, len(points),
+                           f"{result['label']} seed {result['seed']}: acc {result['accuracy']:.3f}")
+    for chunk in chunks:
+        if chunk.progress_file:
+            Path(chunk.progress_file).unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        (out / "work").rmdir()  # only when empty: the checkpoints of failed points stay for the rerun
     if failed:
         detail = "\n".join(f"--- {r['label']} seed {r['seed']}:\n{r['error']}" for r in failed)
         raise SweepError(f"{len(failed)} of {len(todo)} points failed (finished points are stored; rerun to "

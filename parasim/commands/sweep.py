@@ -1,8 +1,9 @@
 """parasim sweep: train and evaluate a grid of configs; with no arguments, the default C_tar sweep.
 
 The default is the project's main job: c_tar=4,8,12,16 over the paramanager pool, three seeds each,
-on local processes, writing the table, CSV/JSON and plots to ./parasim_out/sweep. Every point's config is
-checked before any worker starts.
+each worker process training its share of the points as one batched population, writing the table, CSV/JSON and
+plots to ./parasim_out/sweep. Every point's config is checked before any worker starts. ``--backend local`` trains
+each point in a process of its own instead: the same results, number for number, in more time.
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from parasim.commands import RUN_FAILED, CommandError, error
+from parasim.training.sweep_backends import BACKENDS, DEFAULT_BACKEND
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -26,10 +28,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="ablation preset every point starts from (default, serial, mono, no_diversity, sft_only, "
                         "rl_from_base)")
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="fixed option for every point")
-    p.add_argument("--backend", choices=("local", "ray"), default="local")
+    p.add_argument("--backend", choices=BACKENDS, default=DEFAULT_BACKEND,
+                   help="population (default): each worker process trains a chunk of points as one batched "
+                        "population (points checkpoint under OUT/work and a rerun resumes them there); local: one "
+                        "process per point; ray: one Ray task per point; ray-population: one Ray task per chunk. "
+                        "All give the same results")
     p.add_argument("--workers", type=int, default=None,
-                   help="parallel points (default: CPU count); with --backend ray and no address, the CPUs of the "
-                        "local Ray instance it starts")
+                   help="parallel points, or populations (default: CPU count); with a Ray backend and no address, the "
+                        "CPUs of the local Ray instance it starts")
     p.add_argument("--ray-address", default=None, help="Ray cluster address (default: what ray.init finds)")
     p.add_argument("--out", default=os.path.join("parasim_out", "sweep"), help="output directory")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
