@@ -196,20 +196,26 @@ def broadcast_to_tokens(values: np.ndarray, mask: np.ndarray, turn_ids: np.ndarr
     return out
 
 
-def loss_normalizers(mask: np.ndarray, mode: str, *, global_tokens: float | None = None,
-                     global_seqs: float | None = None, norm_len: float | None = None) -> np.ndarray:
-    """Per-row weight c[b] such that loss = sum_{b,t} loss[b,t] * mask[b,t] * c[b] (see parasim.masks)."""
-    counts = (mask != 0).sum(axis=1).astype(np.float64)
-    n_tok = counts.sum() if global_tokens is None else global_tokens
-    n_seq = float((counts > 0).sum()) if global_seqs is None else global_seqs
+def aggregated_loss(token_loss: np.ndarray, mask: np.ndarray, mode: str, *, global_tokens: float | None = None,
+                    global_seqs: float | None = None, norm_len: float | None = None) -> float:
+    """The loss each aggregation mode defines, computed from its definition over the trained tokens, row by row
+    (``parasim.masks.loss_normalizers`` gives per-row weights instead; a test checks that the two agree, so this is
+    not a second copy of those weights): ``token-mean`` the mean over all trained tokens, ``seq-mean-token-sum`` the
+    mean over trained rows of each row's sum, ``seq-mean-token-mean`` of each row's mean, ``seq-mean-token-sum-norm``
+    of each row's sum over a constant length. ``global_*`` replace this mask's token and row counts."""
+    rows = [[float(token_loss[b, t]) for t in range(mask.shape[1]) if mask[b, t] != 0] for b in range(mask.shape[0])]
+    trained = [r for r in rows if r]
+    n_tok = sum(len(r) for r in rows) if global_tokens is None else global_tokens
+    n_seq = len(trained) if global_seqs is None else global_seqs
     length = mask.shape[1] if norm_len is None else norm_len
     if mode == "token-mean":
-        return np.full(counts.shape, 1.0 / n_tok if n_tok > 0 else 0.0)
-    inv_seq = 1.0 / n_seq if n_seq > 0 else 0.0
+        return sum(sum(r) for r in trained) / n_tok if n_tok > 0 else 0.0
+    if n_seq <= 0:
+        return 0.0
     if mode == "seq-mean-token-sum":
-        return np.full(counts.shape, inv_seq)
+        return sum(sum(r) for r in trained) / n_seq
     if mode == "seq-mean-token-mean":
-        return np.where(counts > 0, inv_seq / np.maximum(counts, 1.0), 0.0)
+        return sum(sum(r) / len(r) for r in trained) / n_seq
     if mode == "seq-mean-token-sum-norm":
-        return np.full(counts.shape, inv_seq / length if length > 0 else 0.0)
+        return sum(sum(r) / length for r in trained) / n_seq if length > 0 else 0.0
     raise ValueError(f"mode = {mode!r}")

@@ -66,9 +66,14 @@ def test_mask_and_turns_match_reference(table):
     per_turn = rng.normal(size=(mask.shape[0], max(1, int(turns.max(initial=0)) + 1)))
     np.testing.assert_array_equal(broadcast_to_tokens(per_turn, mask, turns),
                                   reference.broadcast_to_tokens(per_turn, mask, turns))
+    token_loss = rng.normal(size=mask.shape)
     for mode in LOSS_AGG_MODES:
-        np.testing.assert_allclose(loss_normalizers(mask, mode), reference.loss_normalizers(mask, mode),
-                                   rtol=1e-15, err_msg=mode)
+        for counts in ({}, {"global_tokens": 3.0 * mask.sum() + 1.0, "global_seqs": 2.0 * mask.shape[0] + 1.0},
+                       {"norm_len": 7.5}):
+            weights = loss_normalizers(mask, mode, **counts)
+            loss = float((token_loss * (mask != 0) * weights[:, None]).sum())
+            assert loss == pytest.approx(reference.aggregated_loss(token_loss, mask, mode, **counts), rel=1e-12,
+                                         abs=1e-12), (mode, counts)
 
 
 def test_threaded_rows_match_reference():
