@@ -186,6 +186,17 @@ class TrajectoryBatch:
         """The arrays by field name, in schema order (views, not copies)."""
         return {name: getattr(self, name) for name in FIELDS}
 
+    def replace(self, **arrays: Any) -> TrajectoryBatch:
+        """A new batch with the given fields replaced (validated as :meth:`from_arrays` validates them) and the
+        others shared with this one: the immutable batch's counterpart of ``dataclasses.replace``."""
+        unknown = sorted(set(arrays) - set(FIELDS))
+        if unknown:
+            raise BatchValidationError(f"TrajectoryBatch.replace: unknown field(s) {unknown}; allowed: {list(FIELDS)}")
+        values = self.as_dict()
+        for name, value in arrays.items():
+            values[name] = _coerce(name, value, len(self), self.num_tools)
+        return TrajectoryBatch(**values)
+
     def subset(self, index: np.ndarray | slice) -> TrajectoryBatch:
         """Rows selected by a slice, integer index or boolean mask (already valid, so no re-validation)."""
         return TrajectoryBatch(**{k: np.ascontiguousarray(v[index]) for k, v in self.as_dict().items()})

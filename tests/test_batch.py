@@ -108,3 +108,14 @@ def test_subset_and_concat_roundtrip():
         np.testing.assert_array_equal(getattr(joined, name), getattr(b, name))
     mask = b.outcome > 0
     assert len(b.subset(mask)) == int(mask.sum())
+
+
+def test_replace_validates_the_new_fields_and_keeps_the_rest():
+    batch = TrajectoryBatch.from_arrays(outcome=np.array([1.0, 0.0]), tokens=np.array([3.0, 4.0]))
+    moved = batch.replace(group_id=np.array([5, 5]))
+    assert moved.group_id.tolist() == [5, 5] and batch.group_id.tolist() == [0, 1]
+    assert moved.tokens is batch.tokens and moved.group_id.dtype == np.int64
+    with pytest.raises(BatchValidationError, match="group_id"):
+        batch.replace(group_id=np.array([0.5, 1.0]))
+    with pytest.raises(BatchValidationError, match="unknown field"):
+        batch.replace(tokenz=np.array([1.0, 2.0]))

@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 import zlib
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import gymnasium as gym
@@ -158,7 +158,7 @@ class Rollout:
         if len(self.bounds) == 2:
             return self.batch
         batch = self.batch.subset(slice(int(self.bounds[b]), int(self.bounds[b + 1])))
-        return replace(batch, group_id=batch.group_id - batch.group_id[0]) if len(batch) else batch
+        return batch.replace(group_id=batch.group_id - batch.group_id[0]) if len(batch) else batch
 
     def agent_model_choices(self) -> np.ndarray:
         """Model index of every executed agent-tool call (for the model distribution)."""
