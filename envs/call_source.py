@@ -134,7 +134,7 @@ class SimSource:
         return f"#{int(self.sim.final_answers()[0])}"
 
     def board_rounds(self, records: Sequence[SimRound]) -> tuple[RoundRecord, ...]:
-        return tuple(sim_round(*r, self.model_names) for r in records)
+        return tuple(sim_round(*r, self.model_names, self.sim.pool.tools) for r in records)
 
     def board_extras(self) -> dict[str, Any]:
-        return {}
+        return {"tool_spec": self.sim.pool.tools}

@@ -16,12 +16,14 @@ on real tools with the same spaces and the same compiled rules, see ``parasim.en
 One class for both: the env holds a call source (``parasim.envs.call_source``), and the rules of a round
 (``parasim.sim.rules``) are the same compiled functions whichever source answers the calls.
 
-Action, ``MultiDiscrete(nvec)`` with ``nvec = [2] + [NUM_TOOLS + 1, M, 3] * K`` (M = pool models):
+Action, ``MultiDiscrete(nvec)`` with ``nvec = [2] + [T + 1, M, 3] * K`` (T = the pool's tools, 7 with the default
+tool spec, ``parasim.tool_spec``; M = pool models):
   - ``a[0]``: stop flag, 1 = ``final_answer`` (the slots are then ignored), 0 = run a round.
-  - slot k (``a[1 + 3k : 4 + 3k]``): tool (``Tool`` value 0..6; 7 = empty slot), model (pool model index;
-    ignored by the basic tools python and search, which the manager runs itself), target (0 = the
-    question, fresh context; 1 = carry the trajectory and its leading answer, which the call may copy;
-    2 = verify the leading answer, critical_reviewer only, which must use it).
+  - slot k (``a[1 + 3k : 4 + 3k]``): tool (index in the pool's tool spec, 0..T-1, the ``Tool`` value for the
+    default spec; T = empty slot), model (pool model index; ignored by the basic tools such as python and search,
+    which the manager runs itself), target (0 = the question, fresh context; 1 = carry the trajectory and its
+    leading answer, which the call may copy; 2 = verify the leading answer, reviewer tools such as
+    critical_reviewer only, which must use it).
   Masked or out-of-range parts become call statuses, never exceptions: an unknown tool or model or a
   reviewer with nothing to review is INVALID_TOOL; a bad or inapplicable target is FORMAT_ERR; a round with
   no call, or a stop flag other than 0/1, is a format violation (counted in the trajectory's
@@ -39,7 +41,7 @@ Observation, a Dict of arrays (C = 4 candidates, S = 6 statuses):
     (present, score, supporting calls, reviewer flags, reviewer confirmations); answer ids are hidden.
   - ``evidence`` float32[3]: OK answers so far, distinct answers, 1 if the termination model would fall
     back to the manager's own answer (no evidence yet).
-  - ``tool_counts`` float32[7]: calls per tool so far; ``status_counts`` float32[6]: calls per status.
+  - ``tool_counts`` float32[T]: calls per tool so far; ``status_counts`` float32[6]: calls per status.
   - ``last_status`` int8[K]: status of each slot's call in the last round (6 = no call).
   - ``action_mask`` int8[sum(nvec)]: the per-dimension masks of the action, concatenated in ``nvec``
     order (stop 2, then per slot tool T+1, model M, target 3); 1 = allowed.
@@ -84,7 +86,7 @@ from parasim.env_options import check_episode_options, check_option_keys, check_
 from parasim.envs.call_source import CallSource, SimSource
 from parasim.envs.render import Board, check_render_mode, ending_text, new_history, render_board
 from parasim.envs.render_modes import RENDER_FPS, RENDER_MODES
-from parasim.protocol.schema import NUM_STATUSES, NUM_TOOLS
+from parasim.protocol.schema import NUM_STATUSES
 from parasim.sim import Simulator
 from parasim.sim.gather import trajectory_fields
 from parasim.sim.kernel import CAND_FEATURES, NUM_CANDIDATES
@@ -115,10 +117,12 @@ def observation_space(sim: Simulator) -> spaces.Dict:
 
 
 def dict_observation_space(slots: int, max_rounds: float, nvec: np.ndarray) -> spaces.Dict:
-    """The Dict observation space for K = ``slots`` call slots, R rounds and the action sizes ``nvec``;
-    the simulated and the real-tools env share it, so a policy trained on one runs on the other."""
+    """The Dict observation space for K = ``slots`` call slots, R rounds and the action sizes ``nvec`` (whose tool
+    dimension, T + 1, gives the tool count T); the simulated and the real-tools env share it, so a policy trained on
+    one runs on the other."""
     inf = np.inf
     f32 = np.float32
+    num_tools = int(nvec[1]) - 1
     task_high = np.array([1, 1, 1, 1, 1, 1, 1, inf], f32)
     return spaces.Dict({
         "task": spaces.Box(0, task_high, (TASK_FEATURES,), f32),
@@ -126,7 +130,7 @@ def dict_observation_space(slots: int, max_rounds: float, nvec: np.ndarray) -> s
         "budget": spaces.Box(0, inf, (4,), f32),
         "candidates": spaces.Box(-inf, inf, (NUM_CANDIDATES, CAND_FEATURES), f32),
         "evidence": spaces.Box(0, inf, (3,), f32),
-        "tool_counts": spaces.Box(0, inf, (NUM_TOOLS,), f32),
+        "tool_counts": spaces.Box(0, inf, (num_tools,), f32),
         "status_counts": spaces.Box(0, inf, (NUM_STATUSES,), f32),
         "last_status": spaces.Box(0, NUM_STATUSES, (slots,), np.int8),
         "action_mask": spaces.Box(0, 1, (int(nvec.sum()),), np.int8),
@@ -170,7 +174,8 @@ def score_trajectories(traj: dict[str, np.ndarray], reward_config: Any, *, valid
     from parasim import TrajectoryBatch, compute_rewards
 
     fields = {**traj, "group_id": np.arange(len(traj["outcome"]), dtype=np.int64)}
-    batch = TrajectoryBatch.from_arrays(**fields) if validate else TrajectoryBatch(**fields)
+    num_tools = int(np.shape(traj["tool_counts"])[-1])  # the pool's tool count: one count column per tool
+    batch = TrajectoryBatch.from_arrays(num_tools=num_tools, **fields) if validate else TrajectoryBatch(**fields)
     result = compute_rewards(batch, reward_config)
     comps = {k: np.asarray(v, np.float64) for k, v in result.as_dict().items()}
     return comps["total"], comps

@@ -119,6 +119,7 @@ from parasim.protocol.schema import (
     ToolCall,
 )
 from parasim.protocol.tool_schema import render_system_prompt, tool_list
+from parasim.tool_spec import ToolSpec, default_tool_spec
 
 CHARSET = "\t\n\r" + "".join(map(chr, range(0x20, 0xD800))) + "".join(map(chr, range(0xE000, 0xFFFE)))
 _ALLOWED = frozenset(CHARSET)
@@ -274,6 +275,21 @@ def describe_models(pool: Any) -> dict[str, str]:
     return out
 
 
+def engine_tool_spec(engine: Any, pool: Any) -> ToolSpec:
+    """The tools the manager may call, whose names the parser reads and the prompt lists: the engine's (the
+    simulator engine's pool, a real engine's backend's pool), else the ``pool`` option's, else the default spec."""
+    for owner in (engine, getattr(engine, "backend", None)):
+        spec = getattr(owner, "tools", None)
+        if isinstance(spec, ToolSpec):
+            return spec
+    from parasim.pools import load_pool
+
+    try:
+        return load_pool(pool).tools
+    except (ValueError, TypeError):  # a real-tools engine may run models no pool file describes
+        return default_tool_spec()
+
+
 def _finish(engine: EpisodeEngine, manager_answer: str | None) -> Any:
     """``engine.finish``, passing the manager's answer to engines whose ``finish`` accepts one."""
     try:
@@ -336,6 +352,7 @@ class ParaOrchTextEnv(gym.Env[str, str]):
         else:
             raise ValueError(f"tools: expected 'sim' or 'real', got {tools!r}")
         self.engine = engine
+        self.tool_spec = engine_tool_spec(engine, pool)
         self.max_rounds, self.max_parallel = int(max_rounds), int(max_parallel)
         self.reward_config = resolve_reward(reward)
         self.render_mode = render_mode
@@ -423,14 +440,14 @@ class ParaOrchTextEnv(gym.Env[str, str]):
         chat template the tool list goes to ``self.tools`` instead, for the template to render."""
         self.model_names = tuple(getattr(self.engine, "model_names", ()))
         models = {m: self._descriptions.get(m, "") for m in self.model_names}
-        self.system_prompt = render_system_prompt(models, max_parallel=self.max_parallel,
-                                                  max_rounds=self.max_rounds) if models else ""
+        self.system_prompt = render_system_prompt(models, max_parallel=self.max_parallel, max_rounds=self.max_rounds,
+                                                  tools=self.tool_spec) if models else ""
         if self.tokenizer is not None and models:
             cut = self.system_prompt.find(_TOOL_BLOCK)
             if cut < 0:
                 raise RuntimeError("render_system_prompt no longer has a '# Tools' section to leave to the template")
             self.system_prompt = self.system_prompt[:cut]
-            self.tools = tool_list(list(models))
+            self.tools = tool_list(list(models), self.tool_spec)
 
     def _render(self, messages: Sequence[dict[str, Any]]) -> str:
         """``messages`` as the observation shows them (``render_conversation`` with this env's template)."""
@@ -456,7 +473,7 @@ class ParaOrchTextEnv(gym.Env[str, str]):
                             f"got {type(action).__name__}")
         if self._done:
             raise RuntimeError("ParaOrchText-v0: the episode is over; call reset() before step()")
-        parsed = parse_tool_calls(action, self.model_names or None)
+        parsed = parse_tool_calls(action, self.model_names or None, self.tool_spec)
         self._manager_chars += len(action)
         shown = to_charset(clip(action, self.max_turn_chars))
         if parsed.is_final:

@@ -197,8 +197,9 @@ class ParaOrchVectorEnv(VectorEnv):
 
     def _board(self, lane: int) -> Board:
         """What lane ``lane``'s board shows of its current episode."""
-        rounds = tuple(sim_round(*r, self.model_names) for r in self._histories[lane])
-        return Board("sim", self.sim.observation(lane), rounds, ending=self._endings[lane])
+        rounds = tuple(sim_round(*r, self.model_names, self.sim.pool.tools) for r in self._histories[lane])
+        return Board("sim", self.sim.observation(lane), rounds, ending=self._endings[lane],
+                     tool_spec=self.sim.pool.tools)
 
     def _record_rounds(self, actions: np.ndarray, reset_first: np.ndarray) -> None:
         """The boards' part of a step: lanes reset in it start empty, lanes that ran a round record its calls."""

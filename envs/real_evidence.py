@@ -20,7 +20,7 @@ from parasim.pools import MAX_MODELS, PoolSpec, reliability
 from parasim.protocol.engine import TaskView
 from parasim.protocol.schema import Domain
 from parasim.real.backend import approx_tokens
-from parasim.sim.tables import PARAMS_DTYPE, ROW_DTYPE, SimTables, answer_log_odds_offset, kernel_params
+from parasim.sim.tables import ROW_DTYPE, SimTables, answer_log_odds_offset, kernel_params
 from parasim.tasks import FREE_FORM, NUM_ANSWERS
 from parasim.tools.verify import (
     AnswerKind,
@@ -83,7 +83,7 @@ def _logit(p: np.ndarray) -> np.ndarray:
 
 def real_params(pool: PoolSpec, tables: SimTables, model_ids: tuple[str, ...], env: np.ndarray,
                 slots: int) -> np.ndarray:
-    """The parameter record (1-element ``PARAMS_DTYPE``) of the pool ``tables`` (``build_tables(pool, ...)``) with
+    """The parameter record (1-element ``params_dtype(T)``) of the pool ``tables`` (``build_tables(pool, ...)``) with
     model row ``j`` for ``model_ids[j]`` (row ``len(model_ids)``: the pool's manager); see the module docstring."""
     if not 1 <= len(model_ids) <= MAX_MODELS:
         raise ValueError(f"engine.model_names: expected 1 to {MAX_MODELS} model ids (the action's model dimension), "
@@ -92,10 +92,11 @@ def real_params(pool: PoolSpec, tables: SimTables, model_ids: tuple[str, ...], e
     s = src[0]
     nm_pool = pool.num_models
     rows = [pool.model_names.index(m) if m in pool.model_names[:-1] else -1 for m in model_ids] + [nm_pool]
-    params = np.zeros(1, PARAMS_DTYPE)
+    params = np.zeros(1, src.dtype)
     p = params[0]
     p["nm"], p["slots"], p["env"], p["proto"], p["tt"], p["bonus"] = len(model_ids), slots, env, s["proto"], s["tt"], \
         s["bonus"]
+    p["direct"], p["num_reviewers"], p["reviewers"] = s["direct"], s["num_reviewers"], s["reviewers"]
     # the mean agent model, for ids the pool does not name: probabilities averaged, then their logits / LLRs
     rel = np.clip(reliability(pool), 1e-4, 1 - 1e-4)  # [NB, T, M+1], as build_tables clips it
     sens, spec = np.clip(pool.sens, 0.01, 0.99), np.clip(pool.spec, 0.01, 0.99)  # [M+1, D]

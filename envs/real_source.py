@@ -11,9 +11,12 @@ observation. The model dimension indexes the engine's ``model_names`` (its endpo
   - target 1: the question with the leading candidate's answer, and the output of the call that first gave it as
     carried context (the call may copy it, as in the simulator);
   - target 2 (critical_reviewer only): "verify this answer", the leading answer with the same context;
-  - ``python`` runs the last program in the trajectory (the carried call's with target 1), else the question
-    text, which fails as code: a structured manager cannot write programs; ``search`` queries the question
-    (with the leading answer for target 1).
+  - ``python`` (a basic ``code_exec`` tool) runs the last program in the trajectory (the carried call's with
+    target 1), else the question text, which fails as code: a structured manager cannot write programs; ``search``
+    and any other basic tool (a user's function) get the question (with the leading answer for target 1).
+Tools are the pool's tool spec's (``parasim.tool_spec``): what a slot becomes and what its result means depend on
+the tool's kind and behaviour, so a user's verifier (behaviour ``reviewer``) flags or confirms as critical_reviewer
+does.
 A result's answer is the agent's ``extra["answer"]`` (also a basic tool's, when its tool gives one), else
 python's last output line; texts that verify as equal share an id (``AnswerIds``); a reviewer's verdict
 (``extra["flagged"]``) flags or confirms the round-start lead. Search passages are no answer.
@@ -34,7 +37,7 @@ from parasim.envs.real_evidence import AnswerIds, answer_kind, real_params, task
 from parasim.envs.render import CallRecord, RoundRecord, model_label
 from parasim.pools import load_pool
 from parasim.protocol.engine import TaskView
-from parasim.protocol.schema import CallResult, Domain, Status, Tool, ToolCall
+from parasim.protocol.schema import CallResult, Domain, Status, ToolCall
 from parasim.real import prompts
 from parasim.sim import TARGET_CARRY, TARGET_QUESTION, TARGET_VERIFY
 from parasim.sim.kernel import (
@@ -61,6 +64,7 @@ from parasim.sim.state import action_nvec, action_slot, allocate_lanes, allocate
 from parasim.sim.step import apply_one, begin_one, end_one, plan_one
 from parasim.sim.tables import E_MAX_ROUNDS, E_SERIAL, E_SLOTS, E_TOKEN_BUDGET, NUM_ENV_PARAMS, build_tables
 from parasim.tasks import BENCHMARK_INDEX, GENERIC, load_suite
+from parasim.tool_spec import ToolDef, ToolSpec
 
 # reset options: a task (or its dict) to play, or an index into the engine's list; ``task_seed`` is taken for parity
 # with the simulated env (GRPO groups pass it), and a real task has no hidden draws for it to key
@@ -83,30 +87,33 @@ def real_task_info(engine: Any, view: TaskView) -> dict[str, int]:
     return {"task_index": index, "benchmark": benchmark}
 
 
-def call_answer(call: ToolCall, res: CallResult) -> str | None:
-    """The answer an OK call gave: ``extra["answer"]`` when the tool gives one, else python's last output line; None
-    for the reviewer (a verdict), search passages and an agent result without an answer."""
-    if call.tool is Tool.CRITICAL_REVIEWER:
+def call_answer(call: ToolCall, res: CallResult, spec: ToolSpec) -> str | None:
+    """The answer an OK call gave: ``extra["answer"]`` when the tool gives one, else a basic code tool's (python's)
+    last output line; None for a reviewer (a verdict), search passages and an agent result without an answer
+    (tools looked up in the pool's tool spec ``spec``)."""
+    tool = spec.tools[int(call.tool)]
+    if tool.behaviour == "reviewer":
         return None
     answer = res.extra.get("answer")
     if isinstance(answer, str):
         return answer
-    if call.tool is Tool.PYTHON:
+    if tool.behaviour == "code_exec" and not tool.is_agent:
         lines = [ln.strip() for ln in res.output.splitlines() if ln.strip()]
         return lines[-1] if lines else ""
     return None
 
 
-def call_result_text(call: ToolCall, res: CallResult) -> str:
+def call_result_text(call: ToolCall, res: CallResult, spec: ToolSpec) -> str:
     """The board's result column of a call that ran: its answer or verdict, or why it failed."""
     if res.status is not Status.OK:
         return res.detail
-    if call.tool is Tool.CRITICAL_REVIEWER:
+    tool = spec.tools[int(call.tool)]
+    if tool.behaviour == "reviewer":
         flagged = res.extra.get("flagged")
         return ("flag" if flagged else "confirm") if isinstance(flagged, bool) else ""
-    answer = call_answer(call, res)
+    answer = call_answer(call, res, spec)
     if answer is None:
-        return "passages" if call.tool is Tool.SEARCH else ""
+        return "passages" if tool.behaviour == "search" and not tool.is_agent else ""
     return repr(answer)
 
 
@@ -130,10 +137,11 @@ class RealSource:
         env[E_TOKEN_BUDGET] = np.inf if token_budget is None else token_budget
         self.params = real_params(self.pool, build_tables(self.pool, load_suite(suite)), self.model_names, env,
                                   self.slots)
-        self.nvec = action_nvec(self.slots, len(self.model_names))
-        self._state = allocate_lanes(1, self.slots)
+        self.spec = self.pool.tools
+        self.nvec = action_nvec(self.slots, len(self.model_names), self.spec.num_tools)
+        self._state = allocate_lanes(1, self.slots, self.spec.num_tools)
         self.lanes = self._state.lanes
-        self.obs = allocate_obs(1, self.slots, len(self.model_names))
+        self.obs = allocate_obs(1, self.slots, len(self.model_names), self.spec)
         self._act = np.zeros((1, len(self.nvec)), np.int64)
         self.rows = task_row(TaskView("", "", 0), 0, None)
         self.task: TaskView | None = None
@@ -190,20 +198,21 @@ class RealSource:
             self._finish(ended_final=False)
         return over, {"calls": calls, "results": results}, rec
 
-    def _slot(self, action: np.ndarray, k: int) -> tuple[Tool, int, int]:
+    def _slot(self, action: np.ndarray, k: int) -> tuple[ToolDef, int, int]:
         tool, model, target = action_slot(action, k)
-        return Tool(tool), model if Tool(tool).is_agent else -1, target
+        found = self.spec.tools[tool]  # a runnable slot's tool is one of the spec's (the rules checked it)
+        return found, model if found.is_agent else -1, target
 
     def _outcome_record(self, k: int, call: ToolCall, res: CallResult, lead: int, index: int) -> None:
         """Slot ``k``'s outcome record from its ``CallResult`` (``index``: the call's place in the episode)."""
         kind, answer = OUT_NONE, -1
         if res.status is Status.OK:
-            if call.tool is Tool.CRITICAL_REVIEWER:
+            if self.spec.tools[int(call.tool)].behaviour == "reviewer":
                 flagged = res.extra.get("flagged")
                 if isinstance(flagged, bool) and lead >= 0:
                     kind, answer = (OUT_FLAG if flagged else OUT_CONFIRM), lead
             else:
-                text = call_answer(call, res)
+                text = call_answer(call, res, self.spec)
                 answer = -1 if text is None else self.ids.id_for(text, index)
                 kind = OUT_ANSWER if answer >= 0 else OUT_NONE
         _lanes, last_status, call_i, call_f = self._state
@@ -213,24 +222,27 @@ class RealSource:
         rec[C_TOK_IN], rec[C_TOK_OUT], rec[C_LAT] = res.tokens_in, res.tokens_out, res.latency_s
         rec[C_USD], rec[C_COST] = res.usd, res.cost_units
 
-    def _tool_call(self, tool: Tool, model: int, target: int, lead: int) -> ToolCall:
-        """The ``ToolCall`` of a well-formed slot (see the module docstring for what each target means)."""
+    def _tool_call(self, tool: ToolDef, model: int, target: int, lead: int) -> ToolCall:
+        """The ``ToolCall`` of a well-formed slot (see the module docstring for what each target means): a basic
+        code tool runs a program, any other basic tool (search, a user's function) gets the question (with the
+        leading answer for target 1), an agent tool the question, the answer to verify or the one to improve."""
         assert self.task is not None
+        value = self.spec.call_tool(tool.index)
         question = self.task.question
         model_id = self.model_names[model] if model >= 0 else ""
         lead_text = self.ids.texts[lead] if lead >= 0 else ""
         source = self.ids.sources[lead] if lead >= 0 else -1
-        if tool is Tool.PYTHON:
+        if not tool.is_agent and tool.behaviour == "code_exec":
             carried = self.results[source].output if target == TARGET_CARRY and lead >= 0 else ""
             program = prompts.extract_code(carried) or self._last_program() or question
-            return ToolCall(tool, "", program)
+            return ToolCall(value, "", program)
         if target == TARGET_QUESTION or lead < 0:
-            return ToolCall(tool, model_id, question)
-        if tool is Tool.SEARCH:
-            return ToolCall(tool, "", f"{question} {lead_text}")
+            return ToolCall(value, model_id, question)
+        if not tool.is_agent:
+            return ToolCall(value, "", f"{question} {lead_text}")
         if target == TARGET_VERIFY:
-            return ToolCall(tool, model_id, f"Verify this answer: {lead_text}", target=source)
-        return ToolCall(tool, model_id, f"An earlier call answered {lead_text} (its work is below); solve the "
+            return ToolCall(value, model_id, f"Verify this answer: {lead_text}", target=source)
+        return ToolCall(value, model_id, f"An earlier call answered {lead_text} (its work is below); solve the "
                         "question, using or correcting it.", target=source)
 
     def _last_program(self) -> str | None:
@@ -267,12 +279,12 @@ class RealSource:
         calls = []
         for k in np.flatnonzero(last_status != NO_CALL).tolist():
             tool, model, target = action_slot(action, k)
-            label = model_label(tool, model, self.model_names)
+            label = model_label(tool, model, self.model_names, self.spec)
             if k not in ran:  # a protocol status, given without a call
                 calls.append(CallRecord(k, tool, label, target, int(last_status[k])))
                 continue
             call, res = ran[k]
-            calls.append(CallRecord(k, tool, label, target, int(res.status), call_result_text(call, res),
+            calls.append(CallRecord(k, tool, label, target, int(res.status), call_result_text(call, res, self.spec),
                                     float(res.tokens_out), float(res.latency_s)))
         return RoundRecord(int(self.lanes["st_i"][0, I_ROUND]), tuple(calls))
 
@@ -285,4 +297,4 @@ class RealSource:
         shown = min(int(self.lanes["st_i"][0, I_SEQ]), NUM_CANDIDATES)
         ids = [int(self.lanes["order"][0, p]) for p in self.lanes["scratch"][0, :shown]]
         return {"question": self.task.question if self.task else None,
-                "candidate_labels": tuple(repr(self.ids.texts[a]) for a in ids)}
+                "candidate_labels": tuple(repr(self.ids.texts[a]) for a in ids), "tool_spec": self.spec}

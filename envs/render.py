@@ -21,9 +21,10 @@ from typing import Any
 import numpy as np
 
 from parasim.envs.render_modes import RENDER_MODES
-from parasim.protocol.schema import NUM_TOOLS, Domain, Status, Tool
+from parasim.protocol.schema import Domain, Status
 from parasim.sim.state import action_slot
 from parasim.tasks import NUM_ANSWERS
+from parasim.tool_spec import ToolSpec, default_tool_spec
 
 SHOWN_ROUNDS = 12  # rounds of calls kept and shown (the default max_rounds)
 TARGET_NAMES = ("question", "carry", "verify")
@@ -45,7 +46,7 @@ class CallRecord:
     """One call of a round as the board shows it: the slot's action parts, the status and what came back."""
 
     slot: int
-    tool: int  # Tool value, or the out-of-range value the action held
+    tool: int  # index in the tool spec (the Tool value for the default spec), or the out-of-range value the action held
     model: str  # model name ("" for the basic tools, which the manager runs itself)
     target: int
     status: int  # Status value (malformed calls get theirs too)
@@ -72,6 +73,7 @@ class Board:
     question: str | None = None  # the question text (real tools); the simulator has none
     candidate_labels: Sequence[str] = field(default_factory=tuple)  # answers of the ranked candidates (real tools)
     ending: str | None = None  # how the episode ended (``ending_text``); None while it runs
+    tool_spec: ToolSpec = field(default_factory=default_tool_spec)  # names the calls' tools
 
 
 def check_render_mode(render_mode: Any) -> str | None:
@@ -87,20 +89,22 @@ def new_history() -> deque[Any]:
 
 
 def sim_round(number: int, action: np.ndarray, results: Sequence[Mapping[str, Any]],
-              model_names: Sequence[str]) -> RoundRecord:
-    """The record of a simulated round from its action row and ``Simulator.last_round`` (one dict per call)."""
+              model_names: Sequence[str], spec: ToolSpec) -> RoundRecord:
+    """The record of a simulated round from its action row and ``Simulator.last_round`` (one dict per call), with
+    the pool's tool spec ``spec``."""
     calls = []
     for res in results:
         k, kind = int(res["slot"]), res["kind"]
         tool, model, target = action_slot(action, k)
-        calls.append(CallRecord(k, tool, model_label(tool, model, model_names), target, int(res["status"]),
+        calls.append(CallRecord(k, tool, model_label(tool, model, model_names, spec), target, int(res["status"]),
                                 f"{kind} #{res['answer']}" if kind else "", res["tokens_out"], res["latency_s"]))
     return RoundRecord(number, tuple(calls))
 
 
-def model_label(tool: int, model: int, model_names: Sequence[str]) -> str:
-    """The model column of a call: the model's name for an agent tool, "" for a basic tool."""
-    if 0 <= tool < NUM_TOOLS and not Tool(tool).is_agent:
+def model_label(tool: int, model: int, model_names: Sequence[str], spec: ToolSpec) -> str:
+    """The model column of a call: the model's name for an agent tool, "" for a basic tool of ``spec``."""
+    found = spec.tool_def(tool)
+    if found is not None and not found.is_agent:
         return ""
     return model_names[model] if 0 <= model < len(model_names) else f"model #{model}"
 
@@ -162,7 +166,7 @@ def board_lines(board: Board) -> list[Line]:
     for rnd in board.rounds:
         if not rnd.calls:
             lines.append((f"  {rnd.number:<3d} (no call: a format violation)", "fail"))
-        lines += [call_line(rnd.number, call) for call in rnd.calls]
+        lines += [call_line(rnd.number, call, board.tool_spec) for call in rnd.calls]
     return lines
 
 
@@ -176,9 +180,10 @@ def task_text(task: np.ndarray) -> str:
     return f"{domain}, {fmt}, {float(task[7]) * 1000:,.0f} question tokens"
 
 
-def call_line(number: int, call: CallRecord) -> Line:
-    """One row of the calls table."""
-    tool = Tool(call.tool).wire_name if 0 <= call.tool < NUM_TOOLS else f"tool #{call.tool}"
+def call_line(number: int, call: CallRecord, spec: ToolSpec) -> Line:
+    """One row of the calls table (tools named by ``spec``)."""
+    found = spec.tool_def(call.tool)
+    tool = found.name if found is not None else f"tool #{call.tool}"
     target = TARGET_NAMES[call.target] if 0 <= call.target < len(TARGET_NAMES) else f"#{call.target}"
     status = Status(call.status).name
     text = (f"  {number:<3d} {call.slot:<4d} {_cell(tool, 18)} {_cell(call.model or '-', 28)} {_cell(target, 8)} "

@@ -21,7 +21,7 @@ import numpy as np
 
 from parasim.envs.paraorch import ParaOrchEnv
 from parasim.protocol.engine import EpisodeOutcome, TaskView
-from parasim.protocol.schema import CallResult, Domain, Status, Tool, ToolCall
+from parasim.protocol.schema import CallResult, Domain, Status, ToolCall
 from parasim.sim import NUM_TARGETS, TARGET_CARRY, TARGET_QUESTION, TARGET_VERIFY
 from parasim.sim.kernel import F_QTOK, F_TOKENS, I_DOMAIN, I_EPISODE, I_NANS, leading_answer
 from parasim.sim.rules import (
@@ -42,14 +42,15 @@ from parasim.tasks import BENCHMARKS, NUM_ANSWERS
 _SAMPLED = (Status.OK, Status.EXEC_ERR, Status.TIMEOUT)
 
 
-# what the manager reads for each rule that rejects a call (the unknown-model reason also lists the models)
+# what the manager reads for each rule that rejects a call (the unknown-model reason also lists the models; {tool}:
+# the call's tool, {reviewer}: the call's tool if it reviews, else the spec's first reviewer)
 _REASONS = {
     RULE_UNKNOWN_TOOL: "tool not allowed in this slot",
     RULE_SLOT_NOT_ALLOWED: "tool not allowed in this slot",
-    RULE_NOTHING_TO_REVIEW: "critical_reviewer needs an answer to review; none exists yet",
+    RULE_NOTHING_TO_REVIEW: "{tool} needs an answer to review; none exists yet",
     RULE_BAD_TARGET: "context_from names no earlier call",
     RULE_NOTHING_TO_CARRY: "context_from needs an earlier answer to carry; none exists yet",
-    RULE_REVIEWER_TARGET: "critical_reviewer verifies the leading answer; other tools take the question or carry",
+    RULE_REVIEWER_TARGET: "{reviewer} verifies the leading answer; other tools take the question or carry",
     RULE_BUDGET: "the token budget is spent",
 }
 LABELS_TAG = 0x6C6162656C73  # "labels": keeps the permutation's stream apart from other uses of a task seed
@@ -73,6 +74,7 @@ class SimEpisodeEngine:
         self.env = ParaOrchEnv(pool=pool, suite=suite, max_rounds=max_rounds, max_parallel=max_parallel,
                                serial=serial, reward=reward, tools="sim", token_budget=token_budget, seed=seed)
         self.sim = self.env.sim
+        self.tools = self.sim.pool.tools  # the pool's tool spec: the tools the text env's parser reads
         self.model_names: tuple[str, ...] = self.env.model_names
         self.num_tasks = self.env.num_tasks
         self.labels: list[str] = []
@@ -115,7 +117,8 @@ class SimEpisodeEngine:
     def _slot(self, call: ToolCall, index: int) -> tuple[int, int, int]:
         names = self.model_names
         model = names.index(call.model) if call.model in names else (0 if not call.tool.is_agent else len(names))
-        if call.tool is Tool.CRITICAL_REVIEWER:
+        tool = self.tools.tool_def(call.tool)
+        if tool is not None and tool.behaviour == "reviewer":
             target = TARGET_VERIFY
         elif call.target < 0:
             target = TARGET_QUESTION
@@ -133,7 +136,7 @@ class SimEpisodeEngine:
         sim, slots = self.sim, self.sim.slots
         if len(calls) > slots:
             raise ValueError(f"calls: at most max_parallel={slots} per round, got {len(calls)}")
-        action = empty_action(slots)
+        action = empty_action(slots, sim.num_tools)
         slot_args = [self._slot(c, self.calls_so_far) for c in calls]
         for k, (tool, model, target) in enumerate(slot_args):
             set_action_slot(action, k, tool, model, target)
@@ -149,9 +152,9 @@ class SimEpisodeEngine:
         for (tool, model, target), rec in zip(slot_args, sim.last_round(0)):
             status = rec["status"]
             if status not in _SAMPLED:
-                rule = slot_rule(tool, model, target, rec["slot"], int(sim.env[E_SLOTS]), len(self.model_names),
-                                 has_lead, tokens, float(sim.env[E_TOKEN_BUDGET]))
-                results.append(CallResult(status, detail=self._reason(rule)))
+                rule = slot_rule(sim.params[0]["tt"], tool, model, target, rec["slot"], int(sim.env[E_SLOTS]),
+                                 len(self.model_names), has_lead, tokens, float(sim.env[E_TOKEN_BUDGET]))
+                results.append(CallResult(status, detail=self._reason(rule, tool)))
                 continue
             results.append(CallResult(
                 status, output=self._output(rec["kind"], rec["answer"]), tokens_in=int(rec["tokens_in"] + 0.5),
@@ -176,12 +179,16 @@ class SimEpisodeEngine:
             return f"timed out after {self.sim.tables.tt[TT_TIMEOUT, tool]:g} s"
         return ""
 
-    def _reason(self, rule: int) -> str:
-        """Why the rules rejected a call without running it (``parasim.sim.rules.slot_rule``), in the text
-        protocol's words."""
+    def _reason(self, rule: int, tool: int) -> str:
+        """Why the rules rejected a call of ``tool`` without running it (``parasim.sim.rules.slot_rule``), in the
+        text protocol's words."""
         if rule == RULE_UNKNOWN_MODEL:
             return f"unknown model; models: {', '.join(self.model_names)}"
-        return _REASONS.get(rule, "")
+        spec = self.tools
+        name = spec.names[tool] if 0 <= tool < spec.num_tools else f"tool #{tool}"
+        reviewers = [spec.names[t] for t in spec.with_behaviour("reviewer")]
+        reviewer = name if tool in spec.with_behaviour("reviewer") or not reviewers else reviewers[0]
+        return _REASONS.get(rule, "").format(tool=name, reviewer=reviewer)
 
     @property
     def done(self) -> bool:
@@ -194,7 +201,7 @@ class SimEpisodeEngine:
         own ``final_answer`` text is kept by the text env but does not change the outcome.
         """
         if self._info is None:
-            action = empty_action(self.sim.slots, stop=True)
+            action = empty_action(self.sim.slots, self.sim.num_tools, stop=True)
             _, _, _, _, self._info = self.env.step(action)
         answer = int(self.sim.final_answers()[0])
         trajectory = dict(self._info["trajectory"])

@@ -125,6 +125,47 @@ class ToolSpec:
         """The indices of the tools with ``behaviour`` (of one kind when ``agent`` is given)."""
         return tuple(t.index for t in self.tools if t.behaviour == behaviour and (agent is None or t.is_agent == agent))
 
+    def call_tool(self, index: int) -> Tool | SpecTool:
+        """What ``ToolCall.tool`` carries for the tool at ``index``: the ``Tool`` member where the tool is the
+        default spec's tool of that index (so the default tools stay the values every layer knows), else a
+        ``SpecTool``."""
+        tool = self.tools[index]
+        default = default_tool_spec().tools
+        return Tool(index) if index < len(default) and default[index] == tool else SpecTool(tool)
+
+    def tool_def(self, tool: int) -> ToolDef | None:
+        """The spec's tool of a ``ToolCall.tool`` (its index), None when the index is not one of this spec's."""
+        return self.tools[int(tool)] if 0 <= int(tool) < self.num_tools else None
+
+
+class SpecTool(int):
+    """A spec's tool that is none of ``Tool``'s, as ``ToolCall.tool`` carries it: its index (an int: the column of
+    its counts) with what callers read off a ``Tool`` (``wire_name``, ``is_agent``, ``name``) and its ``ToolDef``.
+    Compare it by identity with ``Tool`` members (``call.tool is Tool.PYTHON``), never by value: a user tool at
+    index 7 equals ``Tool.FINAL_ANSWER``'s value."""
+
+    tool: ToolDef
+
+    def __new__(cls, tool: ToolDef) -> SpecTool:
+        self = super().__new__(cls, tool.index)
+        self.tool = tool
+        return self
+
+    @property
+    def wire_name(self) -> str:
+        return self.tool.name
+
+    @property
+    def name(self) -> str:
+        return self.tool.name.upper()
+
+    @property
+    def is_agent(self) -> bool:
+        return self.tool.is_agent
+
+    def __repr__(self) -> str:
+        return f"SpecTool({self.tool.name!r}, index={int(self)})"
+
 
 def call_model_groups(kind: str, behaviour: str) -> tuple[str, ...]:
     """The groups a tool's call model holds: every tool ``bonus``, ``cost`` and ``runtime``; basic tools their own

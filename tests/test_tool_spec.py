@@ -13,7 +13,8 @@ from parasim.pools import PoolError, load_pool, reliability
 from parasim.protocol.schema import NUM_TOOLS, Tool
 from parasim.protocol.tool_schema import TOOL_ARGUMENTS, render_system_prompt, tool_list
 from parasim.real.prompts import SYSTEM_PROMPTS
-from parasim.sim import kernel
+from parasim.sim.tables import B_ENSEMBLE, B_REVIEWER, TT_AGENT, TT_BEHAVIOUR, build_tables
+from parasim.tasks import load_suite
 from parasim.tool_spec import (
     BEHAVIOURS,
     KINDS,
@@ -63,9 +64,13 @@ def test_default_spec_is_the_tool_enum_with_todays_roles() -> None:
     spec = default_tool_spec()
     assert spec.names == tuple(Tool(t).wire_name for t in range(NUM_TOOLS)) and spec.num_tools == NUM_TOOLS
     assert [t.is_agent for t in spec.tools] == [Tool(t).is_agent for t in range(NUM_TOOLS)]
-    # the compiled kernel's special tools are the spec's behaviours
-    assert spec.with_behaviour("reviewer") == (kernel._CR,) and spec.with_behaviour("ensemble") == (kernel._ENS,)
-    assert min(t.index for t in spec.tools if not t.is_agent) == kernel._FIRST_BASIC
+    # the compiled kernel's special tools are the spec's behaviours, as the tool table's columns hold them
+    tt = build_tables(load_pool("paramanager"), load_suite("paramanager")).tt
+    assert np.flatnonzero(tt[TT_BEHAVIOUR] == B_REVIEWER).tolist() == [Tool.CRITICAL_REVIEWER]
+    assert np.flatnonzero(tt[TT_BEHAVIOUR] == B_ENSEMBLE).tolist() == [Tool.ENSEMBLE_SOLVER]
+    assert np.flatnonzero(tt[TT_AGENT] == 0).tolist() == [Tool.PYTHON, Tool.SEARCH]
+    assert spec.with_behaviour("reviewer") == (Tool.CRITICAL_REVIEWER,)
+    assert spec.with_behaviour("ensemble") == (Tool.ENSEMBLE_SOLVER,)
     assert spec.with_behaviour("code_exec") == (Tool.CODE_REASONER, Tool.PYTHON)
     assert [t.callable for t in spec.tools] == [None] * NUM_TOOLS  # python and search run on sandbox / retriever
     assert set(SYSTEM_PROMPTS) == {t for t in Tool if t.is_agent}

@@ -39,7 +39,7 @@ from parasim.calibration.runtime import (
     fit_lognormal_groups,
     proportion,
 )
-from parasim.pools import TOOLS, PoolSpec, effective_spread, parse_pool
+from parasim.pools import TOOLS, PoolError, PoolSpec, effective_spread, parse_pool
 from parasim.protocol.schema import NUM_DOMAINS, NUM_TOOLS, Domain, Status, Tool
 from parasim.tasks import (
     BENCHMARK_INDEX,
@@ -49,6 +49,7 @@ from parasim.tasks import (
     NUM_ANSWERS,
     NUM_BENCHMARKS,
 )
+from parasim.tool_spec import default_tool_spec
 
 DOMAINS = tuple(d.name.lower() for d in Domain)
 BENCH_NAMES = tuple(b.name for b in BENCHMARKS)
@@ -289,6 +290,11 @@ def calibrate(table: CallTable, base: str | Path = "paramanager", *, nodes: int 
     """Fit every identifiable parameter of the call model to ``table``; the ``base`` pool supplies the rest."""
     raw, name = read_raw(base)
     spec = parse_pool(raw, name=name)
+    if spec.tools is not default_tool_spec():
+        # the call log names the default spec's tools and the blocks below are laid out by them
+        raise PoolError(f"{base}: tool_spec: calibrate fits pools of the default tool spec "
+                        f"{list(default_tool_spec().names)}; this pool's spec {spec.tools.name!r} has "
+                        f"{list(spec.tools.names)}")
     notes: list[str] = []
     names, model = _model_rows(table, spec, notes)
     entries = model_entries(raw, names)

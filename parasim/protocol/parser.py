@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from parasim.protocol.schema import Status, Tool, ToolCall
-from parasim.protocol.tool_schema import TOOL_ARGUMENTS, Argument
+from parasim.protocol.tool_schema import Argument, tool_table
+from parasim.tool_spec import SpecTool, ToolSpec
 
 _OPEN = re.compile(r"<\s*tool_call\s*>", re.IGNORECASE)
 _CLOSE = re.compile(r"<\s*/\s*tool_call\s*>", re.IGNORECASE)
@@ -31,7 +32,8 @@ _STRUCTURE = re.compile(r"""["'{}\[\]]""")
 _IN_DOUBLE = re.compile(r'[\\"]')
 _IN_SINGLE = re.compile(r"[\\']")
 _BRACES_TRIED = 8  # braces before a ``name`` key tried as the start of its object
-_TOOLS_BY_NAME = {t.wire_name: t for t in Tool}
+_DEFAULT_TABLE = tool_table()
+ToolTable = dict[str, tuple["Tool | SpecTool", tuple[Argument, ...]]]
 _SNIPPET = 200
 
 
@@ -79,23 +81,26 @@ class _InvalidTool(Exception):
 
 
 
-def parse_tool_calls(text: Any, models: Collection[str] | None = None) -> ParsedRound:
-    """Parse one manager turn. ``models`` (the pool's model ids) enables model validation.
+def parse_tool_calls(text: Any, models: Collection[str] | None = None, tools: ToolSpec | None = None) -> ParsedRound:
+    """Parse one manager turn. ``models`` (the pool's model ids) enables model validation; ``tools`` is the tool
+    spec whose tools the manager may call (default: the default spec), each call's ``ToolCall.tool`` its
+    ``ToolSpec.call_tool`` value.
 
     Never raises: a non-string, or any failure inside the parser, becomes a FORMAT_ERR block.
     """
     if not isinstance(text, str):
         return ParsedRound(errors=[BlockError(0, Status.FORMAT_ERR, f"expected text, got {type(text).__name__}")])
+    table = _DEFAULT_TABLE if tools is None else tool_table(tools)
     try:
-        return _parse(text, models)
+        return _parse(text, models, table)
     except Exception as err:  # noqa: BLE001 -- a parser bug must not crash a rollout; tests assert it never fires
         return ParsedRound(errors=[BlockError(0, Status.FORMAT_ERR, f"internal parser error: {type(err).__name__}",
                                               text[:_SNIPPET])])
 
 
-def _parse(text: str, models: Collection[str] | None) -> ParsedRound:
+def _parse(text: str, models: Collection[str] | None, table: ToolTable) -> ParsedRound:
     result = ParsedRound()
-    bodies = _split_blocks(text, result.repairs)
+    bodies = _split_blocks(text, result.repairs, table)
     result.num_blocks = len(bodies)
     if not bodies:
         reason = ("no <tool_call> block found; write each call as "
@@ -106,8 +111,8 @@ def _parse(text: str, models: Collection[str] | None) -> ParsedRound:
     for index, body in enumerate(bodies):
         try:
             obj = _load_object(body, result.repairs)
-            tool, args = _tool_and_arguments(obj, result.repairs)
-            call = _build_call(tool, args, models, result.repairs)
+            tool, spec, args = _tool_and_arguments(obj, table, result.repairs)
+            call = _build_call(tool, spec, args, models, result.repairs)
         except _Unreadable as err:
             result.errors.append(BlockError(index, Status.FORMAT_ERR, str(err), body.strip()[:_SNIPPET]))
             continue
@@ -134,11 +139,11 @@ def _parse(text: str, models: Collection[str] | None) -> ParsedRound:
     return result
 
 
-def _split_blocks(text: str, repairs: list[str]) -> list[str]:
+def _split_blocks(text: str, repairs: list[str], names: Collection[str]) -> list[str]:
     """The bodies of the turn's ``<tool_call>`` blocks, or of bare JSON calls when there are no tags."""
     opens = list(_OPEN.finditer(text))
     if not opens:
-        bare = _bare_calls(text)
+        bare = _bare_calls(text, names)
         if bare:
             repairs.append("call written without <tool_call> tags")
         return bare
@@ -154,8 +159,8 @@ def _split_blocks(text: str, repairs: list[str]) -> list[str]:
     return bodies
 
 
-def _bare_calls(text: str) -> list[str]:
-    """JSON objects in untagged text that look like calls: they hold a ``name`` key and a tool name.
+def _bare_calls(text: str, names: Collection[str]) -> list[str]:
+    """JSON objects in untagged text that look like calls: they hold a ``name`` key and a tool name (``names``).
 
     For each ``"name":`` key, tries the (at most 8) nearest braces before it, newest first, and takes
     the first whose object encloses the key. Linear in the text whatever its shape: each stretch of text
@@ -179,7 +184,7 @@ def _bare_calls(text: str) -> list[str]:
                 brace[1] = _object_end(text, brace[0])
             if brace[1] > start:
                 candidate = text[brace[0]:brace[1]]
-                if any(name in candidate for name in _TOOLS_BY_NAME):
+                if any(name in candidate for name in names):
                     bodies.append(candidate)
                 scanned = brace[1]  # keys and braces inside a read object cannot start another call
                 recent.clear()
@@ -366,8 +371,10 @@ def _json_char(c: str) -> str:
     return c
 
 
-def _tool_and_arguments(obj: Any, repairs: list[str]) -> tuple[Tool, dict[str, Any]]:
-    """The tool and the argument dict of a call object, unwrapping the OpenAI ``function`` shape."""
+def _tool_and_arguments(obj: Any, table: ToolTable, repairs: list[str]) -> tuple[Tool | SpecTool,
+                                                                                tuple[Argument, ...], dict[str, Any]]:
+    """The tool, its arguments' spec and the argument dict of a call object, unwrapping the OpenAI ``function``
+    shape."""
     if not isinstance(obj, dict):
         raise _Unreadable(f"a call must be a JSON object, got {type(obj).__name__}")
     if "name" not in obj and isinstance(obj.get("function"), dict):
@@ -377,9 +384,9 @@ def _tool_and_arguments(obj: Any, repairs: list[str]) -> tuple[Tool, dict[str, A
     if not isinstance(name, str):
         raise _Unreadable("missing 'name' (a string naming the tool)")
     wire = re.sub(r"[\s\-]+", "_", name.strip().lower())
-    tool = _TOOLS_BY_NAME.get(wire)
-    if tool is None:
-        raise _InvalidTool(f"unknown tool {name[:60]!r}; tools: {', '.join(_TOOLS_BY_NAME)}")
+    if wire not in table:
+        raise _InvalidTool(f"unknown tool {name[:60]!r}; tools: {', '.join(table)}")
+    tool, spec = table[wire]
     if wire != name:
         repairs.append("normalized tool name")
     args: Any = None
@@ -394,29 +401,30 @@ def _tool_and_arguments(obj: Any, repairs: list[str]) -> tuple[Tool, dict[str, A
         if args:
             repairs.append("arguments written at the top level")
     if isinstance(args, str):
-        args = _string_arguments(args, tool, repairs)
+        args = _string_arguments(args, spec, repairs)
     if not isinstance(args, dict):
         raise _Unreadable(f"'arguments' must be a JSON object, got {type(args).__name__}")
-    return tool, args
+    return tool, spec, args
 
 
-def _string_arguments(raw: str, tool: Tool, repairs: list[str]) -> Any:
+def _string_arguments(raw: str, spec: tuple[Argument, ...], repairs: list[str]) -> Any:
     """Arguments given as a string: JSON-encoded (OpenAI style), or the bare value of a one-argument tool."""
     if raw.strip().startswith("{"):
         repairs.append("decoded string-encoded arguments")
         return _load_object(raw, repairs)
-    spec = [a for a in TOOL_ARGUMENTS[tool] if a.required]
-    if len(spec) == 1:
-        repairs.append(f"read a bare string as {spec[0].name!r}")
-        return {spec[0].name: raw}
+    required = [a for a in spec if a.required]
+    if len(required) == 1:
+        repairs.append(f"read a bare string as {required[0].name!r}")
+        return {required[0].name: raw}
     raise _Unreadable("'arguments' must be a JSON object")
 
 
-def _build_call(tool: Tool, args: dict[str, Any], models: Collection[str] | None,
-                repairs: list[str]) -> ToolCall | str:
-    """Validate arguments against ``TOOL_ARGUMENTS``; returns the ToolCall, or the answer of final_answer."""
-    values = {spec.name: _argument(spec, args, repairs) for spec in TOOL_ARGUMENTS[tool]}
-    known = {spec.name for spec in TOOL_ARGUMENTS[tool]} | {a for s in TOOL_ARGUMENTS[tool] for a in s.aliases}
+def _build_call(tool: Tool | SpecTool, spec: tuple[Argument, ...], args: dict[str, Any],
+                models: Collection[str] | None, repairs: list[str]) -> ToolCall | str:
+    """Validate arguments against the tool's (``tool_table``); returns the ToolCall, or the answer of
+    final_answer."""
+    values = {a.name: _argument(a, args, repairs) for a in spec}
+    known = {a.name for a in spec} | {alias for a in spec for alias in a.aliases}
     if set(args) - known:
         repairs.append("ignored unknown argument(s)")
     if tool is Tool.FINAL_ANSWER:
@@ -424,7 +432,7 @@ def _build_call(tool: Tool, args: dict[str, Any], models: Collection[str] | None
     context = values.get("context_from")
     target = -1 if context is None else context
     if not tool.is_agent:
-        return ToolCall(tool=tool, subtask=values[TOOL_ARGUMENTS[tool][0].name], target=target)
+        return ToolCall(tool=tool, subtask=values[spec[0].name], target=target)
     model = values["model"] or ""
     if models is not None:
         model = _resolve_model(model, models, repairs)

@@ -1,7 +1,8 @@
 """The manager's tool list (OpenAI / Hermes function schema) and the system prompt that shows it.
 
-One table, ``TOOL_ARGUMENTS``, names every tool's arguments; the parser validates against it and the
-JSON schema is rendered from it, so what the manager is told and what the parser accepts cannot drift.
+One table per tool spec (``tool_table``: each wire name's ``ToolCall.tool`` value and arguments; ``TOOL_ARGUMENTS``
+is the default spec's, by ``Tool``) names every tool's arguments; the parser validates against it and the JSON schema
+is rendered from the same ``tool_arguments``, so what the manager is told and what the parser accepts cannot drift.
 Tools, their descriptions and basic tools' inputs come from the tool spec (``parasim.tool_spec``; the tables here
 are the default spec's); only ``final_answer``, which ends the episode and is no tool of a spec, is declared here.
 The ``model`` argument of agent tools is an enum of the pool's model ids, which is how a Qwen3 chat
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from parasim.protocol.schema import MAX_PARALLEL, MAX_ROUNDS, Tool
-from parasim.tool_spec import ToolDef, ToolSpec, default_tool_spec
+from parasim.tool_spec import SpecTool, ToolDef, ToolSpec, default_tool_spec
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,15 @@ TOOL_ARGUMENTS: dict[Tool, tuple[Argument, ...]] = {
     **{Tool(t.index): tool_arguments(t) for t in default_tool_spec().tools}, Tool.FINAL_ANSWER: (_FINAL,)}
 TOOL_DESCRIPTIONS: dict[Tool, str] = {
     **{Tool(t.index): t.description for t in default_tool_spec().tools}, Tool.FINAL_ANSWER: FINAL_ANSWER_DESCRIPTION}
+
+
+def tool_table(spec: ToolSpec | None = None) -> dict[str, tuple[Tool | SpecTool, tuple[Argument, ...]]]:
+    """Each wire name of a tool spec (default: the default spec) and ``final_answer``: the ``ToolCall.tool`` value
+    its calls carry (``ToolSpec.call_tool``) and its arguments; what the parser reads calls with."""
+    spec = spec or default_tool_spec()
+    table = {t.name: (spec.call_tool(t.index), tool_arguments(t)) for t in spec.tools}
+    table[Tool.FINAL_ANSWER.wire_name] = (Tool.FINAL_ANSWER, (_FINAL,))
+    return table
 
 
 def _function(name: str, description: str, args: Sequence[Argument], models: Sequence[str]) -> dict[str, Any]:

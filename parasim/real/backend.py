@@ -7,6 +7,13 @@ the code failed); ``knowledge_searcher`` puts the retriever's passages in its pr
 configured. ``python`` and ``search`` go to the sandbox and the retriever. Token counts come from each
 response's ``usage``, USD from the pool's (or the endpoint's) prices, latency is measured.
 
+Tools are looked up in the pool's tool spec (``parasim.tool_spec``) by kind and behaviour, never by name, so a
+user's tools run the same paths: an agent tool sends its ``real.system_prompt`` through the agent path (a
+``reviewer`` one returns a verdict, as critical_reviewer does), and a basic tool with a ``real.callable`` calls the
+user's function with its argument in a daemon thread under the tool's time limit (``BackendConfig.user_tool_timeout_s``,
+else the pool's ``runtime.timeout_s``): an exception is EXEC_ERR with its message, a call past the limit TIMEOUT
+(the thread is left to finish on its own: Python cannot stop it), never a crash.
+
 Model text is untrusted input. The chat client (``parasim.real.client``) checks each reply's types, usage ranges
 and size and makes its text UTF-8-safe; the python and search tools' outputs get lone surrogates replaced here (a
 retriever's JSON may carry them), so that every result can be logged and sent on as context; answers are cut at
@@ -22,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import math
 import threading
+import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -33,6 +41,7 @@ from parasim.protocol.schema import CallResult, Status, Tool, ToolCall
 from parasim.real import prompts
 from parasim.real.client import ChatClient, Completion, utf8_safe
 from parasim.real.endpoints import EndpointError, EndpointMap, load_endpoint_map
+from parasim.tool_spec import ToolDef, ToolSpec, default_tool_spec, resolve_callable
 
 T = TypeVar("T")
 BasicTool = Callable[[str], Awaitable[CallResult]]  # python: code -> result; search: query -> result
@@ -56,11 +65,15 @@ class BackendConfig:
     ensemble_k: int | None = None  # samples of ensemble_solver; None: the pool's protocol.ensemble_k
     max_output_chars: int = 4000  # a call's text fed back to the manager is cut here, with a marker
     max_answer_chars: int = 1000  # an extracted answer (and each ensemble sample) is cut here, with a marker
+    user_tool_timeout_s: float | None = None  # a user basic tool's time limit; None: its pool runtime.timeout_s
 
     def __post_init__(self) -> None:
         k = self.ensemble_k
         if k is not None and (isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= 16):
             raise ValueError(f"BackendConfig.ensemble_k: expected None or an integer in [1, 16], got {k!r}")
+        t = self.user_tool_timeout_s
+        if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t <= 1e5):
+            raise ValueError(f"BackendConfig.user_tool_timeout_s: expected None or a number in (0, 1e5], got {t!r}")
         for name in ("max_output_chars", "max_answer_chars"):
             chars = getattr(self, name)
             if isinstance(chars, bool) or not isinstance(chars, int) or chars < 1:
@@ -98,12 +111,18 @@ class _LoopThread:
 
 @dataclass
 class _Prices:
-    """USD per input / output token for each (tool, model id), per call and per second for each tool."""
+    """USD per input / output token for each model id, per call and per second and cost units for each tool (one
+    entry per tool of the spec, and one for ``final_answer``'s value with the default spec)."""
 
+    num_tools: int
     per_token: dict[str, tuple[float, float]] = field(default_factory=dict)
-    usd_call: np.ndarray = field(default_factory=lambda: np.zeros(len(Tool)))
-    usd_s: np.ndarray = field(default_factory=lambda: np.zeros(len(Tool)))
-    cost_units: np.ndarray = field(default_factory=lambda: np.ones(len(Tool)))
+    usd_call: np.ndarray = field(init=False)
+    usd_s: np.ndarray = field(init=False)
+    cost_units: np.ndarray = field(init=False)
+
+    def __post_init__(self) -> None:
+        n = max(self.num_tools, len(Tool))
+        self.usd_call, self.usd_s, self.cost_units = np.zeros(n), np.zeros(n), np.ones(n)
 
 
 def _build(factory: Callable[..., T], section: Any, name: str) -> T:
@@ -119,8 +138,9 @@ def _build(factory: Callable[..., T], section: Any, name: str) -> T:
 class RealToolBackend:
     """Executes rounds of ``ToolCall``s against real endpoints and basic tools.
 
-    ``pool`` (a ``PoolSpec`` or its name) gives cost units per tool, per-call USD and default token prices
-    for models it knows; an endpoint's own ``input_per_mtok`` / ``output_per_mtok`` win. ``python_tool``
+    ``pool`` (a ``PoolSpec`` or its name) gives the tool spec (``tools``; the default spec without a pool), cost
+    units per tool, per-call USD and default token prices for models it knows; an endpoint's own
+    ``input_per_mtok`` / ``output_per_mtok`` win. ``python_tool``
     and ``search_tool`` are async callables, ``text -> CallResult`` (``from_config`` builds them from
     ``parasim.tools``); without them those tools answer EXEC_ERR naming what is missing.
     """
@@ -133,6 +153,7 @@ class RealToolBackend:
         self.endpoints = load_endpoint_map(endpoints)
         self.pool = load_pool(pool) if pool is not None else None
         self.config = config or BackendConfig()
+        self.tools: ToolSpec = self.pool.tools if self.pool is not None else default_tool_spec()
         self.python_tool, self.search_tool = _utf8_safe(python_tool), _utf8_safe(search_tool)
         k = self.config.ensemble_k
         self.ensemble_k = k if k is not None else (self.pool.ensemble_k if self.pool is not None else 3)
@@ -159,8 +180,9 @@ class RealToolBackend:
         return cls(emap, pool, python_tool=python_tool, search_tool=search_tool, config=config)
 
     def _prices(self) -> _Prices:
-        prices = _Prices()
+        prices = _Prices(self.tools.num_tools)
         names = self.pool.model_names[:-1] if self.pool is not None else ()
+        direct = self.tools.with_behaviour("solver", agent=True)[0] if self.pool is not None else 0
         if self.pool is not None:
             prices.usd_call[:len(self.pool.usd_call)] = self.pool.usd_call
             prices.usd_s[:len(self.pool.usd_s)] = self.pool.usd_s
@@ -169,8 +191,8 @@ class RealToolBackend:
             p_in = p_out = 0.0
             if mid in names:
                 row = names.index(mid)
-                p_in = float(self.pool.price_in[Tool.STANDARD_REASONER, row])
-                p_out = float(self.pool.price_out[Tool.STANDARD_REASONER, row])
+                p_in = float(self.pool.price_in[direct, row])  # agent tools share their model's prices
+                p_out = float(self.pool.price_out[direct, row])
             if ep.input_per_mtok is not None:
                 p_in = ep.input_per_mtok / 1e6
             if ep.output_per_mtok is not None:
@@ -207,15 +229,18 @@ class RealToolBackend:
 
     async def acall(self, call: ToolCall, inp: CallInput) -> CallResult:
         """One call; whatever goes wrong comes back as a status with the reason in ``detail``."""
+        tool = self.tools.tool_def(call.tool) if call.tool is not Tool.FINAL_ANSWER else None
         try:
-            if call.tool.is_agent:
-                result = await self._agent(call, inp)
-            elif call.tool is Tool.PYTHON:
-                result = await self._basic(self.python_tool, "python", call.subtask)
-            elif call.tool is Tool.SEARCH:
-                result = await self._basic(self.search_tool, "search", call.subtask)
-            else:
+            if tool is None:
                 result = CallResult(Status.INVALID_TOOL, detail=f"{call.tool.wire_name} is not a callable tool")
+            elif tool.is_agent:
+                result = await self._agent(call, tool, inp)
+            elif tool.callable is not None:
+                result = await self._user_tool(tool, call.subtask)
+            elif tool.behaviour == "code_exec":
+                result = await self._basic(self.python_tool, tool.name, call.subtask)
+            else:  # a basic search tool without a callable: the retriever (the spec allows no other)
+                result = await self._basic(self.search_tool, tool.name, call.subtask)
         except Exception as err:  # a bug in a tool adapter must not end the episode
             result = CallResult(Status.EXEC_ERR, detail=f"{type(err).__name__}: {err}"[:300])
         result.cost_units = float(self.prices.cost_units[call.tool])
@@ -237,6 +262,31 @@ class RealToolBackend:
             result.tokens_out = approx_tokens(result.output)
         return result
 
+    async def _user_tool(self, tool: ToolDef, text: str) -> CallResult:
+        """A user's basic tool: its ``real.callable`` on the call's argument in a daemon thread, within the time
+        limit; its ``str`` return is the output (and, for a ``solver`` tool, the answer)."""
+        func = resolve_callable(tool)
+        timeout = self.config.user_tool_timeout_s
+        if timeout is None:
+            timeout = float(self.pool.timeout[tool.index]) if self.pool is not None else 60.0
+        start = time.perf_counter()
+        try:
+            value = await asyncio.wait_for(_in_thread(func, text, tool.name), timeout)
+        except TimeoutError:
+            return CallResult(Status.TIMEOUT, latency_s=timeout, tokens_in=approx_tokens(text),
+                              detail=f"{tool.name} did not return within {timeout:g} s")
+        except Exception as err:  # the user's function raised: the call failed, the episode goes on
+            return CallResult(Status.EXEC_ERR, latency_s=time.perf_counter() - start, tokens_in=approx_tokens(text),
+                              detail=utf8_safe(f"{tool.name} raised {type(err).__name__}: {err}")[:1000])
+        latency = time.perf_counter() - start
+        if not isinstance(value, str):
+            return CallResult(Status.EXEC_ERR, latency_s=latency, tokens_in=approx_tokens(text),
+                              detail=f"{tool.name} returned {type(value).__name__}, expected str")
+        output = utf8_safe(value)
+        extra = {"answer": _cut(output.strip(), self.config.max_answer_chars)} if tool.behaviour == "solver" else {}
+        return CallResult(Status.OK, output=output, tokens_in=approx_tokens(text), tokens_out=approx_tokens(output),
+                          latency_s=latency, extra=extra)
+
     def _usd(self, model_id: str, tokens_in: int, tokens_out: int) -> float:
         p_in, p_out = self.prices.per_token.get(model_id, (0.0, 0.0))
         return tokens_in * p_in + tokens_out * p_out
@@ -251,23 +301,25 @@ class RealToolBackend:
             usd=self._usd(call.model, comp.tokens_in, comp.tokens_out), latency_s=comp.latency_s,
             detail=comp.detail, extra={"attempts": comp.attempts, **extra})
 
-    async def _agent(self, call: ToolCall, inp: CallInput) -> CallResult:
+    async def _agent(self, call: ToolCall, tool: ToolDef, inp: CallInput) -> CallResult:
+        """An agent tool's call by its behaviour: search puts passages in the prompt, ensemble samples k times and
+        votes, code_exec runs the program, reviewer adds the verdict (``extra["flagged"]``)."""
         if call.model not in self.endpoints.endpoints:
             return CallResult(Status.INVALID_TOOL, detail=f"no endpoint for model {call.model!r}; "
                               f"known: {sorted(self.endpoints.endpoints)}")
         context, search_latency = inp.context, 0.0
-        if call.tool is Tool.KNOWLEDGE_SEARCHER and self.search_tool is not None:
+        if tool.behaviour == "search" and self.search_tool is not None:
             found = await self.search_tool(call.subtask or inp.question)
             search_latency = found.latency_s
             if found.status is Status.OK and found.output:
                 context = (context + "\n\n" if context else "") + f"Retrieved passages:\n{found.output}"
-        messages = prompts.agent_messages(call.tool, inp.question, call.subtask, context, inp.options)
-        n = self.ensemble_k if call.tool is Tool.ENSEMBLE_SOLVER else 1
+        messages = prompts.agent_messages(tool, inp.question, call.subtask, context, inp.options)
+        n = self.ensemble_k if tool.behaviour == "ensemble" else 1
         comp = await self.chat.chat(call.model, messages, n=n, seed=inp.seed)
         comp.latency_s += search_latency
         if comp.status is not Status.OK:
             return self._from_completion(call, comp, "")
-        if call.tool is Tool.ENSEMBLE_SOLVER:
+        if tool.behaviour == "ensemble":
             answers = [self._answer(t) for t in comp.texts]
             answer, votes = prompts.majority_vote(answers)
             best = next((t for t, a in zip(comp.texts, answers)
@@ -275,10 +327,10 @@ class RealToolBackend:
             text = f"{best}\n\nMajority of {n} samples ({votes} votes): {answer}"
             return self._from_completion(call, comp, text, answer=answer, votes=votes, samples=answers)
         text = comp.texts[0]
-        if call.tool is Tool.CODE_REASONER:
+        if tool.behaviour == "code_exec":
             return await self._run_code(call, comp, text)
         extra: dict[str, Any] = {"answer": self._answer(text)}
-        if call.tool is Tool.CRITICAL_REVIEWER:
+        if tool.behaviour == "reviewer":
             extra["flagged"] = prompts.review_verdict(text)
         return self._from_completion(call, comp, text, **extra)
 
@@ -300,6 +352,31 @@ class RealToolBackend:
         last = lines[-1].strip() if lines else ""
         result.extra["answer"] = _cut(last, self.config.max_answer_chars) if last else self._answer(text)
         return result
+
+
+def _in_thread(func: Callable[[str], Any], arg: str, name: str) -> asyncio.Future[Any]:
+    """``func(arg)`` in a new daemon thread, as a future of the running loop: a function that never returns keeps
+    only its own thread (a pool's worker would be lost to later calls, and a non-daemon thread would hold up the
+    process at exit)."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[Any] = loop.create_future()
+
+    def settle(ok: bool, value: Any) -> None:
+        if not future.done():  # a timed-out call's future is cancelled already
+            future.set_result(value) if ok else future.set_exception(value)
+
+    def work() -> None:
+        try:
+            ok, value = True, func(arg)
+        except Exception as err:  # noqa: BLE001 -- the user's error becomes the call's EXEC_ERR
+            ok, value = False, err
+        try:
+            loop.call_soon_threadsafe(settle, ok, value)
+        except RuntimeError:  # the backend closed its loop meanwhile: nobody waits for this result
+            pass
+
+    threading.Thread(target=work, name=f"parasim-tool-{name}", daemon=True).start()
+    return future
 
 
 def _utf8_safe(tool: BasicTool | None) -> BasicTool | None:

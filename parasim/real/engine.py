@@ -23,6 +23,7 @@ from parasim.batch import trajectory_record
 from parasim.protocol.engine import EpisodeOutcome, TaskView
 from parasim.protocol.schema import (
     MAX_ROUNDS,
+    NUM_TOOLS,
     CallResult,
     Status,
     Tool,
@@ -198,10 +199,12 @@ class RealEpisodeEngine:
     def _trajectory(self, correct: bool, synthesis: Synthesis, ended_with_final: bool) -> dict[str, Any]:
         """The episode's trajectory record: outcome, rounds, calls per tool (final_answer is no tool call) and the
         tools' tokens, cost, USD (termination call included) and latency."""
+        spec = getattr(self.backend, "tools", None)  # the backend's tool spec (a stand-in backend may have none)
+        num_tools = spec.num_tools if spec is not None else NUM_TOOLS
         return trajectory_record(
-            outcome=float(correct), ended_with_final=int(ended_with_final), rounds=len(self.round_latency),
-            tool_calls=len(self.calls),
-            tool_counts=count_tools(int(c.tool) for c in self.calls if c.tool is not Tool.FINAL_ANSWER),
+            num_tools=num_tools, outcome=float(correct), ended_with_final=int(ended_with_final),
+            rounds=len(self.round_latency), tool_calls=len(self.calls),
+            tool_counts=count_tools((int(c.tool) for c in self.calls if c.tool is not Tool.FINAL_ANSWER), num_tools),
             tokens=float(sum(r.tokens_out for r in self.results)),  # tool outputs fed back to the manager
             cost_units=float(sum(r.cost_units for r in self.results)),
             usd=float(sum(r.usd for r in self.results)) + self.backend.termination_usd(synthesis),

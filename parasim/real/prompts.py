@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 from parasim.protocol.schema import Tool
-from parasim.tool_spec import default_tool_spec
+from parasim.tool_spec import ToolDef, default_tool_spec
 
 _ANSWER_RULE = "End with a last line of the form 'Final answer: <answer>'."
 
@@ -28,9 +28,10 @@ TERMINATION_SYSTEM = (
     f"{_ANSWER_RULE}")
 
 
-def agent_messages(tool: Tool, question: str, subtask: str, context: str = "",
+def agent_messages(tool: Tool | ToolDef, question: str, subtask: str, context: str = "",
                    options: Sequence[str] = ()) -> list[dict[str, str]]:
-    """Chat messages for one agent-tool call: the tool's system prompt, then question, subtask and context.
+    """Chat messages for one agent-tool call: the tool's system prompt (a default tool's, or a spec tool's
+    ``real.system_prompt``), then question, subtask and context.
 
     The question is always included (a subtask alone may lose what is asked); ``context`` is the output of
     the earlier call the manager chose to pass on (``context_from``).
@@ -42,7 +43,8 @@ def agent_messages(tool: Tool, question: str, subtask: str, context: str = "",
         parts.append(f"Task: {subtask}")
     if context:
         parts.append(f"Earlier result:\n{context}")
-    return [{"role": "system", "content": SYSTEM_PROMPTS[tool]}, {"role": "user", "content": "\n\n".join(parts)}]
+    system = tool.system_prompt if isinstance(tool, ToolDef) else SYSTEM_PROMPTS[tool]
+    return [{"role": "system", "content": system}, {"role": "user", "content": "\n\n".join(parts)}]
 
 
 def termination_messages(question: str, evidence: Sequence[str], manager_answer: str | None,

@@ -83,21 +83,24 @@ class Simulator:
         self.num_lanes = int(num_lanes)
         self.slots = int(max_parallel)
         self.tables = build_tables(self.pool, self.suite)
-        # the lanes' state records (``LANE_DTYPE``) and per-slot arrays; ``state`` shows them as one array per field
-        self._lanes = allocate_lanes(self.num_lanes, self.slots)
+        # the lanes' state records (``lane_dtype(T)``) and per-slot arrays; ``state`` shows them as one array per
+        # field
+        self.num_tools = self.pool.tools.num_tools
+        self._lanes = allocate_lanes(self.num_lanes, self.slots, self.num_tools)
         self.state = lane_views(self._lanes, self.pool.num_models)
-        self.obs = allocate_obs(self.num_lanes, self.slots, self.pool.num_models)
+        self.obs = allocate_obs(self.num_lanes, self.slots, self.pool.num_models, self.pool.tools)
         self._obs_items = tuple(self.obs._asdict().items())
         self.env = np.zeros(NUM_ENV_PARAMS)
         self.env[E_MAX_ROUNDS], self.env[E_SLOTS] = max_rounds, max_parallel
         self.env[E_SERIAL] = float(bool(serial))
         self.env[E_TOKEN_BUDGET] = np.inf if token_budget is None else float(token_budget)
         self.env.flags.writeable = False  # the kernels read a copy in their parameter record (``kernel_params``)
-        self.nvec = action_nvec(self.slots, self.pool.num_models)
+        self.nvec = action_nvec(self.slots, self.pool.num_models, self.num_tools)
         self.done = np.zeros(self.num_lanes, np.uint8)
         # the kernels' trailing arguments, built once: the arrays are allocated here and only ever written in
         # place, and re-unpacking named tuples per step was a visible share of a one-lane step
         params, rows = kernel_params(self.tables, self.env, self.slots)
+        self.params = params  # the kernels' parameter record (read-only by convention: they read it every step)
         self._kernel_args = (*self._lanes, rows, self.tables.row_cdf, params, *self.obs)
         self._all_lanes = np.ones(self.num_lanes, np.uint8)
         # threads (results identical) pay off only with enough lanes and idle cores; opt-in, since sweeps
@@ -113,7 +116,7 @@ class Simulator:
 
     @property
     def lane_records(self) -> np.ndarray:
-        """The lane records (``LANE_DTYPE[num_lanes]``, written in place by every kernel call): what
+        """The lane records (``lane_dtype(T)[num_lanes]``, written in place by every kernel call): what
         ``parasim.sim.gather.trajectory_fields`` reads."""
         return self._lanes.lanes
 

@@ -17,8 +17,6 @@ from numba import njit
 from parasim.pools import PoolSpec, load_pool
 from parasim.protocol.schema import Tool
 from parasim.sim.kernel import (
-    _CR,
-    _FIRST_BASIC,
     MM_KAPPA,
     OUT_ANSWER,
     OUT_FLAG,
@@ -31,7 +29,7 @@ from parasim.sim.kernel import (
     task_effects,
 )
 from parasim.sim.rng import seed_state, uniform
-from parasim.sim.tables import R_QTOK, build_tables
+from parasim.sim.tables import B_REVIEWER, R_QTOK, TT_AGENT, TT_BEHAVIOUR, build_tables
 from parasim.tasks import NUM_ANSWERS, TaskSuite, load_suite
 
 CALL_FIELDS = ("task", "benchmark", "domain", "options", "difficulty", "tool", "model", "status", "correct", "answer",
@@ -52,16 +50,17 @@ def _simulate(n_tasks, per_task, tools, models, carry_prob, max_context, rng, in
         task_effects(rng, 0, row, nans, mmt, row_dcdf, pref, effect)
         for _ in range(per_task):
             tool = tools[int(uniform(rng, 0) * len(tools))]
-            mm = models[int(uniform(rng, 0) * len(models))] if tool < _FIRST_BASIC else nm1 - 1
+            mm = models[int(uniform(rng, 0) * len(models))] if tt[TT_AGENT, tool] != 0 else nm1 - 1
+            reviewer = tt[TT_BEHAVIOUR, tool] == B_REVIEWER
             lead = -1
             ctx = 0.0
             target = 0
-            if tool == _CR or uniform(rng, 0) < carry_prob:
+            if reviewer or uniform(rng, 0) < carry_prob:
                 ml = models[int(uniform(rng, 0) * len(models))]
                 right = uniform(rng, 0) < _sigmoid(skill[ml, bench] + bonus[0, dom] - z + effect[ml])
                 lead = 0 if right else draw_wrong(rng, 0, ml, row, nans, pref[ml], mmt[MM_KAPPA, ml], row_dcdf)
                 ctx = uniform(rng, 0) * max_context
-                target = TARGET_VERIFY if tool == _CR else TARGET_CARRY
+                target = TARGET_VERIFY if reviewer else TARGET_CARRY
             status, kind, answer, tok_in, tok_out, lat, usd, cost = sample_call(
                 rng, 0, tool, mm, target, lead, ctx, False, row, bench, dom, nans, z, row_f[row, R_QTOK], pref[mm],
                 effect[mm], scratch, skill, bonus, tok_mu, tm, tt, mmt, md, proto, row_dcdf)
@@ -69,8 +68,8 @@ def _simulate(n_tasks, per_task, tools, models, carry_prob, max_context, rng, in
             ints[c, 4], ints[c, 5], ints[c, 6] = tool, mm, status
             ints[c, 7] = (1 if answer == 0 else 0) if kind == OUT_ANSWER else -1
             ints[c, 8] = answer if kind == OUT_ANSWER else -1
-            ints[c, 9] = -1 if tool != _CR or status != 0 else (1 if kind == OUT_FLAG else 0)
-            ints[c, 10] = -1 if tool != _CR else (1 if lead == 0 else 0)
+            ints[c, 9] = -1 if not reviewer or status != 0 else (1 if kind == OUT_FLAG else 0)
+            ints[c, 10] = -1 if not reviewer else (1 if lead == 0 else 0)
             ints[c, 11] = lead if target == TARGET_CARRY else -1
             floats[c, 0], floats[c, 1], floats[c, 2], floats[c, 3] = z, ctx, tok_in, tok_out
             floats[c, 4], floats[c, 5], floats[c, 6] = lat, usd, cost

@@ -2,9 +2,9 @@
 
 PufferLib-Ocean style: all state lives in preallocated arrays, nothing is allocated after construction, and
 ``parasim.sim.step`` steps every lane in one numba call. A lane's state is one record of a structured array
-(``parasim.sim.state.LANE_DTYPE``: its counters, evidence and random stream side by side, in a few adjacent
+(``parasim.sim.state.lane_dtype``: its counters, evidence and random stream side by side, in a few adjacent
 cache lines instead of lines of fifteen arrays), the pool's parameters are one record too
-(``parasim.sim.tables.PARAMS_DTYPE``), and the per-lane functions below take records, scalars and the
+(``parasim.sim.tables.params_dtype``), and the per-lane functions below take records, scalars and the
 kernels' borrowed array views (``parasim.sim.step.borrowed``): an array passed to an inlined numba function
 otherwise costs an atomic reference-count increment and decrement per call, which with the two dozen arrays of
 a lane step was a third of the step's time. The lane's random stream is a local for the whole lane step.
@@ -24,9 +24,11 @@ import math
 
 from numba import njit
 
-from parasim.protocol.schema import NUM_STATUSES, NUM_TOOLS, Status, Tool
+from parasim.protocol.schema import NUM_STATUSES, NUM_TOOLS, Status
 from parasim.sim.rng import normal_from, uniform_from
 from parasim.sim.tables import (
+    B_ENSEMBLE,
+    B_REVIEWER,
     MD_SENS,
     MD_SPEC,
     MM_AFFINITY,
@@ -52,6 +54,7 @@ from parasim.sim.tables import (
     TM_PRICE_OUT,
     TM_TOK_ALPHA,
     TM_TOK_SD,
+    TT_BEHAVIOUR,
     TT_COST,
     TT_TIMEOUT,
     TT_USD_CALL,
@@ -62,7 +65,9 @@ from parasim.tasks import FREE_FORM, NUM_ANSWERS
 # Subtask targets of a call.
 TARGET_QUESTION, TARGET_CARRY, TARGET_VERIFY = 0, 1, 2
 NUM_TARGETS = 3
-EMPTY_SLOT = NUM_TOOLS  # tool value of an unused slot
+# tool value of an unused slot with the default tool spec; a pool's is its tool count T (the rules read it from
+# the parameter record's tool table)
+EMPTY_SLOT = NUM_TOOLS
 NO_CALL = NUM_STATUSES  # last_status of an unused slot
 NUM_CANDIDATES = 4  # candidate answers shown in the observation
 CAND_FEATURES = 5  # present, score, support, flags, confirms
@@ -86,10 +91,6 @@ C_KIND, C_ANSWER = range(2)
 C_TOK_IN, C_TOK_OUT, C_LAT, C_USD, C_COST = range(5)
 NUM_CALL_F = 5
 
-_SR = int(Tool.STANDARD_REASONER)
-_CR = int(Tool.CRITICAL_REVIEWER)
-_ENS = int(Tool.ENSEMBLE_SOLVER)
-_FIRST_BASIC = int(Tool.PYTHON)
 _OK, _EXEC, _TIMEOUT = int(Status.OK), int(Status.EXEC_ERR), int(Status.TIMEOUT)
 _FORMAT, _INVALID, _BUDGET = int(Status.FORMAT_ERR), int(Status.INVALID_TOOL), int(Status.BUDGET_EXCEEDED)
 
@@ -138,9 +139,10 @@ def draw_model_effects(s, nans, dcdf, nm, mm, pref, effect):
 
 
 @njit(cache=True, inline="always")
-def call_outcome(s, tool, target, lead, ctx, exec_before, nans, z, qtok, pref, dcdf, votes, mu, theta0, tmv, ttv,
+def call_outcome(s, target, lead, ctx, exec_before, nans, z, qtok, pref, dcdf, votes, mu, theta0, tmv, ttv,
                  mmv, mdv, proto):
-    """One OK-able call of ``tool`` by a model on a task: the per-call model.
+    """One OK-able call of a tool by a model on a task: the per-call model, for the tool's behaviour (its tool
+    table column ``ttv[TT_BEHAVIOUR]``).
 
     The model's parameters: ``mu`` = the log output tokens' mean (tok_mu + tok_alpha * z), ``theta0`` = the
     right answer's logit on a fresh question (skill + bonus - z + the task's effect for the model), ``tmv`` /
@@ -150,11 +152,12 @@ def call_outcome(s, tool, target, lead, ctx, exec_before, nans, z, qtok, pref, d
     (code tools; times ``repair`` when the call carries the trajectory after an exec error), else OK.
     An OK solver call is right with p = sigmoid(theta0 - lambda * log(1 + ctx / 1000)) (ctx = carried
     context tokens, 0 for a fresh question), copies the carried leading answer with prob rho, and answers
-    wrong with the model's preferred wrong answer (kappa) or a distractor. The reviewer flags a wrong
-    leading answer with prob sens and a right one with prob 1 - spec.
+    wrong with the model's preferred wrong answer (kappa) or a distractor; an ensemble call is the plurality of
+    ``ensemble_k`` such samples. A reviewer flags a wrong leading answer with prob sens and a right one with
+    prob 1 - spec.
     Returns (stream state, status, kind, answer, tokens_in, tokens_out, latency_s, usd, cost_units).
     """
-    k = int(proto[P_ENSEMBLE_K]) if tool == _ENS else 1
+    k = int(proto[P_ENSEMBLE_K]) if ttv[TT_BEHAVIOUR] == B_ENSEMBLE else 1
     carried = ctx if target != TARGET_QUESTION else 0.0
     tok_in1 = proto[P_PROMPT] + qtok + carried
     tok_out = 0.0
@@ -186,7 +189,7 @@ def call_outcome(s, tool, target, lead, ctx, exec_before, nans, z, qtok, pref, d
     kind = OUT_NONE
     answer = -1
     if status == _OK:
-        if tool == _CR:
+        if ttv[TT_BEHAVIOUR] == B_REVIEWER:
             s, u = uniform_from(s)
             if lead == 0:
                 kind = OUT_FLAG if u >= mdv[MD_SPEC] else OUT_CONFIRM
@@ -292,7 +295,7 @@ def sample_call(rng, lane, tool, mm, target, lead, ctx, exec_before, row, bench,
     ``effect``: the model's draws of ``task_effects``).
     Returns (status, kind, answer, tokens_in, tokens_out, latency_s, usd, cost_units)."""
     s, status, kind, answer, tok_in, tok_out, lat, usd, cost = call_outcome(
-        rng[lane], tool, target, lead, ctx, exec_before, nans, z, qtok, pref, row_dcdf[row], scratch[lane],
+        rng[lane], target, lead, ctx, exec_before, nans, z, qtok, pref, row_dcdf[row], scratch[lane],
         tok_mu[tool, mm, dom] + tm[TM_TOK_ALPHA, tool, mm] * z, skill[mm, bench] + bonus[tool, dom] - z + effect,
         tm[:, tool, mm], tt[:, tool], mmt[:, mm], md[:, mm, dom], proto)
     rng[lane] = s

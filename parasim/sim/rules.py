@@ -1,7 +1,7 @@
 """The rules of an episode, compiled once for every call source: ParaOrch-v0's one definition of a round.
 
-A round has three phases over a lane record ``L`` (``parasim.sim.state.LANE_DTYPE``), the parameter record ``P``
-(``parasim.sim.tables.PARAMS_DTYPE``) and the task's row record ``R`` (``ROW_DTYPE``):
+A round has three phases over a lane record ``L`` (``parasim.sim.state.lane_dtype``), the parameter record ``P``
+(``parasim.sim.tables.params_dtype``) and the task's row record ``R`` (``ROW_DTYPE``):
 
   (a) ``plan_slot`` (``plan_round`` for all slots): each slot of the action row is checked (``slot_rule``); a
       malformed or over-budget call gets its protocol status (INVALID_TOOL / FORMAT_ERR / BUDGET_EXCEEDED) without
@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from numba import njit
 
-from parasim.protocol.schema import NUM_STATUSES, NUM_TOOLS, Tool
+from parasim.protocol.schema import NUM_STATUSES
 from parasim.sim.kernel import (
     C_ANSWER,
     C_COST,
@@ -41,7 +41,6 @@ from parasim.sim.kernel import (
     E_FLAGS,
     E_SCORE,
     E_SUPPORT,
-    EMPTY_SLOT,
     F_COST,
     F_LAT,
     F_OUTCOME,
@@ -77,6 +76,7 @@ from parasim.sim.kernel import (
     TARGET_VERIFY,
 )
 from parasim.sim.tables import (
+    B_REVIEWER,
     E_MAX_ROUNDS,
     E_SERIAL,
     E_SLOTS,
@@ -86,6 +86,8 @@ from parasim.sim.tables import (
     P_MGR_CALL,
     P_MGR_ROUND,
     P_STATUS,
+    TT_AGENT,
+    TT_BEHAVIOUR,
     TT_FEEDBACK,
 )
 from parasim.tasks import NUM_ANSWERS
@@ -100,33 +102,46 @@ PENDING = NUM_STATUSES + 1
 # the status each rule gives (RULE_RUNS: the call's own, written by the call source)
 RULE_STATUS = (PENDING, 4, 4, 4, 4, 3, 3, 3, 5)
 
-_CR = int(Tool.CRITICAL_REVIEWER)
-_FIRST_BASIC = int(Tool.PYTHON)
 _OK, _EXEC, _TIMEOUT = 0, 1, 2
 _FORMAT, _INVALID, _BUDGET = 3, 4, 5
 
 
 @njit(cache=True, inline="always")
-def slot_rule(tool, model, target, slot, allowed, nm, has_lead, tokens, token_budget):
-    """The rule that decides one non-empty slot: an unknown tool, a slot beyond the allowed parallelism, an
-    agent tool's model outside the pool or a reviewer with nothing to review is INVALID_TOOL; a target outside
-    the range, a carry or verify target with no leading answer, or a reviewer without the verify target (or
-    the verify target on another tool) is FORMAT_ERR; a call made once the trajectory holds ``token_budget``
-    tokens is BUDGET_EXCEEDED; else the call runs (RULE_RUNS). ``RULE_STATUS`` maps the rule to the status."""
-    valid_tool = 0 <= tool < NUM_TOOLS
+def is_agent(tt, tool):
+    """Whether ``tool`` (a valid index of the tool table ``tt``, [T, NUM_TT]) is an agent tool, which runs on a pool
+    model; a basic tool runs on the manager's row."""
+    return tt[tool, TT_AGENT] != 0.0
+
+
+@njit(cache=True, inline="always")
+def is_reviewer(tt, tool):
+    """Whether ``tool`` reviews the leading answer (behaviour ``reviewer``) instead of answering."""
+    return tt[tool, TT_BEHAVIOUR] == B_REVIEWER
+
+
+@njit(cache=True, inline="always")
+def slot_rule(tt, tool, model, target, slot, allowed, nm, has_lead, tokens, token_budget):
+    """The rule that decides one non-empty slot, with the tool table ``tt`` ([T, NUM_TT]: tools 0..T-1): an unknown
+    tool, a slot beyond the allowed parallelism, an agent tool's model outside the pool or a reviewer with nothing
+    to review is INVALID_TOOL; a target outside the range, a carry or verify target with no leading answer, or a
+    reviewer without the verify target (or the verify target on another tool) is FORMAT_ERR; a call made once the
+    trajectory holds ``token_budget`` tokens is BUDGET_EXCEEDED; else the call runs (RULE_RUNS). ``RULE_STATUS``
+    maps the rule to the status."""
+    valid_tool = 0 <= tool < tt.shape[0]
     if not valid_tool:
         return RULE_UNKNOWN_TOOL
     if slot >= allowed:
         return RULE_SLOT_NOT_ALLOWED
-    if tool < _FIRST_BASIC and not 0 <= model < nm:
+    if is_agent(tt, tool) and not 0 <= model < nm:
         return RULE_UNKNOWN_MODEL
-    if tool == _CR and not has_lead:
+    reviewer = is_reviewer(tt, tool)
+    if reviewer and not has_lead:
         return RULE_NOTHING_TO_REVIEW
     if not 0 <= target < NUM_TARGETS:
         return RULE_BAD_TARGET
     if target != TARGET_QUESTION and not has_lead:
         return RULE_NOTHING_TO_CARRY
-    if (tool == _CR) != (target == TARGET_VERIFY):
+    if reviewer != (target == TARGET_VERIFY):
         return RULE_REVIEWER_TARGET
     if tokens >= token_budget:
         return RULE_BUDGET
@@ -154,10 +169,10 @@ def slot_call(actions, i, k):
 
 
 @njit(cache=True, inline="always")
-def call_row(tool, model, nm):
-    """The model row a call's parameters come from: the model for an agent tool, the manager's row ``nm`` for the
-    basic tools (python, search), which the manager runs itself."""
-    return model if tool < _FIRST_BASIC else nm
+def call_row(tt, tool, model, nm):
+    """The model row a call's parameters come from: the model for an agent tool, the manager's row ``nm`` for a
+    basic tool (python, search), which the manager runs itself."""
+    return model if is_agent(tt, tool) else nm
 
 
 @njit(cache=True, inline="always")
@@ -187,7 +202,7 @@ def begin_episode(L, i, last_status, P, row, R, z):
     for c in range(NUM_F):
         st_f[c] = 0.0
     st_f[F_Z], st_f[F_QTOK] = z, R.qtok
-    for c in range(NUM_TOOLS):
+    for c in range(L.counts_t.shape[0]):
         L.counts_t[c] = 0
         L.exec_prev[c] = 0
     for c in range(NUM_STATUSES):
@@ -201,20 +216,20 @@ def begin_episode(L, i, last_status, P, row, R, z):
 
 
 @njit(cache=True, inline="always")
-def plan_slot(i, k, last_status, call_i, call_f, actions, allowed, nm, has_lead, ctx, budget):
-    """Phase (a) for slot ``k`` of lane ``i`` (``allowed`` slots, ``nm`` pool models, the round-start lead and
-    context, the token budget): its outcome record cleared, and its status (``NO_CALL`` for an empty slot, a
-    protocol status, or ``PENDING`` for a call that runs) written to ``last_status[i, k]`` and returned with the
-    slot's (tool, model, target)."""
+def plan_slot(i, k, last_status, call_i, call_f, actions, tt, allowed, nm, has_lead, ctx, budget):
+    """Phase (a) for slot ``k`` of lane ``i`` (the tool table ``tt``, ``allowed`` slots, ``nm`` pool models, the
+    round-start lead and context, the token budget): its outcome record cleared, and its status (``NO_CALL`` for an
+    empty slot, tool value T, a protocol status, or ``PENDING`` for a call that runs) written to
+    ``last_status[i, k]`` and returned with the slot's (tool, model, target)."""
     call_i[i, k, C_KIND] = OUT_NONE
     call_i[i, k, C_ANSWER] = -1
     for c in range(NUM_CALL_F):
         call_f[i, k, c] = 0.0
     tool, model, target = slot_call(actions, i, k)
-    if tool == EMPTY_SLOT:
+    if tool == tt.shape[0]:
         status = NO_CALL
     else:
-        status = rule_status(slot_rule(tool, model, target, k, allowed, nm, has_lead, ctx, budget))
+        status = rule_status(slot_rule(tt, tool, model, target, k, allowed, nm, has_lead, ctx, budget))
     last_status[i, k] = status
     return status, tool, model, target
 
@@ -226,7 +241,7 @@ def plan_round(L, i, last_status, call_i, call_f, P, actions):
     ctx = L.st_f[F_TOKENS]
     allowed, budget = int(P.env[E_SLOTS]), P.env[E_TOKEN_BUDGET]
     for k in range(P.slots):
-        plan_slot(i, k, last_status, call_i, call_f, actions, allowed, P.nm, lead >= 0, ctx, budget)
+        plan_slot(i, k, last_status, call_i, call_f, actions, P.tt, allowed, P.nm, lead >= 0, ctx, budget)
     return lead, ctx
 
 
@@ -271,7 +286,7 @@ def account_slot(L, R, P, status, tool, model, kind, answer, tok_out, lat, usd, 
         st_f[F_USD] += usd
         round_lat = round_lat + lat if serial else max(round_lat, lat)
         round_tokens += tok_out * P.tt[tool, TT_FEEDBACK] if status == _OK else proto[P_STATUS]
-        add_evidence(L, kind, answer, tool, call_row(tool, model, P.nm), bench, dom, R, P)
+        add_evidence(L, kind, answer, tool, call_row(P.tt, tool, model, P.nm), bench, dom, R, P)
         L.counts_t[tool] += 1
     else:  # a protocol status, given without a call
         if status != _BUDGET:
@@ -381,19 +396,22 @@ def write_obs(i, L, last_status, P, o_task, o_round, o_budget, o_cand, o_evid, o
     o_evid[i, 0] = st_i[I_NOK]
     o_evid[i, 1] = distinct
     o_evid[i, 2] = 1.0 if distinct == 0 else 0.0
-    for t in range(NUM_TOOLS):
+    num_tools = L.counts_t.shape[0]
+    for t in range(num_tools):
         o_tools[i, t] = L.counts_t[t]
     for s in range(NUM_STATUSES):
         o_status[i, s] = L.counts_s[s]
     allowed = int(env[E_SLOTS])
     has_lead = 1 if distinct > 0 else 0
     # the mask's static part (stop, models, empty slots, slots past max_parallel) is written once at
-    # allocation (``static_action_mask``); only the entries that depend on a leading answer change
+    # allocation (``static_action_mask``); only the entries that depend on a leading answer change (the reviewer
+    # tools', the carry and verify targets)
     j = 2
     for k in range(P.slots):
         if k < allowed:
-            o_mask[i, j + _CR] = has_lead
-        jt = j + NUM_TOOLS + 1 + P.nm
+            for r in range(P.num_reviewers):
+                o_mask[i, j + P.reviewers[r]] = has_lead
+        jt = j + num_tools + 1 + P.nm
         o_mask[i, jt + 1] = has_lead
         o_mask[i, jt + 2] = has_lead
         j = jt + NUM_TARGETS

@@ -13,7 +13,7 @@ import math
 
 from numba import njit
 
-from parasim.protocol.schema import Status, Tool
+from parasim.protocol.schema import Status
 from parasim.sim.kernel import (
     C_ANSWER,
     C_COST,
@@ -54,7 +54,6 @@ from parasim.sim.rules import (
 )
 from parasim.sim.tables import E_SERIAL, E_SLOTS, E_TOKEN_BUDGET
 
-_SR = int(Tool.STANDARD_REASONER)
 _EXEC = int(Status.EXEC_ERR)
 
 
@@ -65,9 +64,9 @@ def sim_call(L, i, k, call_i, call_f, R, P, s, tool, model, target, lead, ctx, n
     the round-start ``lead`` and ``ctx``, written to the slot's outcome record. ``L.exec_prev`` is the call model's
     memory of each tool's last exec error (a carried call repairs it at the pool's rate). Returns (stream state,
     status, kind, answer, tokens out, latency, USD, cost units)."""
-    mm = call_row(tool, model, P.nm)
+    mm = call_row(P.tt, tool, model, P.nm)
     s, status, kind, answer, tok_in, tok_out, lat, usd, cost = call_outcome(
-        s, tool, target, lead, ctx, L.exec_prev[tool] != 0, nans, z, qtok, L.pref[mm], R.dcdf, L.scratch,
+        s, target, lead, ctx, L.exec_prev[tool] != 0, nans, z, qtok, L.pref[mm], R.dcdf, L.scratch,
         P.tok_mu[tool, mm, dom] + P.tm[tool, mm, TM_TOK_ALPHA] * z, P.skill[mm, bench] + P.bonus[tool, dom] - z
         + L.effect[mm], P.tm[tool, mm], P.tt[tool], P.mm[mm], P.md[mm, dom], P.proto)
     L.exec_prev[tool] = status == _EXEC
@@ -80,13 +79,14 @@ def sim_call(L, i, k, call_i, call_f, R, P, s, tool, model, target, lead, ctx, n
 @njit(cache=True, inline="always")
 def sim_finish(L, R, P, ended_final):
     """The simulated termination model answers (the vote's lead, else the manager's own direct answer, right with
-    the manager's skill) and the verifier scores it (answer 0 is the gold answer)."""
+    the manager's skill and the direct tool's bonus, ``P.direct``) and the verifier scores it (answer 0 is the gold
+    answer)."""
     s = L.rng
     st_i = L.st_i
     answer = lane_lead(L)
     if answer < 0:
         mgr = P.nm
-        p = 1.0 / (1.0 + math.exp(-(P.skill[mgr, st_i[I_BENCH]] + P.bonus[_SR, st_i[I_DOMAIN]] - L.st_f[F_Z]
+        p = 1.0 / (1.0 + math.exp(-(P.skill[mgr, st_i[I_BENCH]] + P.bonus[P.direct, st_i[I_DOMAIN]] - L.st_f[F_Z]
                                      + L.effect[mgr])))
         s, u = uniform_from(s)
         if u < p:
@@ -140,8 +140,8 @@ def step_lane(L, i, last_status, call_i, call_f, R, P, actions):
     s = L.rng
     round_lat, round_tokens, n_calls, bad = round_start(P, actions, i)
     for k in range(P.slots):
-        status, tool, model, target = plan_slot(i, k, last_status, call_i, call_f, actions, allowed, nm, has_lead,
-                                                ctx, budget)
+        status, tool, model, target = plan_slot(i, k, last_status, call_i, call_f, actions, P.tt, allowed, nm,
+                                                has_lead, ctx, budget)
         if status == NO_CALL:
             continue
         kind, answer, tok_out, lat, usd, cost = OUT_NONE, -1, 0.0, 0.0, 0.0, 0.0

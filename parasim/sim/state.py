@@ -1,22 +1,26 @@
 """Preallocated state and observation buffers of the batched simulator (one row per lane).
 
-The state is one structured array of lane records (``LANE_DTYPE``), lane-major, so that a lane step reads and
+The state is one structured array of lane records (``lane_dtype``), lane-major, so that a lane step reads and
 writes a few adjacent cache lines instead of a line or two in each of fifteen arrays (see ``parasim.sim.kernel``).
 A record's dtype is fixed at compile time, so its per-model field is sized for the largest pool (``MAX_MODELS``,
-17 bytes) and one compiled kernel serves every pool; the last round's per-slot records, sized by the episode's
-``max_parallel`` (K), are plain [N, K] arrays instead, since a record sized for 16 slots would carry 0.5 KB of
-unused bytes per lane at K = 4 (measured: 17% of a 4,096-lane step). ``SimState`` shows every field as an array.
+17 bytes) and one compiled kernel serves every pool of a tool count; the per-tool fields are sized by the pool's
+tool count T (``lane_dtype``: a capacity of 64 tools would add 320 bytes to every lane's record), so a pool with
+a tool count other than the default spec's 7 compiles the kernels once more, for its dtype; the last round's
+per-slot records, sized by the episode's ``max_parallel`` (K), are plain [N, K] arrays instead, since a record sized
+for 16 slots would carry 0.5 KB of unused bytes per lane at K = 4 (measured: 17% of a 4,096-lane step).
+``SimState`` shows every field as an array.
 The observation also stays one plain array per key: the envs copy each of them per step, and copying a field of
 a structured array is several times slower.
 """
 from __future__ import annotations
 
+from functools import cache
 from typing import NamedTuple
 
 import numpy as np
 
 from parasim.pools import MAX_MODELS
-from parasim.protocol.schema import NUM_STATUSES, NUM_TOOLS, Tool
+from parasim.protocol.schema import NUM_STATUSES, NUM_TOOLS
 from parasim.sim.kernel import (
     CAND_FEATURES,
     NUM_CALL_F,
@@ -28,26 +32,31 @@ from parasim.sim.kernel import (
     TASK_ROW,
 )
 from parasim.tasks import NUM_ANSWERS
+from parasim.tool_spec import ToolSpec
 
 TASK_FEATURES = 8  # domain one-hot (4), free-form, multiple-choice, options / 16, question tokens / 1000
 
-# One lane's record, the fields every step touches first.
-LANE_DTYPE = np.dtype([
-    ("rng", np.uint64),  # the episode's random stream
-    ("st_i", np.int64, (NUM_I,)),
-    ("st_f", np.float64, (NUM_F,)),
-    ("counts_t", np.int32, (NUM_TOOLS,)),  # calls per tool
-    ("counts_s", np.int32, (NUM_STATUSES,)),  # calls per status
-    ("exec_prev", np.uint8, (NUM_TOOLS,)),  # last call of the tool ended in EXEC_ERR
-    ("arrival", np.int8, (NUM_ANSWERS,)),  # first-seen order per answer, -1 unseen
-    ("order", np.int8, (NUM_ANSWERS,)),  # answers in first-seen order (the first st_i[I_SEQ] entries)
-    ("scratch", np.int8, (NUM_ANSWERS,)),  # the ensemble's samples
-    ("pref", np.int8, (MAX_MODELS + 1,)),  # preferred wrong answer per model
-    ("effect", np.float64, (MAX_MODELS + 1,)),  # the task's per-model effect on the logit (``draw_model_effects``)
-    ("ev", np.float64, (NUM_ANSWERS, NUM_EVIDENCE)),  # score, support, flags, confirms per answer
-    ("task", np.int64, (2,)),  # the next reset's task: suite row (-1 = drawn by weight), keyed flag
-    ("task_rng", np.uint64),  # start of the task stream of keyed lanes
-], align=True)
+
+
+@cache
+def lane_dtype(num_tools: int) -> np.dtype:
+    """One lane's record for T = ``num_tools`` tools, the fields every step touches first."""
+    return np.dtype([
+        ("rng", np.uint64),  # the episode's random stream
+        ("st_i", np.int64, (NUM_I,)),
+        ("st_f", np.float64, (NUM_F,)),
+        ("counts_t", np.int32, (num_tools,)),  # calls per tool
+        ("counts_s", np.int32, (NUM_STATUSES,)),  # calls per status
+        ("exec_prev", np.uint8, (num_tools,)),  # last call of the tool ended in EXEC_ERR
+        ("arrival", np.int8, (NUM_ANSWERS,)),  # first-seen order per answer, -1 unseen
+        ("order", np.int8, (NUM_ANSWERS,)),  # answers in first-seen order (the first st_i[I_SEQ] entries)
+        ("scratch", np.int8, (NUM_ANSWERS,)),  # the ensemble's samples
+        ("pref", np.int8, (MAX_MODELS + 1,)),  # preferred wrong answer per model
+        ("effect", np.float64, (MAX_MODELS + 1,)),  # the task's per-model effect on the logit (``draw_model_effects``)
+        ("ev", np.float64, (NUM_ANSWERS, NUM_EVIDENCE)),  # score, support, flags, confirms per answer
+        ("task", np.int64, (2,)),  # the next reset's task: suite row (-1 = drawn by weight), keyed flag
+        ("task_rng", np.uint64),  # start of the task stream of keyed lanes
+    ], align=True)
 
 
 class SimState(NamedTuple):
@@ -87,10 +96,11 @@ class ObsBuffers(NamedTuple):
     action_mask: np.ndarray  # int8[N, sum(action_nvec)]: the per-dimension masks, concatenated
 
 
-def action_nvec(slots: int, num_models: int) -> np.ndarray:
-    """MultiDiscrete sizes: [stop (2)] + [tool (T + 1), model (M), target (3)] per slot: the action layout, which
-    the compiled rules read with ``parasim.sim.rules.slot_call`` and Python with ``action_slot``."""
-    return np.array([2] + [NUM_TOOLS + 1, num_models, NUM_TARGETS] * slots, np.int64)
+def action_nvec(slots: int, num_models: int, num_tools: int = NUM_TOOLS) -> np.ndarray:
+    """MultiDiscrete sizes: [stop (2)] + [tool (T + 1: tool value T is the empty slot), model (M), target (3)] per
+    slot: the action layout, which the compiled rules read with ``parasim.sim.rules.slot_call`` and Python with
+    ``action_slot``. T: the pool's tool count (default: the default tool spec's)."""
+    return np.array([2] + [num_tools + 1, num_models, NUM_TARGETS] * slots, np.int64)
 
 
 def slot_column(k: int) -> int:
@@ -111,25 +121,27 @@ def set_action_slot(action: np.ndarray, k: int, tool: int, model: int, target: i
     action[j: j + 3] = tool, model, target
 
 
-def empty_action(slots: int, stop: bool = False) -> np.ndarray:
-    """An action row with every slot empty (``EMPTY_SLOT``): a stop with ``stop``, else a round to fill in."""
+def empty_action(slots: int, num_tools: int, stop: bool = False) -> np.ndarray:
+    """An action row with every slot empty (tool value ``num_tools``, T): a stop with ``stop``, else a round to fill
+    in."""
     action = np.zeros(1 + 3 * slots, np.int64)
     action[0] = int(stop)
-    action[1::3] = NUM_TOOLS
+    action[1::3] = num_tools
     return action
 
 
-def static_action_mask(slots: int, allowed: int, num_models: int) -> np.ndarray:
+def static_action_mask(slots: int, allowed: int, num_models: int, tools: ToolSpec) -> np.ndarray:
     """The action mask with no leading answer yet; steps then only flip the lead-dependent entries
-    (critical_reviewer, and the carry / verify targets) of each allowed slot."""
+    (the reviewer tools, and the carry / verify targets) of each allowed slot."""
     parts = [np.ones(2, np.int8)]
+    t = tools.num_tools
     for k in range(slots):
-        tools = np.zeros(NUM_TOOLS + 1, np.int8)
-        tools[NUM_TOOLS] = 1
+        mask = np.zeros(t + 1, np.int8)
+        mask[t] = 1
         if k < allowed:
-            tools[:NUM_TOOLS] = 1
-            tools[Tool.CRITICAL_REVIEWER] = 0
-        parts += [tools, np.ones(num_models, np.int8), np.array([1, 0, 0], np.int8)]
+            mask[:t] = 1
+            mask[list(tools.with_behaviour("reviewer"))] = 0
+        parts += [mask, np.ones(num_models, np.int8), np.array([1, 0, 0], np.int8)]
     return np.concatenate(parts)
 
 
@@ -137,15 +149,16 @@ class LaneArrays(NamedTuple):
     """The state arrays of N lanes in the kernels' argument order: the lane records and the last round's
     per-slot records."""
 
-    lanes: np.ndarray  # LANE_DTYPE[N]
+    lanes: np.ndarray  # lane_dtype(T)[N]
     last_status: np.ndarray  # int8[N, K]
     call_i: np.ndarray  # int8[N, K, 2]
     call_f: np.ndarray  # float64[N, K, NUM_CALL_F]
 
 
-def allocate_lanes(n: int, slots: int) -> LaneArrays:
-    """``n`` zeroed lanes with no call in any slot, no answer seen and no task requested."""
-    lanes = np.zeros(n, LANE_DTYPE)
+def allocate_lanes(n: int, slots: int, num_tools: int) -> LaneArrays:
+    """``n`` zeroed lanes of a pool with ``num_tools`` tools: no call in any slot, no answer seen, no task
+    requested."""
+    lanes = np.zeros(n, lane_dtype(num_tools))
     lanes["arrival"] = -1
     lanes["task"][:, TASK_ROW] = -1
     return LaneArrays(lanes, np.full((n, slots), NUM_STATUSES, np.int8), np.full((n, slots, 2), -1, np.int8),
@@ -164,12 +177,15 @@ def lane_views(a: LaneArrays, num_models: int) -> SimState:
         scratch=lanes["scratch"], call_i=a.call_i, call_f=a.call_f, task=lanes["task"], task_rng=lanes["task_rng"])
 
 
-def allocate_obs(n: int, slots: int, num_models: int) -> ObsBuffers:
+def allocate_obs(n: int, slots: int, num_models: int, tools: ToolSpec) -> ObsBuffers:
+    """The observation buffers of ``n`` lanes of a pool with ``num_models`` models and the tool spec ``tools``, each
+    lane's action mask the static one (``static_action_mask``)."""
+    t = tools.num_tools
     obs = ObsBuffers(
         task=np.zeros((n, TASK_FEATURES), np.float32), round=np.zeros((n, 2), np.float32),
         budget=np.zeros((n, 4), np.float32), candidates=np.zeros((n, NUM_CANDIDATES, CAND_FEATURES), np.float32),
-        evidence=np.zeros((n, 3), np.float32), tool_counts=np.zeros((n, NUM_TOOLS), np.float32),
+        evidence=np.zeros((n, 3), np.float32), tool_counts=np.zeros((n, t), np.float32),
         status_counts=np.zeros((n, NUM_STATUSES), np.float32), last_status=np.zeros((n, slots), np.int8),
-        action_mask=np.zeros((n, int(action_nvec(slots, num_models).sum())), np.int8))
-    obs.action_mask[:] = static_action_mask(slots, slots, num_models)
+        action_mask=np.zeros((n, int(action_nvec(slots, num_models, t).sum())), np.int8))
+    obs.action_mask[:] = static_action_mask(slots, slots, num_models, tools)
     return obs

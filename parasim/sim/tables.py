@@ -6,24 +6,34 @@ and episode parameters, with the columns one call reads side by side and padded 
 (``MAX_MODELS``) so that its dtype, and with it the compiled kernel, is the same for every pool, and one record
 per suite row. A record reaches the kernel's inlined per-lane functions as a plain pointer with its shapes
 known at compile time. Column indices below are compile-time constants of the kernels.
+
+The tool dimension T is the pool's tool spec's (``parasim.tool_spec``): each tool's behaviour and kind are columns
+of the tool table (``TT_BEHAVIOUR``, ``TT_AGENT``), so the rules and the per-call model branch on what a tool does,
+never on which tool it is. The parameter record's dtype is built per T (``params_dtype``): the default spec's is the
+one every shipped pool uses, and a pool with another tool count compiles the kernels once more for its dtype.
 """
 from __future__ import annotations
 
 import math
+from functools import cache
 from typing import NamedTuple
 
 import numpy as np
 
 from parasim.pools import MAX_MODELS, PoolSpec, reliability
-from parasim.protocol.schema import NUM_DOMAINS, NUM_TOOLS
+from parasim.protocol.schema import NUM_DOMAINS
 from parasim.tasks import FREE_FORM, NUM_ANSWERS, NUM_BENCHMARKS, TaskSuite
+from parasim.tool_spec import BEHAVIOURS
 
 # tm[k, tool, model]
 TM_TOK_SD, TM_TOK_ALPHA, TM_LAT_BASE, TM_LAT_PER_TOK, TM_LAT_SD, TM_PRICE_IN, TM_PRICE_OUT, TM_P_EXEC = range(8)
 NUM_TM = 8
-# tt[k, tool]
-TT_USD_CALL, TT_USD_S, TT_COST, TT_TIMEOUT, TT_FEEDBACK = range(5)
-NUM_TT = 5
+# tt[k, tool]: its costs and runtime, then what it does: its behaviour (a ``B_*`` code) and 1 for an agent tool
+TT_USD_CALL, TT_USD_S, TT_COST, TT_TIMEOUT, TT_FEEDBACK, TT_BEHAVIOUR, TT_AGENT = range(7)
+NUM_TT = 7
+# behaviour codes (``parasim.tool_spec.BEHAVIOURS`` in order), as the tool table's TT_BEHAVIOUR column holds them
+B_SOLVER, B_REVIEWER, B_ENSEMBLE, B_CODE_EXEC, B_SEARCH = range(5)
+assert BEHAVIOURS == ("solver", "reviewer", "ensemble", "code_exec", "search")
 # mm[k, model]
 MM_KAPPA, MM_RHO, MM_LAM, MM_TAU, MM_AFFINITY = range(5)
 NUM_MM = 5
@@ -41,22 +51,35 @@ E_MAX_ROUNDS, E_SLOTS, E_SERIAL, E_TOKEN_BUDGET = range(4)
 NUM_ENV_PARAMS = 4
 
 _M1 = MAX_MODELS + 1  # pool models and the manager's row
-# The kernel's parameter record: the SimTables arrays with the (tool, model) tables transposed so that the
-# columns a call reads are adjacent (tm[tool, model, k], md[model, domain, k], ...), padded to MAX_MODELS.
-PARAMS_DTYPE = np.dtype([
-    ("nm", np.int64),  # pool models (row nm of the model tables is the manager)
-    ("slots", np.int64),  # call slots per round (the action's K)
-    ("env", np.float64, (NUM_ENV_PARAMS,)),
-    ("proto", np.float64, (NUM_PROTO,)),
-    ("tm", np.float64, (NUM_TOOLS, _M1, NUM_TM)),
-    ("tok_mu", np.float64, (NUM_TOOLS, _M1, NUM_DOMAINS)),
-    ("rel_logit", np.float64, (NUM_TOOLS, _M1, NUM_BENCHMARKS)),
-    ("tt", np.float64, (NUM_TOOLS, NUM_TT)),
-    ("bonus", np.float64, (NUM_TOOLS, NUM_DOMAINS)),
-    ("mm", np.float64, (_M1, NUM_MM)),
-    ("md", np.float64, (_M1, NUM_DOMAINS, NUM_MD)),
-    ("skill", np.float64, (_M1, NUM_BENCHMARKS)),
-], align=True)
+
+
+@cache
+def params_dtype(num_tools: int) -> np.dtype:
+    """The kernel's parameter record for T = ``num_tools`` tools: the SimTables arrays with the (tool, model)
+    tables transposed so that the columns a call reads are adjacent (tm[tool, model, k], md[model, domain, k],
+    ...), padded to MAX_MODELS; then the tools the rules look up by behaviour (``direct``: the first agent solver,
+    whose bonus the manager's own direct answer gets; ``reviewers``: the reviewer tools, whose action-mask entry
+    needs a leading answer, the first ``num_reviewers`` entries)."""
+    t = num_tools
+    return np.dtype([
+        ("nm", np.int64),  # pool models (row nm of the model tables is the manager)
+        ("slots", np.int64),  # call slots per round (the action's K)
+        ("env", np.float64, (NUM_ENV_PARAMS,)),
+        ("proto", np.float64, (NUM_PROTO,)),
+        ("tm", np.float64, (t, _M1, NUM_TM)),
+        ("tok_mu", np.float64, (t, _M1, NUM_DOMAINS)),
+        ("rel_logit", np.float64, (t, _M1, NUM_BENCHMARKS)),
+        ("tt", np.float64, (t, NUM_TT)),
+        ("bonus", np.float64, (t, NUM_DOMAINS)),
+        ("mm", np.float64, (_M1, NUM_MM)),
+        ("md", np.float64, (_M1, NUM_DOMAINS, NUM_MD)),
+        ("skill", np.float64, (_M1, NUM_BENCHMARKS)),
+        ("direct", np.int64),
+        ("num_reviewers", np.int64),
+        ("reviewers", np.int64, (t,)),
+    ], align=True)
+
+
 # One suite row as the kernel reads it (nans: the answer ids in play, NUM_ANSWERS for free-form tasks; log_odds:
 # log(nans - 1), the prior odds term of the weighted vote, computed once per row instead of once per step).
 ROW_DTYPE = np.dtype([
@@ -72,7 +95,7 @@ class SimTables(NamedTuple):
     bonus: np.ndarray  # [T, D]
     tok_mu: np.ndarray  # [T, M+1, D]
     tm: np.ndarray  # [8, T, M+1]
-    tt: np.ndarray  # [5, T]
+    tt: np.ndarray  # [7, T] costs, runtime, behaviour code, agent flag
     mm: np.ndarray  # [5, M+1] kappa, rho, lambda, tau (per-task effect SD), affinity (shared distractor)
     md: np.ndarray  # [4, M+1, D]
     rel_logit: np.ndarray  # [NB, T, M+1] log-odds of an OK call's expected accuracy
@@ -90,6 +113,7 @@ def _clip_prob(p: np.ndarray) -> np.ndarray:
 def build_tables(pool: PoolSpec, suite: TaskSuite) -> SimTables:
     """Join a pool and a suite into the simulator's tables."""
     sens, spec = _clip_prob(pool.sens), _clip_prob(pool.spec)
+    tools = pool.tools.tools
     rel = np.clip(reliability(pool), 1e-4, 1 - 1e-4)
     t = suite.tables()
     r = len(suite)
@@ -105,8 +129,10 @@ def build_tables(pool: PoolSpec, suite: TaskSuite) -> SimTables:
         tok_mu=np.ascontiguousarray(pool.tok_mu, np.float64),
         tm=np.ascontiguousarray(np.stack([pool.tok_sd, pool.tok_alpha, pool.lat_base, pool.lat_per_tok, pool.lat_sd,
                                           pool.price_in, pool.price_out, pool.p_exec])),
-        tt=np.ascontiguousarray(np.stack([pool.usd_call, pool.usd_s, pool.cost_units, pool.timeout,
-                                          pool.feedback_frac])),
+        tt=np.ascontiguousarray(np.stack([
+            pool.usd_call, pool.usd_s, pool.cost_units, pool.timeout, pool.feedback_frac,
+            np.array([BEHAVIOURS.index(t.behaviour) for t in tools], np.float64),
+            np.array([t.is_agent for t in tools], np.float64)])),
         mm=np.ascontiguousarray(np.stack([pool.kappa, pool.rho, pool.lam, pool.tau, pool.affinity])),
         md=np.ascontiguousarray(np.stack([sens, spec, np.log((1 - spec) / sens), np.log(spec / (1 - sens))])),
         rel_logit=np.ascontiguousarray(np.log(rel / (1 - rel))),
@@ -120,11 +146,12 @@ def build_tables(pool: PoolSpec, suite: TaskSuite) -> SimTables:
 
 
 def kernel_params(t: SimTables, env: np.ndarray, slots: int) -> tuple[np.ndarray, np.ndarray]:
-    """The step kernel's records of ``t``: the parameter record (a 1-element PARAMS_DTYPE array) with the episode
-    parameters ``env`` (float64[NUM_ENV_PARAMS]) and ``slots``, and one ROW_DTYPE record per suite row."""
+    """The step kernel's records of ``t``: the parameter record (a 1-element ``params_dtype(T)`` array) with the
+    episode parameters ``env`` (float64[NUM_ENV_PARAMS]) and ``slots``, and one ROW_DTYPE record per suite row."""
     m1 = t.skill.shape[0]
-    params = np.zeros(1, PARAMS_DTYPE)
+    params = np.zeros(1, params_dtype(t.tt.shape[1]))
     p = params[0]
+    set_tool_roles(p, t.tt)
     p["nm"], p["slots"], p["env"], p["proto"] = m1 - 1, slots, env, t.proto
     p["tm"][:, :m1] = t.tm.transpose(1, 2, 0)
     p["tok_mu"][:, :m1] = t.tok_mu
@@ -142,6 +169,17 @@ def kernel_params(t: SimTables, env: np.ndarray, slots: int) -> tuple[np.ndarray
         t.row_f[:, R_QTOK]
     rows["dcdf"] = t.row_dcdf
     return params, rows
+
+
+def set_tool_roles(p: np.void, tt: np.ndarray) -> None:
+    """The parameter record ``p``'s tools looked up by behaviour (``direct``, ``reviewers``; see ``params_dtype``)
+    from the SimTables tool table ``tt`` ([NUM_TT, T])."""
+    beh, agent = tt[TT_BEHAVIOUR], tt[TT_AGENT] != 0
+    solvers = np.flatnonzero((beh == B_SOLVER) & agent)
+    reviewers = np.flatnonzero(beh == B_REVIEWER)
+    p["direct"] = solvers[0]  # a pool's spec has one (``parasim.pools`` refuses a spec without)
+    p["num_reviewers"] = len(reviewers)
+    p["reviewers"][:len(reviewers)] = reviewers
 
 
 def answer_log_odds_offset(options: int) -> float:
