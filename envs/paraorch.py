@@ -12,7 +12,9 @@ Options (``gym.make("ParaOrch-v0", **options)``): ``pool`` (shipped name, JSON p
 "paramanager"), ``token_budget`` (None: calls made once the trajectory holds this many tokens get
 BUDGET_EXCEEDED), ``seed`` (None: seed used by the first ``reset()`` without a seed), ``tools`` ("sim" or "real"),
 ``engine`` (with ``tools="real"`` only: a ``parasim.real.engine.RealEpisodeEngine``; the episodes then run
-on real tools with the same spaces and the same compiled rules, see ``parasim.envs.real_source``).
+on real tools with the same spaces and the same compiled rules, see ``parasim.envs.real_source``), ``harness``
+(None, or a dict: ``max_output_tokens`` replaces the pool's generation cap; ``temperature`` / ``reasoning_effort``
+must be the pool's calibrated setting: ``parasim.harness.with_harness``; simulated tools only).
 One class for both: the env holds a call source (``parasim.envs.call_source``), and the rules of a round
 (``parasim.sim.rules``) are the same compiled functions whichever source answers the calls.
 
@@ -99,7 +101,8 @@ REAL_TOOLS_HINT = (
 
 
 def make_simulator(tools: str, num_lanes: int, *, pool: Any, suite: Any, max_rounds: int, max_parallel: int,
-                   serial: bool, token_budget: float | None, threads: bool = False) -> Simulator:
+                   serial: bool, token_budget: float | None, threads: bool = False,
+                   harness: dict[str, Any] | None = None) -> Simulator:
     """The compiled simulator behind the simulated envs (real tools run through ``parasim.envs.real_source``)."""
     if tools == "real":
         raise ValueError("tools='real': the compiled simulator runs simulated tools only; real tools need one "
@@ -108,7 +111,7 @@ def make_simulator(tools: str, num_lanes: int, *, pool: Any, suite: Any, max_rou
     if tools != "sim":
         raise ValueError(f"tools: expected 'sim' or 'real', got {tools!r}")
     return Simulator(pool, suite, num_lanes, max_rounds=max_rounds, max_parallel=max_parallel, serial=serial,
-                     token_budget=token_budget, threads=threads)
+                     token_budget=token_budget, threads=threads, harness=harness)
 
 
 def observation_space(sim: Simulator) -> spaces.Dict:
@@ -196,10 +199,11 @@ class ParaOrchEnv(gym.Env):
     def __init__(self, pool: Any = "paramanager", suite: Any = "paramanager", max_rounds: int = 12,
                  max_parallel: int = 4, serial: bool = False, reward: Any = "paramanager", tools: str = "sim",
                  token_budget: float | None = None, seed: int | None = None, render_mode: str | None = None,
-                 engine: Any = None) -> None:
+                 engine: Any = None, harness: dict[str, Any] | None = None) -> None:
         self.render_mode = check_render_mode(render_mode)
         self.source: CallSource = make_source(tools, engine, pool=pool, suite=suite, max_rounds=max_rounds,
-                                              max_parallel=max_parallel, serial=serial, token_budget=token_budget)
+                                              max_parallel=max_parallel, serial=serial, token_budget=token_budget,
+                                              harness=harness)
         self.tools = self.source.tools
         self.reward_config = resolve_reward(reward)
         self.observation_space = dict_observation_space(self.source.slots, float(self.source.max_rounds),
@@ -319,13 +323,14 @@ class ParaOrchEnv(gym.Env):
 
 
 def make_source(tools: str, engine: Any, *, pool: Any, suite: Any, max_rounds: int, max_parallel: int, serial: bool,
-                token_budget: float | None) -> CallSource:
+                token_budget: float | None, harness: dict[str, Any] | None = None) -> CallSource:
     """The call source of a single env: a one-lane simulator, or the real-tools source over ``engine``."""
     if tools == "sim":
         if engine is not None:
             raise ValueError("engine: only with tools='real'; tools='sim' runs the compiled simulator")
         return SimSource(make_simulator(tools, 1, pool=pool, suite=suite, max_rounds=max_rounds,
-                                        max_parallel=max_parallel, serial=serial, token_budget=token_budget))
+                                        max_parallel=max_parallel, serial=serial, token_budget=token_budget,
+                                        harness=harness))
     if tools != "real":
         raise ValueError(f"tools: expected 'sim' or 'real', got {tools!r}")
     if engine is None:

@@ -84,7 +84,7 @@ class ParaOrchVectorEnv(VectorEnv):
                  max_rounds: int = 12, max_parallel: int = 4, serial: bool = False, reward: Any = "paramanager",
                  tools: str = "sim", token_budget: float | None = None, seed: int | None = None,
                  autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP, render_mode: str | None = None,
-                 threads: bool = False) -> None:
+                 threads: bool = False, harness: dict[str, Any] | None = None) -> None:
         if not isinstance(num_envs, int | np.integer) or num_envs < 1:
             raise ValueError(f"num_envs: expected a positive integer, got {num_envs!r}")
         self.render_mode = check_render_mode(render_mode)
@@ -94,7 +94,7 @@ class ParaOrchVectorEnv(VectorEnv):
         self.num_envs = int(num_envs)
         self.sim = make_simulator(tools, self.num_envs, pool=pool, suite=suite, max_rounds=max_rounds,
                                   max_parallel=max_parallel, serial=serial, token_budget=token_budget,
-                                  threads=threads)
+                                  threads=threads, harness=harness)
         self.reward_config = resolve_reward(reward)
         self.metadata = {**self.metadata, "autoreset_mode": mode}
         self.autoreset_mode = mode

@@ -39,7 +39,7 @@ from parasim.sim.state import empty_action, set_action_slot
 from parasim.sim.tables import E_SLOTS, E_TOKEN_BUDGET, TT_TIMEOUT
 from parasim.tasks import BENCHMARKS, NUM_ANSWERS
 
-_SAMPLED = (Status.OK, Status.EXEC_ERR, Status.TIMEOUT)
+_SAMPLED = (Status.OK, Status.EXEC_ERR, Status.TIMEOUT, Status.TRUNCATED)
 
 
 # what the manager reads for each rule that rejects a call (the unknown-model reason also lists the models; {tool}:
@@ -177,6 +177,8 @@ class SimEpisodeEngine:
             return "the code raised an error"
         if status is Status.TIMEOUT:
             return f"timed out after {self.sim.tables.tt[TT_TIMEOUT, tool]:g} s"
+        if status is Status.TRUNCATED:
+            return f"the output reached the {self.sim.pool.max_output_tokens:g}-token generation cap; no answer"
         return ""
 
     def _reason(self, rule: int, tool: int) -> str:

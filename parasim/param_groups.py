@@ -16,7 +16,8 @@ from parasim.prompt_text import PromptTextError, check_prompt_text
 from parasim.protocol.schema import Domain
 
 DOMAINS = tuple(d.name.lower() for d in Domain)
-KNOWN_SOURCES = frozenset({"Q4I", "Q30I", "QTR", "OSS", "TO", "TOc", "PM", "LLB", "SR1", "RS2", "AA", "assumed"})
+KNOWN_SOURCES = frozenset({"Q4I", "Q30I", "QTR", "OSS", "TO", "TOc", "PM", "LLB", "MSA", "SR1", "RS2", "AA",
+                           "assumed"})
 FIT_SOURCE = "fit"  # a group ``parasim calibrate`` estimated: "fit", or "fit:<call log name>"
 MAX_SOURCE_CHARS = 256
 

@@ -54,6 +54,18 @@ from typing import Any
 
 import numpy as np
 
+from parasim.harness import (
+    DEPLOYMENT_KEYS,
+    HARNESS_KEYS,
+    Deployment,
+    SamplingSetting,
+    capped_accuracy,
+    concurrency_slope,
+    parse_cap,
+    parse_deployment,
+    parse_sampling,
+    solve_capped_skill,
+)
 from parasim.jsonl import JSONInputError, read_json_file
 from parasim.param_groups import DOMAINS, FIT_SOURCE, KNOWN_SOURCES, SpecError
 from parasim.param_groups import did_you_mean as _did_you_mean
@@ -78,8 +90,8 @@ POOL_DIR = Path(__file__).with_name("pool_files")
 TOOLS = default_tool_spec().names  # the default tool spec's tools (wire names, per-tool array order)
 PoolError = SpecError  # pool and tool spec files share the group checks (``parasim.param_groups``) and their error
 __all__ = ["DOMAINS", "FIT_SOURCE", "KNOWN_SOURCES", "MAX_MODELS", "POOL_DIR", "TOOLS", "PoolError", "PoolSpec",
-           "answer_space", "assumed_parameters", "expected_accuracy", "load_pool", "parse_pool", "pool_file",
-           "read_pool_file", "reliability", "shipped_pools", "solve_skill"]
+           "accuracy_under_cap", "answer_space", "assumed_parameters", "expected_accuracy", "load_pool",
+           "parse_pool", "pool_file", "read_pool_file", "reliability", "shipped_pools", "solve_skill"]
 MAX_MODELS = 16
 MAX_NAME_CHARS = 128  # a model id or pool name
 MAX_DESCRIPTION_CHARS = 4096  # a refit appends a sentence to its base pool's description
@@ -90,11 +102,11 @@ MODEL_GROUPS: dict[str, tuple[str, ...]] = {
     "skill": DOMAINS, "errors": ("kappa", "affinity"), "interaction": ("sd",), "anchoring": ("rho",),
     "long_context": ("lambda",),
     "review": ("sensitivity", "specificity"), "tokens_out": ("log_median", "log_sd", "difficulty_slope"),
-    "latency": ("ttft_s", "tokens_per_s", "log_sd"), "price": ("input_per_mtok", "output_per_mtok"),
-    "code_exec_error": ("rate",)}
+    "latency": ("ttft_s", "tokens_per_s", "log_sd", "concurrency_slope"),
+    "price": ("input_per_mtok", "output_per_mtok"), "code_exec_error": ("rate",), "deployment": DEPLOYMENT_KEYS}
 MODEL_KEYS = ("name", *MODEL_GROUPS, "accuracy")
 PROTOCOL_KEYS = ("ensemble_k", "manager_tokens_per_round", "manager_tokens_per_call", "prompt_tokens",
-                 "status_tokens", "repair", "max_output_tokens")
+                 "status_tokens", "repair", "max_output_tokens", *HARNESS_KEYS)
 _GH_X, _GH_W = np.polynomial.hermite.hermgauss(48)
 
 
@@ -133,6 +145,7 @@ class PoolSpec:
     skill: np.ndarray  # [M+1, NB] per-benchmark skill (solved from targets, else domain skill)
     skill_domain: np.ndarray  # [M+1, D]
     accuracy_target: np.ndarray  # [M+1, NB] direct-call accuracy in [0, 1], NaN where none
+    accuracy_cap: np.ndarray  # [M+1, NB] generation cap of the setting each target was published at (inf: none)
     bonus: np.ndarray  # [T, D]
     kappa: np.ndarray  # [M+1]
     affinity: np.ndarray  # [M+1] P(the preferred wrong answer is the task's shared attractive distractor)
@@ -148,6 +161,8 @@ class PoolSpec:
     lat_base: np.ndarray  # [T, M+1] seconds before the first token plus tool overhead
     lat_per_tok: np.ndarray  # [T, M+1] seconds per output token
     lat_sd: np.ndarray  # [T, M+1] lognormal jitter of the latency
+    lat_slope: np.ndarray  # [T, M+1] beta: per-request decode slowdown per extra concurrent request on a replica
+    replicas: np.ndarray  # int[M+1] servers a model's concurrent calls spread over
     price_in: np.ndarray  # [T, M+1] USD per input token
     price_out: np.ndarray  # [T, M+1] USD per output token
     usd_call: np.ndarray  # [T]
@@ -162,6 +177,8 @@ class PoolSpec:
     status_tokens: float
     repair: float
     max_output_tokens: float
+    sampling: SamplingSetting = SamplingSetting()
+    deployments: tuple[Deployment, ...] = ()  # M + 1, the manager last
     sources: dict[str, str] = field(default_factory=dict, compare=False)
     tools: ToolSpec = field(default_factory=default_tool_spec, compare=False)  # T = tools.num_tools rows above
 
@@ -190,15 +207,17 @@ def _model(raw: Any, path: str, sources: dict[str, str]) -> dict[str, Any]:
     if not isinstance(acc, dict):
         raise PoolError(f"{path}.accuracy: expected an object {{benchmark: {{value, source}}}}, got {_show(acc)}")
     targets = np.full(NUM_BENCHMARKS, np.nan)
+    caps = np.full(NUM_BENCHMARKS, np.inf)
     for bname in acc:
         if bname not in BENCHMARK_INDEX:
             raise PoolError(f"{path}.accuracy.{bname}: unknown benchmark; known: {sorted(BENCHMARK_INDEX)}"
                             f"{_did_you_mean(bname, BENCHMARK_INDEX)}")
-        g = _group(acc, bname, f"{path}.accuracy", sources, ("value",))
+        g = _group(acc, bname, f"{path}.accuracy", sources, ("value", "cap_tokens"))
         b = BENCHMARKS[BENCHMARK_INDEX[bname]]
         floor = 100.0 / b.options if b.options != FREE_FORM else 0.0
         targets[BENCHMARK_INDEX[bname]] = _num(g, "value", f"{path}.accuracy.{bname}", floor + 0.1, 99.9) / 100.0
-    out["targets"] = targets
+        caps[BENCHMARK_INDEX[bname]] = parse_cap(g, f"{path}.accuracy.{bname}")
+    out["targets"], out["caps"] = targets, caps
     g = group("errors")
     out["kappa"] = _num(g, "kappa", f"{path}.errors", 0, 1)
     out["affinity"] = _num(g, "affinity", f"{path}.errors", 0, 1) if "affinity" in g else 0.0
@@ -212,10 +231,13 @@ def _model(raw: Any, path: str, sources: dict[str, str]) -> dict[str, Any]:
     out["tok_mu"] = _per_domain(g, "log_median", f"{path}.tokens_out", 0, 12)
     out["tok_sd"] = _num(g, "log_sd", f"{path}.tokens_out", 0, 3)
     out["tok_alpha"] = _num(g, "difficulty_slope", f"{path}.tokens_out", -2, 2)
+    out["deployment"] = parse_deployment(group("deployment"), f"{path}.deployment") if "deployment" in raw \
+        else Deployment()
     g = group("latency")
     out["ttft"] = _num(g, "ttft_s", f"{path}.latency", 0, 600)
     out["speed"] = _num(g, "tokens_per_s", f"{path}.latency", 0.1, 1e5)
     out["lat_sd"] = _num(g, "log_sd", f"{path}.latency", 0, 3)
+    out["lat_slope"] = concurrency_slope(g, f"{path}.latency", out["deployment"])
     g = group("price")
     out["price_in"] = _num(g, "input_per_mtok", f"{path}.price", 0, 1000) / 1e6
     out["price_out"] = _num(g, "output_per_mtok", f"{path}.price", 0, 1000) / 1e6
@@ -290,23 +312,18 @@ def parse_pool(raw: Any, name: str = "pool") -> PoolSpec:
     skill_domain = np.stack([m["skill"] for m in ms])
     targets = np.stack([m["targets"] for m in ms])
     bench_dom = np.array([b.domain for b in BENCHMARKS])
-    mu = np.array([b.mu for b in BENCHMARKS])
-    sigma = np.array([b.sigma for b in BENCHMARKS])
     sr = _direct_tool(spec)
-    skill = skill_domain[:, bench_dom].copy()
-    has = ~np.isnan(targets)
-    if has.any():
-        shift = np.broadcast_to(bonus[sr, bench_dom], targets.shape)[has]
-        spread = effective_spread(sigma[None, :], col("tau")[:, None])
-        mub, sgb = np.broadcast_to(mu, targets.shape)[has], spread[has]
-        skill[has] = solve_skill(targets[has], mub, sgb) - shift
-
     agent = np.array([t.is_agent for t in spec.tools])
     scale = np.log(np.array([t["scale"] for t in ts]))
+    caps = np.stack([m["caps"] for m in ms])
+    skill = _solved_skills(ms, targets, caps, skill_domain[:, bench_dom].copy(), bonus[sr, bench_dom], scale[sr],
+                           col("tau"), bench_dom)
+
     tok_mu = np.empty((nt, m1, NUM_DOMAINS))
     tok_sd, tok_alpha = np.empty((nt, m1)), np.empty((nt, m1))
     lat_base, lat_per_tok, lat_sd = np.empty((nt, m1)), np.empty((nt, m1)), np.empty((nt, m1))
     p_in, p_out, p_exec = np.zeros((nt, m1)), np.zeros((nt, m1)), np.zeros((nt, m1))
+    lat_slope = np.zeros((nt, m1))
     for t in range(nt):
         if agent[t]:
             tok_mu[t] = np.stack([m["tok_mu"] for m in ms]) + scale[t]
@@ -314,6 +331,7 @@ def parse_pool(raw: Any, name: str = "pool") -> PoolSpec:
             lat_base[t] = col("ttft") + ts[t]["overhead"]
             lat_per_tok[t] = 1.0 / col("speed")
             lat_sd[t] = col("lat_sd")
+            lat_slope[t] = col("lat_slope")
             p_in[t], p_out[t] = col("price_in"), col("price_out")
             p_exec[t] = col("p_exec") if spec.tools[t].behaviour == "code_exec" else 0.0
         else:
@@ -324,11 +342,12 @@ def parse_pool(raw: Any, name: str = "pool") -> PoolSpec:
             p_exec[t] = ts[t]["p_exec"]
     return PoolSpec(
         name=str(raw.get("name", name)), model_names=tuple(m["name"] for m in ms), skill=skill,
-        skill_domain=skill_domain, accuracy_target=targets, bonus=bonus, kappa=col("kappa"),
+        skill_domain=skill_domain, accuracy_target=targets, accuracy_cap=caps, bonus=bonus, kappa=col("kappa"),
         affinity=col("affinity"), tau=col("tau"), rho=col("rho"),
         lam=col("lam"), sens=np.stack([m["sens"] for m in ms]), spec=np.stack([m["spec"] for m in ms]),
         p_exec=p_exec, tok_mu=tok_mu, tok_sd=tok_sd, tok_alpha=tok_alpha, lat_base=lat_base,
-        lat_per_tok=lat_per_tok, lat_sd=lat_sd, price_in=p_in, price_out=p_out,
+        lat_per_tok=lat_per_tok, lat_sd=lat_sd, lat_slope=lat_slope,
+        replicas=np.array([m["deployment"].replicas for m in ms], np.int64), price_in=p_in, price_out=p_out,
         usd_call=np.array([t["usd_call"] for t in ts]), usd_s=np.array([t["usd_s"] for t in ts]),
         cost_units=np.array([t["units"] for t in ts]), timeout=np.array([t["timeout"] for t in ts]),
         feedback_frac=np.array([t["feedback"] for t in ts]), ensemble_k=int(k),
@@ -337,7 +356,54 @@ def parse_pool(raw: Any, name: str = "pool") -> PoolSpec:
         prompt_tokens=_num(proto, "prompt_tokens", "protocol", 0, 1e5),
         status_tokens=_num(proto, "status_tokens", "protocol", 0, 1e5),
         repair=_num(proto, "repair", "protocol", 0, 1),
-        max_output_tokens=_num(proto, "max_output_tokens", "protocol", 1, 1e7), sources=sources, tools=spec)
+        max_output_tokens=_num(proto, "max_output_tokens", "protocol", 1, 1e7),
+        sampling=parse_sampling(proto, "protocol"), deployments=tuple(m["deployment"] for m in ms), sources=sources,
+        tools=spec)
+
+
+def _solved_skills(ms: list[dict[str, Any]], targets: np.ndarray, caps: np.ndarray, skill: np.ndarray,
+                   shift: np.ndarray, log_scale: float, tau: np.ndarray, bench_dom: np.ndarray) -> np.ndarray:
+    """Per-(model, benchmark) skills: where a target exists, theta solves the accuracy at the target's own setting
+    (``parasim.harness.capped_accuracy`` under its ``cap_tokens``, truncated calls wrong; uncapped targets by
+    ``solve_skill``) minus the direct tool's bonus ``shift``; elsewhere ``skill`` (the per-domain values) stays."""
+    mu = np.broadcast_to(np.array([b.mu for b in BENCHMARKS]), targets.shape)
+    spread = effective_spread(np.array([b.sigma for b in BENCHMARKS])[None, :], tau[:, None])
+    shift = np.broadcast_to(shift, targets.shape)
+    free = ~np.isnan(targets) & np.isinf(caps)
+    if free.any():
+        skill[free] = solve_skill(targets[free], mu[free], spread[free]) - shift[free]
+    capped = ~np.isnan(targets) & ~np.isinf(caps)
+    if capped.any():
+        tok_mu = np.stack([m["tok_mu"][bench_dom] for m in ms]) + log_scale
+        per_model = np.broadcast_to(np.array([[m["tok_alpha"], m["tok_sd"]] for m in ms]).T[:, :, None],
+                                    (2, *targets.shape))
+        sigma = np.broadcast_to(np.array([b.sigma for b in BENCHMARKS]), targets.shape)
+        taus = np.broadcast_to(tau[:, None], targets.shape)
+        theta, ceiling = solve_capped_skill(targets[capped], mu[capped], sigma[capped], taus[capped], caps[capped],
+                                            tok_mu[capped], per_model[0][capped], per_model[1][capped])
+        bad = targets[capped] >= ceiling - 1e-4
+        if bad.any():
+            m, b = (ix[bad][0] for ix in np.nonzero(capped))
+            raise PoolError(f"models[{m}].accuracy.{BENCHMARKS[b].name}: {100 * targets[m, b]:g}% is more than the "
+                            f"{100 * ceiling[bad][0]:.1f}% of calls its token distribution leaves untruncated under "
+                            f"cap_tokens {caps[m, b]:g}")
+        skill[capped] = theta - shift[capped]
+    return skill
+
+
+def accuracy_under_cap(pool: PoolSpec, cap: np.ndarray | float) -> np.ndarray:
+    """acc[m, b] of one direct call (the spec's first agent solver on a fresh question) under generation cap ``cap``
+    (broadcast to [M+1, NB]; inf: uncapped), truncated calls counted wrong (``parasim.harness.capped_accuracy``).
+    At each target's own ``accuracy_cap`` it reproduces the targets; at the pool's ``max_output_tokens`` it is the
+    harness-corrected target a fresh simulation is checked against."""
+    sr = _direct_tool(pool.tools)
+    dom = np.array([b.domain for b in BENCHMARKS])
+    shape = pool.skill.shape
+    mu = np.broadcast_to(np.array([b.mu for b in BENCHMARKS]), shape)
+    sigma = np.broadcast_to(np.array([b.sigma for b in BENCHMARKS]), shape)
+    theta = pool.skill + pool.bonus[sr, dom]
+    return capped_accuracy(theta, mu, sigma, pool.tau[:, None], np.broadcast_to(cap, shape), pool.tok_mu[sr][:, dom],
+                           pool.tok_alpha[sr][:, None], pool.tok_sd[sr][:, None])
 
 
 def assumed_parameters(pool: str | Path | dict | PoolSpec) -> list[str]:

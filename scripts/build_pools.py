@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from parasim.harness import solve_capped_skill
 from parasim.pools import DOMAINS, effective_spread, solve_skill
 from parasim.tasks import BENCHMARK_INDEX, BENCHMARKS
 
@@ -35,16 +36,34 @@ AFFINITY = 0.8
 KAPPA_SHIFT = 0.25
 
 
-def solved(targets, tau=TAU):
-    """Per target: (skill solved from the accuracy, its domain, its source)."""
+# Generation caps of the settings the accuracy targets were published at (``cap_tokens``; absent: uncapped).
+# The Qwen3-2507 Instruct cards (Q4I, Q30I) recommend an output length of 16,384 tokens and state no other cap for
+# their evaluations, so their figures are read as measured under it; the Qwen3 Technical Report (QTR) evaluates
+# with 32,768 output tokens (38,912 on AIME); the gpt-oss card (OSS, high effort) and the leaderboard (LLB) state
+# no cap.
+CARD_CAP = {"Q4I": 16384, "Q30I": 16384, "QTR": 32768}
+QTR_AIME_CAP = 38912
+
+
+def card_cap(bench, src):
+    """The generation cap of a published target's setting, or None (uncapped)."""
+    if src == "QTR" and bench.startswith("AIME"):
+        return QTR_AIME_CAP
+    return CARD_CAP.get(src)
+
+
+def solved(targets, tau=TAU, tok=None, tok_sd=0.8, slope=0.25):
+    """Per target: (skill solved from the accuracy at its setting's cap, its domain, its source)."""
     out = {}
     for b, (v, src) in targets.items():
         bb = BENCHMARKS[BENCHMARK_INDEX[b]]
-        out[b] = (
-            float(solve_skill(np.array(v / 100), np.array(bb.mu), effective_spread(bb.sigma, tau))),
-            bb.domain.name.lower(),
-            src,
-        )
+        cap = card_cap(b, src)
+        if cap is None:
+            theta = float(solve_skill(np.array(v / 100), np.array(bb.mu), effective_spread(bb.sigma, tau)))
+        else:
+            theta = float(solve_capped_skill(np.array(v / 100), bb.mu, bb.sigma, tau, cap, tok[int(bb.domain)],
+                                             slope, tok_sd)[0])
+        out[b] = (theta, bb.domain.name.lower(), src)
     return out
 
 
@@ -72,9 +91,11 @@ def model(
     price_src="LLB",
     exec_rate=0.15,
     review_src="assumed",
+    slope_conc=None,
+    deployment=None,
 ):
     """A MODEL entry; skills per domain come from the targets where there are any (see module doc)."""
-    sol = solved(targets, tau)
+    sol = solved(targets, tau, tok, tok_sd, slope)
     skill, skill_src = {}, set()
     for d in DOMAINS:
         th = [t for (t, dd, s) in sol.values() if dd == d]
@@ -89,7 +110,8 @@ def model(
     return {
         "name": name,
         "skill": {**skill, "source": src},
-        "accuracy": {b: {"value": v, "source": s} for b, (v, s) in targets.items()},
+        "accuracy": {b: {"value": v, **({"cap_tokens": card_cap(b, s)} if card_cap(b, s) else {}), "source": s}
+                     for b, (v, s) in targets.items()},
         "errors": {"kappa": round(kappa + KAPPA_SHIFT, 3), "affinity": affinity, "source": "assumed"},
         "interaction": {"sd": tau, "source": "assumed"},
         "anchoring": {"rho": rho, "source": "assumed"},
@@ -105,9 +127,11 @@ def model(
             "difficulty_slope": slope,
             "source": tok_src,
         },
-        "latency": {"ttft_s": ttft, "tokens_per_s": round(speed, 2), "log_sd": lat_sd, "source": lat_src},
+        "latency": {"ttft_s": ttft, "tokens_per_s": round(speed, 2), "log_sd": lat_sd,
+                    **({"concurrency_slope": slope_conc} if slope_conc is not None else {}), "source": lat_src},
         "price": {"input_per_mtok": price[0], "output_per_mtok": price[1], "source": price_src},
         "code_exec_error": {"rate": exec_rate, "source": "AA"},
+        **({"deployment": deployment} if deployment is not None else {}),
     }
 
 
@@ -190,6 +214,31 @@ PROTOCOL = {
     "max_output_tokens": 24576,
     "source": "assumed",
 }
+# ParaManager's harness (PM): every invocation at temperature 1.0 with 24,576 generation tokens; reasoning effort
+# "high" is the setting of GPT-OSS-20B's targets and token lengths (OSS; PM states none).
+PM_PROTOCOL = {**PROTOCOL, "temperature": 1.0, "reasoning_effort": "high"}
+
+# Self-hosted serving (docs/simulator.md, "Deployment and harness"). PM trains and evaluates on H200 GPUs and names no
+# API provider, so its three pool models are served there with vLLM; one replica on one GPU each and the released
+# checkpoints' precision are assumed (PM states neither). Per-request speed: MSA's vLLM measurement of a 3B-active
+# MoE on one H200 SXM (single request 210.8 tokens/s and TTFT 379 ms at 1K context; 5.6x the single-request
+# throughput at 10 concurrent requests, so s(10) / s(1) = 0.56 and beta = (1 / 0.56 - 1) / 9), carried to all three
+# models, which are MoEs of 3.3B (Qwen3-30B-A3B family) and 3.6B (gpt-oss-20b) active parameters.
+H200_TTFT, H200_SPEED, H200_BETA = 0.379, 210.8, round((1 / 0.56 - 1) / 9, 4)
+
+
+def self_hosted(precision, active, total):
+    """A one-replica, one-H200 vLLM deployment."""
+    return {"kind": "self_hosted", "gpu": "H200", "gpus_per_replica": 1, "replicas": 1, "precision": precision,
+            "active_params_b": active, "total_params_b": total, "engine": "vLLM", "source": "assumed"}
+
+
+SERVED = {"ttft": H200_TTFT, "speed": H200_SPEED, "slope_conc": H200_BETA, "lat_src": "MSA", "price_src": "LLB"}
+# GPT-OSS-20B at high effort: its card's mean CoT length on AIME is about 20k tokens (OSS), so the math log median
+# is set so that the lognormal's mean on AIME-level items (mu_b 1.55, sigma_b 2, slope 0.25, log sd 0.8) is 20,000.
+OSS_AIME_MEAN = 20000
+_AIME_MU = 0.5 * (BENCHMARKS[BENCHMARK_INDEX["AIME24"]].mu + BENCHMARKS[BENCHMARK_INDEX["AIME25"]].mu)
+OSS_MATH_LOG_MEDIAN = math.log(OSS_AIME_MEAN) - 0.25 * _AIME_MU - (0.25**2 * 2.0**2 + 0.8**2) / 2
 
 LN = math.log
 q30 = model(
@@ -203,6 +252,8 @@ q30 = model(
     },
     dom(0, 0, 0, 0),
     tok=(LN(5000), LN(1500), LN(800), LN(3000)),
+    deployment=self_hosted("bf16", 3.3, 30.5),
+    **SERVED,
 )
 coder = model(
     "Qwen3-Coder-30B-A3B-Instruct",
@@ -215,14 +266,17 @@ coder = model(
     ),
     tok=(LN(2500), LN(1000), LN(600), LN(2000)),
     sens=(0.5, 0.45, 0.45, 0.65),
+    deployment=self_hosted("bf16", 3.3, 30.5),
+    **SERVED,
 )
 oss = model(
     "GPT-OSS-20B",
     {"AIME24": (92.1, "OSS"), "AIME25": (91.7, "OSS"), "GPQA": (71.5, "OSS")},
     dom(0, 0, round(q30["skill"]["knowledge"], 3), round(coder["skill"]["code"], 3)),
-    tok=(LN(7000), LN(3000), LN(1200), LN(5000)),
-    ttft=0.38,
-    speed=1000.0,
+    tok=(OSS_MATH_LOG_MEDIAN, LN(3000), LN(1200), LN(5000)),
+    tok_src="OSS",
+    deployment=self_hosted("mxfp4", 3.6, 20.9),
+    **SERVED,
     price=(0.05, 0.20),
     sens=(0.7, 0.6, 0.55, 0.65),
     spec=(0.9, 0.88, 0.88, 0.88),
@@ -246,7 +300,7 @@ mgr4 = model(
 )
 
 
-def pool(name, desc, models, manager):
+def pool(name, desc, models, manager, protocol=PM_PROTOCOL):
     """A pool file body."""
     return {
         "name": name,
@@ -254,15 +308,15 @@ def pool(name, desc, models, manager):
         "manager": manager,
         "models": models,
         "tools": tools(),
-        "protocol": PROTOCOL,
+        "protocol": protocol,
     }
 
 
 pm = pool(
     "paramanager",
-    "ParaManager's pool (PM): Qwen3-30B-A3B-Instruct-2507, Qwen3-Coder-30B-A3B-Instruct, GPT-OSS-20B; "
-    "manager Qwen3-4B-Instruct-2507. Accuracy targets are model-card figures (upper anchors: PM's own harness, "
-    "mean@8 at temperature 1.0, scores lower).",
+    "ParaManager's pool (PM): Qwen3-30B-A3B-Instruct-2507, Qwen3-Coder-30B-A3B-Instruct, GPT-OSS-20B, "
+    "self-hosted on H200 GPUs with vLLM; manager Qwen3-4B-Instruct-2507. Accuracy targets are model-card figures "
+    "at their own generation caps; the harness caps every call at 24,576 tokens (temperature 1.0).",
     [q30, coder, oss],
     mgr4,
 )
@@ -280,7 +334,7 @@ def to_model(name, targets, assumed, *, mean_lat, lat_src, price, tok, ttft=0.5,
     speed = mean_tokens / max(mean_lat - ttft, 1.0)
     return model(
         name, targets, assumed, ttft=ttft, speed=speed, lat_src=lat_src, price=price, price_src="TOc", tok=tok,
-        tau=TAU_TO, **kw
+        tau=TAU_TO, deployment={"kind": "api", "source": "TOc"}, **kw
     )
 
 
@@ -384,6 +438,7 @@ to = pool(
     "its orchestrator; manager Orchestrator-8B (Qwen3-8B base, non-thinking skill).",
     [gpt5, gpt5m, q32, q8, llama, m72, m7, coder32],
     orch,
+    protocol=PROTOCOL,
 )
 
 

@@ -36,8 +36,9 @@ from parasim.protocol.schema import Tool
 
 @pytest.fixture(scope="module")
 def recovery():
-    """One fit of the paramanager pool to 50,000 simulated calls (difficulty hidden), shared by the tests below."""
-    records = simulated_records("paramanager", calls=50_000, seed=3)
+    """One fit of the paramanager pool to 50,000 simulated calls (difficulty hidden) in rounds of four, so calls to
+    one self-hosted model run concurrently and its concurrency slope is fitted, shared by the tests below."""
+    records = simulated_records("paramanager", calls=50_000, calls_per_round=4, seed=3)
     return calibrate(calls_from_records(records), "paramanager")
 
 
@@ -97,8 +98,11 @@ def test_recovers_known_pool_within_confidence_intervals(recovery) -> None:
         print(f"  {label:58s} true {t:9.4f}  fit {v:9.4f} +- {s:.4f}  z {zz:+.2f}")
     assert dof > 100 and all(p.converged and p.info is not None for p in recovery.parts)
     labels = [r[0] for r in rows]
-    for name in load_pool("paramanager").model_names:
+    pool = load_pool("paramanager")
+    for name in pool.model_names:
         assert {f"interaction_sd[{name}]", f"kappa[{name}]", f"affinity[{name}]"} <= set(labels), name
+    for name in pool.model_names[:-1]:  # the self-hosted pool models ran concurrently: their slopes are fitted
+        assert f"lat_slope[{name}]" in labels, name
     assert p_value > 0.001
     assert outside <= 0.12
     assert np.abs(z).max() < 4.0

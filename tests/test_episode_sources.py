@@ -27,7 +27,7 @@ from parasim.real.engine import RealEpisodeEngine
 from parasim.sim.kernel import F_QTOK, I_BENCH, I_NANS
 from parasim.tasks import BENCHMARKS, NUM_ANSWERS
 
-_RAN = (Status.OK, Status.EXEC_ERR, Status.TIMEOUT)
+_RAN = (Status.OK, Status.EXEC_ERR, Status.TIMEOUT, Status.TRUNCATED)
 
 
 def _label(answer: int, nans: int) -> str:

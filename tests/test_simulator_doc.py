@@ -54,7 +54,8 @@ def test_page_figures_match_a_fresh_simulation(page_section: str) -> None:
 def test_page_meets_every_target_it_states(page_section: str) -> None:
     assert stats.unmet(page_section) == []
     within = [ln for ln in page_section.splitlines() if ln.startswith("| ") and "within" in ln]
-    assert len(within) == 3 * len(stats.POOLS) - 1  # accuracy, agreement, oracle (no oracle for one model)
+    # accuracy, agreement, oracle (no oracle for one model), truncation, latency against concurrency
+    assert len(within) == 5 * len(stats.POOLS) - 1
     oracle_rows = [ln for ln in page_section.splitlines() if "LLMRouterBench)" in ln]
     assert len(oracle_rows) == 2 and all("| yes |" in ln for ln in oracle_rows)
     kim_rows = [ln for ln in page_section.splitlines() if ln.startswith("| GPQA |") and "Kim et al." in ln]
@@ -80,9 +81,24 @@ def test_page_has_every_table_of_every_pool(page_section: str) -> None:
         assert f"### Pool `{pool}`" in page_section
     titles = re.findall(r"^#### (.+)$", page_section, re.M)
     per_pool = ["Parameter sources", "Direct-call accuracy", "Wrong-answer agreement", "Per-query oracle",
-                "Majority vote", "Output tokens against the 24,576-token cap", "Latency of parallel calls"]
+                "Majority vote", "Truncation under the 24,576-token cap", "Latency of parallel calls",
+                "Latency against concurrency"]
     assert titles == ["Task suite"] + per_pool * len(stats.POOLS)
     assert "±" in page_section
+
+
+def test_harness_rows_are_targeted(page_section: str) -> None:
+    """GPT-OSS-20B's AIME calls are truncated at a targeted share (its card's lengths), and each self-hosted
+    paramanager model's speed at 1 and 10 concurrent requests is checked against MSA's published points."""
+    pool = page_section.split("### Pool `paramanager`")[1].split("### Pool")[0]
+    cut = pool.split("#### Truncation under")[1].split("####")[0]
+    oss = next(ln for ln in cut.splitlines() if ln.startswith("| GPT-OSS-20B |"))
+    first = oss.split("|")[2].strip()
+    assert not first.startswith("(") and float(first.split(" / ")[0]) > 15.0 and oss.rstrip().endswith("| OSS | yes |")
+    speed = pool.split("#### Latency against concurrency")[1]
+    rows = [ln for ln in speed.splitlines() if ln.startswith("| ") and "self-hosted" in ln]
+    assert len(rows) == 3 and all(ln.rstrip().endswith("| MSA | yes |") for ln in rows)
+    assert "| API |" in page_section.split("### Pool `toolorchestra`")[1].split("#### Latency against concurrency")[1]
 
 
 def test_comparison_catches_a_moved_figure_and_changed_text(page_section: str) -> None:

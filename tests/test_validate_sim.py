@@ -27,7 +27,7 @@ from parasim.validation.replay import STATUS_GROUPS
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 K = 3
-_RAN = (Status.OK, Status.EXEC_ERR, Status.TIMEOUT)
+_RAN = (Status.OK, Status.EXEC_ERR, Status.TIMEOUT, Status.TRUNCATED)
 
 
 def _slots(*slots: tuple[int, int, int]) -> list[int]:

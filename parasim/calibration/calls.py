@@ -25,7 +25,8 @@ REQUIRED = ("task_id", "benchmark", "domain", "tool", "model", "status", "tokens
 OPTIONAL = ("correct", "difficulty", "flagged", "carried_correct", "context_tokens", "target", "episode",
             "call_index", "round", "cost_units", "usd", "answer")
 TOOLS = {t.wire_name: t for t in Tool if t is not Tool.FINAL_ANSWER}
-_INT_COLUMNS = ("task", "bench", "domain", "tool", "model", "status", "correct", "flagged", "carried", "answer")
+_INT_COLUMNS = ("task", "bench", "domain", "tool", "model", "status", "correct", "flagged", "carried", "answer",
+                "episode", "round")
 _FLOAT_COLUMNS = ("tokens_in", "tokens_out", "latency", "difficulty", "context")
 
 
@@ -49,6 +50,8 @@ class CallTable:
     flagged: np.ndarray  # int64[N]
     carried: np.ndarray  # int64[N]
     answer: np.ndarray  # int64[N] id of the call's answer within its task (equal answers, equal ids), -1 none
+    episode: np.ndarray  # int64[N] logged episode (0 where none)
+    round: np.ndarray  # int64[N] round index within the episode, -1 where not logged (calls of one round run together)
     tokens_in: np.ndarray  # float64[N]
     tokens_out: np.ndarray  # float64[N]
     latency: np.ndarray  # float64[N]
@@ -163,9 +166,10 @@ def calls_from_records(records: Iterable[tuple[str, dict[str, Any]] | dict[str, 
             raise ValueError(f"{where}.answer: expected a string, a number or null, got {answer!r}")
         row["answer"] = -1 if answer is None else answer_ids.setdefault((task, str(answer).strip().lower()),
                                                                           len(answer_ids))
+        episode = _field(rec, "episode", where, "int", 0)
+        row["episode"], row["round"] = episode, _field(rec, "round", where, "int", -1)
         for key, value in row.items():
             ints[key].append(value)
-        episode = _field(rec, "episode", where, "int", 0)
         row_of[(episode, _field(rec, "call_index", where, "int", n))] = n
         targets.append((episode, _field(rec, "target", where, "int", -1), where))
     if not ints["task"]:

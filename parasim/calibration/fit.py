@@ -58,8 +58,11 @@ _BASIC = (int(Tool.PYTHON), int(Tool.SEARCH))
 _SR, _CR, _CODE, _ENS, _PY = (int(Tool.STANDARD_REASONER), int(Tool.CRITICAL_REVIEWER), int(Tool.CODE_REASONER),
                               int(Tool.ENSEMBLE_SOLVER), int(Tool.PYTHON))
 _RAN = (int(Status.OK), int(Status.EXEC_ERR))  # calls that ran to the end: their tokens and latency are whole
+_CUT = int(Status.TRUNCATED)  # cut at the generation cap: no answer (never a wrong one), tokens censored at the cap
+_RUNS = (*_RAN, int(Status.TIMEOUT), _CUT)  # calls that occupied their model's server
 _RENAME = {"lambda": "lam", "tok_log_median": "tok_mu", "tok_log_sd": "tok_sd", "tok_alpha": "alpha",
            "interaction_sd": "tau"}
+OVERHEAD_FLOOR_S = 0.01  # seconds: a fitted agent-tool overhead below this is taken as not identified
 MIN_REPEATS = 20  # tasks with two or more correctness rows of a model before its interaction sd is fitted
 TAU_START = 0.05  # the fit's start for a base pool without interaction (the log scale needs tau > 0)
 
@@ -196,7 +199,7 @@ def _difficulty_part(table: CallTable, raw: dict[str, Any], base: PoolSpec, entr
     correct = ok & (table.correct >= 0) & (table.tool != _CR) & ((table.tool != _ENS) | (k <= 3))
     if k > 3 and np.any(ok & (table.tool == _ENS)):
         notes.append(f"ensemble_solver calls are left out of the correctness fit (vote model covers k <= 3, k={k})")
-    tokens = (np.isin(table.tool, _AGENT) & (table.tool != _ENS) & np.isin(table.status, _RAN)
+    tokens = (np.isin(table.tool, _AGENT) & (table.tool != _ENS) & np.isin(table.status, (*_RAN, _CUT))
               & (table.tokens_out > 0) & (model < n_models - 1))
     kappa = np.array([e["errors"]["kappa"] for e in entries])
     poly = _ensemble_poly(table, correct, model, bench, kappa, k)
@@ -208,7 +211,8 @@ def _difficulty_part(table: CallTable, raw: dict[str, Any], base: PoolSpec, entr
                     poly[correct], table.carried[correct])
     t = TokenRows(remap[table.task[tokens]], model[tokens], table.tool[tokens], table.domain[tokens],
                   np.log(table.tokens_out[tokens]),
-                  (table.tokens_out[tokens] >= base.max_output_tokens - 0.5).astype(np.int64))
+                  ((table.tokens_out[tokens] >= base.max_output_tokens - 0.5) | (table.status[tokens] == _CUT))
+                  .astype(np.int64))
     task_bench = np.zeros(len(used), np.int64)
     inside = remap[table.task] >= 0
     task_bench[remap[table.task[inside]]] = bench[inside]
@@ -336,23 +340,48 @@ def distractor_overlap() -> np.ndarray:
                      for b in BENCHMARKS])
 
 
+def server_load(table: CallTable, model: np.ndarray, replicas: np.ndarray) -> np.ndarray:
+    """Each call's server load: ceil(calls of its (episode, round) to its model that ran / the model's replicas),
+    as the simulator counts them (``parasim.sim.sim_source.server_load``); 1 where the round is not logged."""
+    runs = np.isin(table.status, _RUNS) & (table.round >= 0) & np.isin(table.tool, _AGENT)
+    key = np.stack([table.episode, table.round, model], 1)
+    _, inverse, counts = np.unique(key[runs], axis=0, return_inverse=True, return_counts=True)
+    load = np.ones(len(table), np.float64)
+    load[runs] = np.ceil(counts[inverse.ravel()] / replicas[model[runs]])
+    return load
+
+
 def _runtime_parts(cal: Calibration, table: CallTable, model: np.ndarray, entries: list[dict[str, Any]]) -> None:
     """Latency, basic-tool tokens, exec errors and reviewer rates, added to ``cal`` in place."""
     spec, names = cal.base, cal.models
     manager, spec_manager = len(names) - 1, len(spec.model_names) - 1
     timeout = spec.timeout
-    agent = (np.isin(table.tool, _AGENT) & (table.tool != _ENS) & np.isin(table.status, _RAN)
+    agent = (np.isin(table.tool, _AGENT) & (table.tool != _ENS) & np.isin(table.status, (*_RAN, _CUT))
              & (table.tokens_out > 0) & (model != manager))
     if agent.any():
         counts = np.bincount(table.tool[agent], minlength=NUM_TOOLS)
         anchor = _SR if counts[_SR] else int(np.argmax(counts))
+        load = server_load(table, model, np.array([e.get("deployment", {}).get("replicas", 1) for e in entries]))
         rows = AgentLatencyRows(model[agent], table.tool[agent], table.tokens_out[agent],
-                                np.log(np.maximum(table.latency[agent], 1e-9)), np.log(timeout[table.tool[agent]]))
-        cal._add(fit_agent_latency(
-            rows, np.maximum([e["latency"]["ttft_s"] for e in entries], 1e-3),
-            np.array([e["latency"]["tokens_per_s"] for e in entries]),
-            np.maximum([e["latency"]["log_sd"] for e in entries], 1e-3), base_tools(cal.raw)["overhead"],
-            (counts > 0) & (np.arange(NUM_TOOLS) != anchor), names, TOOLS))
+                                np.log(np.maximum(table.latency[agent], 1e-9)), np.log(timeout[table.tool[agent]]),
+                                load[agent])
+        start = (np.maximum([e["latency"]["ttft_s"] for e in entries], 1e-3),
+                 np.array([e["latency"]["tokens_per_s"] for e in entries]),
+                 np.maximum([e["latency"]["log_sd"] for e in entries], 1e-3))
+        overhead = base_tools(cal.raw)["overhead"]
+        slope = np.array([e["latency"].get("concurrency_slope", 0.0) for e in entries])
+        free = (counts > 0) & (np.arange(NUM_TOOLS) != anchor)
+        est = fit_agent_latency(rows, *start, overhead, free, names, TOOLS, slope)
+        # a tool overhead far below the calls' decode time is not identified (its estimate runs to the boundary
+        # and the information matrix is singular): such overheads stay at the base pool's values
+        fitted = dict(zip(est.labels, est.value, strict=True))
+        lost = [t for t in np.flatnonzero(free) if fitted[f"overhead[{TOOLS[t]}]"] < OVERHEAD_FLOOR_S]
+        if est.info is None and lost:
+            free[lost] = False
+            cal.notes.append("agent-tool overheads kept at the base pool's values (not identified next to the "
+                             "calls' decode time): " + ", ".join(TOOLS[t] for t in lost))
+            est = fit_agent_latency(rows, *start, overhead, free, names, TOOLS, slope)
+        cal._add(est)
     basic = np.isin(table.tool, _BASIC) & np.isin(table.status, (*_RAN, int(Status.TIMEOUT)))
     if basic.any():
         group = np.where(table.tool[basic] == _PY, 0, 1)

@@ -53,6 +53,26 @@ def _set(group: dict[str, Any], key: str, value: float, lo: float, hi: float, pa
     (group if owner is None else owner)["source"] = source
 
 
+def _uncap_targets(raw: dict[str, Any], names: tuple[str, ...], entries: list[dict[str, Any]]) -> None:
+    """Targets published under a generation cap (``cap_tokens``) restated, in place, as the uncapped accuracy of the
+    base pool's skill: that skill was solved against the base pool's output lengths, which the fit may move, and a
+    capped target re-solved under fitted lengths would move the skill (or have no solution)."""
+    base = parse_pool(raw)
+    row = {n: i for i, n in enumerate(base.model_names[:-1])}
+    for m, entry in enumerate(entries):
+        b_row = len(base.model_names) - 1 if m == len(names) - 1 else row.get(names[m], 0)
+        for bname, target in entry.get("accuracy", {}).items():
+            if "cap_tokens" not in target:
+                continue
+            b = next(i for i, bench in enumerate(BENCHMARKS) if bench.name == bname)
+            bench = BENCHMARKS[b]
+            theta = base.skill[b_row, b] + base.bonus[int(Tool.STANDARD_REASONER), bench.domain]
+            tau = float(base.tau[b_row])
+            target["value"] = round(100 * float(expected_accuracy(np.array(theta), np.array(bench.mu),
+                                                                  effective_spread(bench.sigma, tau))), 6)
+            del target["cap_tokens"]
+
+
 def write_pool(raw: dict[str, Any], fitted: dict[str, Any], source: str) -> tuple[dict[str, Any], list[str]]:
     """The base pool with fitted groups replaced; returns the pool dict and what had to be clipped.
 
@@ -64,6 +84,7 @@ def write_pool(raw: dict[str, Any], fitted: dict[str, Any], source: str) -> tupl
     names = fitted["models"]
     out = copy.deepcopy(raw)
     entries = model_entries(raw, names)
+    _uncap_targets(raw, names, entries)
     clipped: list[str] = []
     free, v = fitted["free"], fitted["values"]
     for m, entry in enumerate(entries):
@@ -84,6 +105,7 @@ def write_pool(raw: dict[str, Any], fitted: dict[str, Any], source: str) -> tupl
                                                 np.array(bench.mu), effective_spread(bench.sigma, tau)))
             floor = 100.0 / bench.options if bench.options != FREE_FORM else 0.0
             target = entry.setdefault("accuracy", {}).setdefault(bench.name, {})
+            target.pop("cap_tokens", None)  # the fitted skill's accuracy is the uncapped one
             _set(target, "value", acc, floor + 0.1, 99.9, f"{path}.accuracy.{bench.name}", clipped, source)
         for key, group, field in (("lambda", "long_context", "lambda"), ("rho", "anchoring", "rho")):
             if free[key][m]:
@@ -102,6 +124,8 @@ def write_pool(raw: dict[str, Any], fitted: dict[str, Any], source: str) -> tupl
             _set(lat, "ttft_s", v["ttft"][m], 0, 600, f"{path}.latency", clipped, source)
             _set(lat, "tokens_per_s", v["speed"][m], 0.1, 1e5, f"{path}.latency", clipped, source)
             _set(lat, "log_sd", v["lat_sd"][m], 0, 3, f"{path}.latency", clipped, source)
+        if "lat_slope" in free and free["lat_slope"][m]:
+            _set(entry["latency"], "concurrency_slope", v["lat_slope"][m], 0, 10, f"{path}.latency", clipped, source)
         for key in ("kappa", "affinity"):
             rate = v["rates"].get(f"{key}[{names[m]}]")
             if rate is not None:

@@ -1,10 +1,12 @@
 """The parts of the call model that do not depend on the task difficulty: latency, basic-tool output
 tokens, execution errors and the reviewer's verdicts (``parasim.sim.kernel.sample_call``).
 
-- Agent-tool latency: log latency ~ Normal(log(ttft[m] + overhead[t] + tokens_out / speed[m]), sd[m]),
-  truncated at the tool's timeout (a call past it is a TIMEOUT, whose truncated tokens are not logged
-  faithfully, so those rows leave this fit and the truncation keeps the rest unbiased). Only
-  single-sample calls (the ensemble's latency is a maximum over its samples).
+- Agent-tool latency: log latency ~ Normal(log(ttft[m] + overhead[t] + tokens_out / speed[m] * (1 + beta[m]
+  (c - 1))), sd[m]), truncated at the tool's timeout (a call past it is a TIMEOUT, whose truncated tokens are
+  not logged faithfully, so those rows leave this fit and the truncation keeps the rest unbiased); c is the
+  call's server load, ceil(calls of its round to the model / replicas), and beta (the concurrency slope of a
+  self-hosted model) is free where the log has rounds with c > 1. Only single-sample calls (the ensemble's
+  latency is a maximum over its samples); calls cut at the generation cap keep their whole (capped) latency.
 - Basic-tool latency (python, search): log latency ~ Normal(log base[t], sd[t]), with TIMEOUT rows as
   right-censored observations at the timeout: exact, since these latencies do not depend on tokens.
 - Basic-tool output tokens: log tokens ~ Normal(mu[t], sd[t]), right-censored at the generation cap.
@@ -57,35 +59,42 @@ class AgentLatencyRows:
     tokens: np.ndarray
     log_latency: np.ndarray
     log_timeout: np.ndarray
+    load: np.ndarray  # concurrent requests on the call's server (1 where the round is not logged)
 
 
 def fit_agent_latency(rows: AgentLatencyRows, ttft: np.ndarray, speed: np.ndarray, sd: np.ndarray,
                       overhead: np.ndarray, free_overhead: np.ndarray, models: tuple[str, ...],
-                      tools: tuple[str, ...]) -> Estimate:
-    """ttft[M], speed[M] (tokens / s), sd[M] and overhead[T] by truncated-normal regression on log latency.
+                      tools: tuple[str, ...], slope: np.ndarray | None = None) -> Estimate:
+    """ttft[M], speed[M] (tokens / s), sd[M], overhead[T] and, where rows ran concurrently, the concurrency slope
+    beta[M] (start ``slope``, fixed elsewhere) by truncated-normal regression on log latency.
 
     ttft and the tool overheads add up, so one overhead per connected set must stay fixed
     (``free_overhead``, the caller pins the standard reasoner's).
     """
     used = np.zeros(len(models), bool)
     used[rows.model] = True
+    concurrent = np.bincount(rows.model, rows.load > 1, minlength=len(models)) > 0
+    slope = np.zeros(len(models)) if slope is None else np.asarray(slope, np.float64)
     layout = Layout([
         Block("ttft", ttft, used, "log", (models,)), Block("speed", speed, used, "log", (models,)),
         Block("lat_sd", sd, used, "log", (models,)), Block("overhead", overhead, free_overhead, "log", (tools,)),
+        Block("lat_slope", np.where(concurrent, np.maximum(slope, 0.02), slope), concurrent, "log", (models,)),
     ])
-    m, t, tok = rows.model, rows.tool, rows.tokens
+    m, t, tok, extra = rows.model, rows.tool, rows.tokens, rows.load - 1.0
     censored = np.zeros(len(m), bool)
 
     def objective(vec: np.ndarray) -> tuple[float, np.ndarray]:
         P, jac = layout.unpack(vec)
-        base = P["ttft"][m] + P["overhead"][t] + tok / P["speed"][m]
+        slow = 1.0 + P["lat_slope"][m] * extra
+        base = P["ttft"][m] + P["overhead"][t] + tok / P["speed"][m] * slow
         ll, d_mean, d_sd = normal_terms(rows.log_latency, np.log(base), P["lat_sd"][m], censored, rows.log_timeout)
         d_base = d_mean / base
         grads = {
             "ttft": np.bincount(m, d_base, minlength=len(models)),
             "overhead": np.bincount(t, d_base, minlength=len(tools)),
-            "speed": np.bincount(m, -d_base * tok / P["speed"][m] ** 2, minlength=len(models)),
+            "speed": np.bincount(m, -d_base * tok * slow / P["speed"][m] ** 2, minlength=len(models)),
             "lat_sd": np.bincount(m, d_sd, minlength=len(models)),
+            "lat_slope": np.bincount(m, d_base * tok / P["speed"][m] * extra, minlength=len(models)),
         }
         return ll - rows.log_latency.sum(), layout.gradient(grads, jac)
 

@@ -58,6 +58,7 @@ class Status(enum.IntEnum):
     FORMAT_ERR = 3
     INVALID_TOOL = 4
     BUDGET_EXCEEDED = 5
+    TRUNCATED = 6  # the output reached the harness's generation cap: no answer (a tool failure, not a protocol one)
 
 
 NUM_STATUSES = len(Status)

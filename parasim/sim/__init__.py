@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from parasim.env_options import check_episode_options, check_int
+from parasim.harness import with_harness
 from parasim.pools import PoolSpec, load_pool
 from parasim.protocol.schema import Status
 from parasim.sim.calls import simulate_calls
@@ -74,11 +75,12 @@ class Simulator:
 
     def __init__(self, pool: str | PoolSpec = "paramanager", suite: str | TaskSuite = "paramanager",
                  num_lanes: int = 1, *, max_rounds: int = 12, max_parallel: int = 4, serial: bool = False,
-                 token_budget: float | None = None, threads: bool = False) -> None:
+                 token_budget: float | None = None, threads: bool = False,
+                 harness: dict[str, Any] | None = None) -> None:
         max_rounds, max_parallel, serial, token_budget = check_episode_options(max_rounds, max_parallel, serial,
                                                                                token_budget)
         num_lanes = check_int("num_lanes", num_lanes, 1, 2**31 - 1)
-        self.pool = load_pool(pool)
+        self.pool = with_harness(load_pool(pool), harness)  # the generation cap and sampling setting of the env
         self.suite = load_suite(suite)
         self.num_lanes = int(num_lanes)
         self.slots = int(max_parallel)

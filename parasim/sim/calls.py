@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 from numba import njit
 
+from parasim.env_options import check_int
 from parasim.pools import PoolSpec, load_pool
 from parasim.protocol.schema import Tool
 from parasim.sim.kernel import (
@@ -39,7 +40,7 @@ CALL_FIELDS = ("task", "benchmark", "domain", "options", "difficulty", "tool", "
 
 @njit(cache=True)
 def _simulate(n_tasks, per_task, tools, models, carry_prob, max_context, rng, ints, floats, skill, bonus, tok_mu, tm,
-              tt, mmt, md, proto, row_i, row_f, row_cdf, row_dcdf):
+              tt, mmt, md, proto, row_i, row_f, row_cdf, row_dcdf, load):
     nm1 = skill.shape[0]
     pref = np.empty(nm1, np.int64)
     effect = np.empty(nm1)
@@ -63,7 +64,7 @@ def _simulate(n_tasks, per_task, tools, models, carry_prob, max_context, rng, in
                 target = TARGET_VERIFY if reviewer else TARGET_CARRY
             status, kind, answer, tok_in, tok_out, lat, usd, cost = sample_call(
                 rng, 0, tool, mm, target, lead, ctx, False, row, bench, dom, nans, z, row_f[row, R_QTOK], pref[mm],
-                effect[mm], scratch, skill, bonus, tok_mu, tm, tt, mmt, md, proto, row_dcdf)
+                effect[mm], scratch, skill, bonus, tok_mu, tm, tt, mmt, md, proto, row_dcdf, load)
             ints[c, 0], ints[c, 1], ints[c, 2], ints[c, 3] = task, bench, dom, nans if nans != NUM_ANSWERS else 0
             ints[c, 4], ints[c, 5], ints[c, 6] = tool, mm, status
             ints[c, 7] = (1 if answer == 0 else 0) if kind == OUT_ANSWER else -1
@@ -79,8 +80,9 @@ def _simulate(n_tasks, per_task, tools, models, carry_prob, max_context, rng, in
 def simulate_calls(pool: str | PoolSpec, suite: str | TaskSuite = "paramanager", n_tasks: int = 1000,
                    calls_per_task: int = 8, *, tools: Sequence[int | str] | None = None,
                    models: Sequence[int] | None = None, carry_prob: float = 0.0, max_context: float = 16000.0,
-                   seed: int = 0) -> dict[str, np.ndarray]:
-    """``n_tasks * calls_per_task`` simulated calls as columns named by ``CALL_FIELDS``.
+                   load: int = 1, seed: int = 0) -> dict[str, np.ndarray]:
+    """``n_tasks * calls_per_task`` simulated calls as columns named by ``CALL_FIELDS``, each made with ``load``
+    concurrent requests on its model's server (``parasim.sim.sim_source.server_load``).
 
     ``model`` is a pool row (M = the manager, for python and search); ``correct`` / ``answer`` are -1
     unless an OK call returned an answer; ``flagged`` / ``reviewed_correct`` describe reviewer calls.
@@ -101,7 +103,7 @@ def simulate_calls(pool: str | PoolSpec, suite: str | TaskSuite = "paramanager",
     rng = np.array([seed_state(seed)], np.uint64)
     _simulate(int(n_tasks), int(calls_per_task), tool_ids, model_ids, float(carry_prob), float(max_context), rng,
               ints, floats, t.skill, t.bonus, t.tok_mu, t.tm, t.tt, t.mm, t.md, t.proto, t.row_i, t.row_f,
-              t.row_cdf, t.row_dcdf)
+              t.row_cdf, t.row_dcdf, float(check_int("load", load, 1, 1024)))
     int_names = ("task", "benchmark", "domain", "options", "tool", "model", "status", "correct", "answer", "flagged",
                  "reviewed_correct", "carried_answer")
     float_names = ("difficulty", "context_tokens", "tokens_in", "tokens_out", "latency_s", "usd", "cost_units")

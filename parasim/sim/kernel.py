@@ -49,6 +49,7 @@ from parasim.sim.tables import (
     TM_LAT_BASE,
     TM_LAT_PER_TOK,
     TM_LAT_SD,
+    TM_LAT_SLOPE,
     TM_P_EXEC,
     TM_PRICE_IN,
     TM_PRICE_OUT,
@@ -93,6 +94,7 @@ NUM_CALL_F = 5
 
 _OK, _EXEC, _TIMEOUT = int(Status.OK), int(Status.EXEC_ERR), int(Status.TIMEOUT)
 _FORMAT, _INVALID, _BUDGET = int(Status.FORMAT_ERR), int(Status.INVALID_TOOL), int(Status.BUDGET_EXCEEDED)
+_TRUNCATED = int(Status.TRUNCATED)
 
 
 @njit(cache=True, inline="always")
@@ -140,16 +142,20 @@ def draw_model_effects(s, nans, dcdf, nm, mm, pref, effect):
 
 @njit(cache=True, inline="always")
 def call_outcome(s, target, lead, ctx, exec_before, nans, z, qtok, pref, dcdf, votes, mu, theta0, tmv, ttv,
-                 mmv, mdv, proto):
+                 mmv, mdv, proto, load):
     """One OK-able call of a tool by a model on a task: the per-call model, for the tool's behaviour (its tool
     table column ``ttv[TT_BEHAVIOUR]``).
 
     The model's parameters: ``mu`` = the log output tokens' mean (tok_mu + tok_alpha * z), ``theta0`` = the
     right answer's logit on a fresh question (skill + bonus - z + the task's effect for the model), ``tmv`` /
     ``ttv`` / ``mmv`` / ``mdv`` the (tool, model), tool, model and (model, domain) columns TM_* / TT_* / MM_* /
-    MD_*, ``proto`` the P_* values; ``dcdf`` the row's distractor weights, ``votes`` room for the ensemble's samples.
-    Status: TIMEOUT when the sampled latency passes the tool's timeout, EXEC_ERR at the pool's rate
-    (code tools; times ``repair`` when the call carries the trajectory after an exec error), else OK.
+    MD_*, ``proto`` the P_* values; ``dcdf`` the row's distractor weights, ``votes`` room for the ensemble's samples;
+    ``load`` the concurrent requests on the call's server this round (a self-hosted model's per-request decode time
+    per token grows by the factor 1 + beta (load - 1); beta = 0 for API models and basic tools).
+    A sample whose output passes the generation cap is cut there (its tokens and latency are the capped ones) and
+    has no answer. Status: TIMEOUT when the sampled latency passes the tool's timeout, TRUNCATED when every sample
+    was cut, EXEC_ERR at the pool's rate (code tools; times ``repair`` when the call carries the trajectory after
+    an exec error), else OK; an ensemble votes over its samples that were not cut.
     An OK solver call is right with p = sigmoid(theta0 - lambda * log(1 + ctx / 1000)) (ctx = carried
     context tokens, 0 for a fresh question), copies the carried leading answer with prob rho, and answers
     wrong with the model's preferred wrong answer (kappa) or a distractor; an ensemble call is the plurality of
@@ -162,11 +168,19 @@ def call_outcome(s, target, lead, ctx, exec_before, nans, z, qtok, pref, dcdf, v
     tok_in1 = proto[P_PROMPT] + qtok + carried
     tok_out = 0.0
     lat = 0.0
-    for _ in range(k):
+    cap = proto[P_MAX_OUT]
+    per_tok = tmv[TM_LAT_PER_TOK] * (1.0 + tmv[TM_LAT_SLOPE] * (load - 1.0))
+    n_cut = 0
+    for j in range(k):
         s, n_tok = normal_from(s)
-        t1 = min(math.exp(mu + tmv[TM_TOK_SD] * n_tok), proto[P_MAX_OUT])
+        t1 = math.exp(mu + tmv[TM_TOK_SD] * n_tok)
+        votes[j] = 0
+        if t1 > cap:
+            t1 = cap
+            votes[j] = -1  # cut at the cap: this sample has no answer
+            n_cut += 1
         s, n_lat = normal_from(s)
-        l1 = (tmv[TM_LAT_BASE] + t1 * tmv[TM_LAT_PER_TOK]) * math.exp(tmv[TM_LAT_SD] * n_lat)
+        l1 = (tmv[TM_LAT_BASE] + t1 * per_tok) * math.exp(tmv[TM_LAT_SD] * n_lat)
         tok_out += t1
         lat = max(lat, l1)
     tok_in = tok_in1 * k
@@ -176,6 +190,8 @@ def call_outcome(s, target, lead, ctx, exec_before, nans, z, qtok, pref, dcdf, v
         tok_out *= timeout / lat
         lat = timeout
         status = _TIMEOUT
+    elif n_cut == k:
+        status = _TRUNCATED
     else:
         p_exec = tmv[TM_P_EXEC]
         if exec_before and target == TARGET_CARRY:
@@ -215,14 +231,20 @@ def call_outcome(s, target, lead, ctx, exec_before, nans, z, qtok, pref, dcdf, v
                 else:
                     s, answer = wrong_answer(s, nans, pref, mmv[MM_KAPPA], dcdf)
             else:
+                best = -1
                 for j in range(k):
+                    if votes[j] < 0:
+                        continue  # a sample cut at the cap does not vote
                     s, u = uniform_from(s)
                     vote = 0
                     if not u < p:
                         s, vote = wrong_answer(s, nans, pref, mmv[MM_KAPPA], dcdf)
                     votes[j] = vote
-                best = 0
-                for j in range(k):  # plurality; ties go to the earliest sample
+                    if best < 0:
+                        best = j
+                for j in range(k):  # plurality of the samples that answered; ties go to the earliest sample
+                    if votes[j] < 0:
+                        continue
                     c = 0
                     cb = 0
                     for j2 in range(k):
@@ -290,14 +312,14 @@ def task_effects(rng, lane, row, nans, mmt, row_dcdf, pref, effect):
 
 @njit(cache=True, inline="always")
 def sample_call(rng, lane, tool, mm, target, lead, ctx, exec_before, row, bench, dom, nans, z, qtok, pref, effect,
-                scratch, skill, bonus, tok_mu, tm, tt, mmt, md, proto, row_dcdf):
+                scratch, skill, bonus, tok_mu, tm, tt, mmt, md, proto, row_dcdf, load=1.0):
     """``call_outcome`` of model row ``mm`` on the stream ``rng[lane]``, with the SimTables arrays (``pref`` and
-    ``effect``: the model's draws of ``task_effects``).
+    ``effect``: the model's draws of ``task_effects``; ``load``: concurrent requests on the model's server).
     Returns (status, kind, answer, tokens_in, tokens_out, latency_s, usd, cost_units)."""
     s, status, kind, answer, tok_in, tok_out, lat, usd, cost = call_outcome(
         rng[lane], target, lead, ctx, exec_before, nans, z, qtok, pref, row_dcdf[row], scratch[lane],
         tok_mu[tool, mm, dom] + tm[TM_TOK_ALPHA, tool, mm] * z, skill[mm, bench] + bonus[tool, dom] - z + effect,
-        tm[:, tool, mm], tt[:, tool], mmt[:, mm], md[:, mm, dom], proto)
+        tm[:, tool, mm], tt[:, tool], mmt[:, mm], md[:, mm, dom], proto, load)
     rng[lane] = s
     return status, kind, answer, tok_in, tok_out, lat, usd, cost
 

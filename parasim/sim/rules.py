@@ -103,7 +103,7 @@ PENDING = NUM_STATUSES + 1
 RULE_STATUS = (PENDING, 4, 4, 4, 4, 3, 3, 3, 5)
 
 _OK, _EXEC, _TIMEOUT = 0, 1, 2
-_FORMAT, _INVALID, _BUDGET = 3, 4, 5
+_FORMAT, _INVALID, _BUDGET, _TRUNCATED = 3, 4, 5, 6
 
 
 @njit(cache=True, inline="always")
@@ -280,7 +280,7 @@ def account_slot(L, R, P, status, tool, model, kind, answer, tok_out, lat, usd, 
     proto = P.proto
     n_calls += 1
     round_tokens += proto[P_MGR_CALL]
-    if status <= _TIMEOUT:  # the call ran: OK, EXEC_ERR or TIMEOUT
+    if status <= _TIMEOUT or status == _TRUNCATED:  # the call ran: OK, EXEC_ERR, TIMEOUT or TRUNCATED
         st_f = L.st_f
         st_f[F_COST] += cost
         st_f[F_USD] += usd

@@ -43,6 +43,7 @@ from parasim.sim.kernel import (
 from parasim.sim.rng import uniform_from
 from parasim.sim.rules import (
     PENDING,
+    RULE_RUNS,
     account_slot,
     begin_episode,
     call_row,
@@ -51,24 +52,40 @@ from parasim.sim.rules import (
     plan_slot,
     round_end,
     round_start,
+    slot_call,
+    slot_rule,
 )
-from parasim.sim.tables import E_SERIAL, E_SLOTS, E_TOKEN_BUDGET
+from parasim.sim.tables import E_SERIAL, E_SLOTS, E_TOKEN_BUDGET, MM_REPLICAS
 
 _EXEC = int(Status.EXEC_ERR)
 
 
 @njit(cache=True, inline="always")
-def sim_call(L, i, k, call_i, call_f, R, P, s, tool, model, target, lead, ctx, nans, bench, dom, z, qtok):
+def server_load(actions, i, mm, P, allowed, has_lead, ctx, budget):
+    """Concurrent requests on one server of model row ``mm`` in lane ``i``'s round: the round's slots that run with
+    that row (the rules' plan, read without its side effects), spread over the model's replicas, ceil(n / R)."""
+    n = 0
+    for k in range(P.slots):
+        tool, model, target = slot_call(actions, i, k)
+        if tool != P.tt.shape[0] and call_row(P.tt, tool, model, P.nm) == mm and slot_rule(
+                P.tt, tool, model, target, k, allowed, P.nm, has_lead, ctx, budget) == RULE_RUNS:
+            n += 1
+    return math.ceil(n / P.mm[mm, MM_REPLICAS])
+
+
+@njit(cache=True, inline="always")
+def sim_call(L, i, k, call_i, call_f, R, P, s, tool, model, target, lead, ctx, nans, bench, dom, z, qtok, load):
     """Phase (b) with simulated tools for the pending slot ``k`` of lane ``i`` (on a task of ``nans`` answer ids,
     benchmark, domain, difficulty and question tokens as given): ``call_outcome`` on the stream state ``s``, seeing
     the round-start ``lead`` and ``ctx``, written to the slot's outcome record. ``L.exec_prev`` is the call model's
-    memory of each tool's last exec error (a carried call repairs it at the pool's rate). Returns (stream state,
+    memory of each tool's last exec error (a carried call repairs it at the pool's rate); ``load`` the concurrent
+    requests on the model's server (``server_load``). Returns (stream state,
     status, kind, answer, tokens out, latency, USD, cost units)."""
     mm = call_row(P.tt, tool, model, P.nm)
     s, status, kind, answer, tok_in, tok_out, lat, usd, cost = call_outcome(
         s, target, lead, ctx, L.exec_prev[tool] != 0, nans, z, qtok, L.pref[mm], R.dcdf, L.scratch,
         P.tok_mu[tool, mm, dom] + P.tm[tool, mm, TM_TOK_ALPHA] * z, P.skill[mm, bench] + P.bonus[tool, dom] - z
-        + L.effect[mm], P.tm[tool, mm], P.tt[tool], P.mm[mm], P.md[mm, dom], P.proto)
+        + L.effect[mm], P.tm[tool, mm], P.tt[tool], P.mm[mm], P.md[mm, dom], P.proto, load)
     L.exec_prev[tool] = status == _EXEC
     call_i[i, k, C_KIND], call_i[i, k, C_ANSWER] = kind, answer
     call_f[i, k, C_TOK_IN], call_f[i, k, C_TOK_OUT], call_f[i, k, C_LAT] = tok_in, tok_out, lat
@@ -146,8 +163,10 @@ def step_lane(L, i, last_status, call_i, call_f, R, P, actions):
             continue
         kind, answer, tok_out, lat, usd, cost = OUT_NONE, -1, 0.0, 0.0, 0.0, 0.0
         if status == PENDING:
+            load = 1.0 if serial else server_load(actions, i, call_row(P.tt, tool, model, nm), P, allowed, has_lead,
+                                                  ctx, budget)
             s, status, kind, answer, tok_out, lat, usd, cost = sim_call(
-                L, i, k, call_i, call_f, R, P, s, tool, model, target, lead, ctx, nans, bench, dom, z, qtok)
+                L, i, k, call_i, call_f, R, P, s, tool, model, target, lead, ctx, nans, bench, dom, z, qtok, load)
             last_status[i, k] = status
         round_lat, round_tokens, n_calls, bad = account_slot(L, R, P, status, tool, model, kind, answer, tok_out, lat,
                                                              usd, cost, serial, bench, dom, round_lat, round_tokens,

@@ -25,9 +25,10 @@ from parasim.protocol.schema import NUM_DOMAINS
 from parasim.tasks import FREE_FORM, NUM_ANSWERS, NUM_BENCHMARKS, TaskSuite
 from parasim.tool_spec import BEHAVIOURS
 
-# tm[k, tool, model]
-TM_TOK_SD, TM_TOK_ALPHA, TM_LAT_BASE, TM_LAT_PER_TOK, TM_LAT_SD, TM_PRICE_IN, TM_PRICE_OUT, TM_P_EXEC = range(8)
-NUM_TM = 8
+# tm[k, tool, model] (TM_LAT_SLOPE: beta of the server's per-request decode slowdown, per_tok * (1 + beta * (load - 1)))
+(TM_TOK_SD, TM_TOK_ALPHA, TM_LAT_BASE, TM_LAT_PER_TOK, TM_LAT_SD, TM_PRICE_IN, TM_PRICE_OUT, TM_P_EXEC,
+ TM_LAT_SLOPE) = range(9)
+NUM_TM = 9
 # tt[k, tool]: its costs and runtime, then what it does: its behaviour (a ``B_*`` code) and 1 for an agent tool
 TT_USD_CALL, TT_USD_S, TT_COST, TT_TIMEOUT, TT_FEEDBACK, TT_BEHAVIOUR, TT_AGENT = range(7)
 NUM_TT = 7
@@ -35,8 +36,8 @@ NUM_TT = 7
 B_SOLVER, B_REVIEWER, B_ENSEMBLE, B_CODE_EXEC, B_SEARCH = range(5)
 assert BEHAVIOURS == ("solver", "reviewer", "ensemble", "code_exec", "search")
 # mm[k, model]
-MM_KAPPA, MM_RHO, MM_LAM, MM_TAU, MM_AFFINITY = range(5)
-NUM_MM = 5
+MM_KAPPA, MM_RHO, MM_LAM, MM_TAU, MM_AFFINITY, MM_REPLICAS = range(6)
+NUM_MM = 6
 # md[k, model, domain]
 MD_SENS, MD_SPEC, MD_LLR_FLAG, MD_LLR_CONFIRM = range(4)
 NUM_MD = 4
@@ -94,9 +95,9 @@ class SimTables(NamedTuple):
     skill: np.ndarray  # [M+1, NB]
     bonus: np.ndarray  # [T, D]
     tok_mu: np.ndarray  # [T, M+1, D]
-    tm: np.ndarray  # [8, T, M+1]
+    tm: np.ndarray  # [9, T, M+1]
     tt: np.ndarray  # [7, T] costs, runtime, behaviour code, agent flag
-    mm: np.ndarray  # [5, M+1] kappa, rho, lambda, tau (per-task effect SD), affinity (shared distractor)
+    mm: np.ndarray  # [6, M+1] kappa, rho, lambda, tau (per-task effect SD), affinity (shared distractor), replicas
     md: np.ndarray  # [4, M+1, D]
     rel_logit: np.ndarray  # [NB, T, M+1] log-odds of an OK call's expected accuracy
     proto: np.ndarray  # [7]
@@ -128,12 +129,13 @@ def build_tables(pool: PoolSpec, suite: TaskSuite) -> SimTables:
         bonus=np.ascontiguousarray(pool.bonus, np.float64),
         tok_mu=np.ascontiguousarray(pool.tok_mu, np.float64),
         tm=np.ascontiguousarray(np.stack([pool.tok_sd, pool.tok_alpha, pool.lat_base, pool.lat_per_tok, pool.lat_sd,
-                                          pool.price_in, pool.price_out, pool.p_exec])),
+                                          pool.price_in, pool.price_out, pool.p_exec, pool.lat_slope])),
         tt=np.ascontiguousarray(np.stack([
             pool.usd_call, pool.usd_s, pool.cost_units, pool.timeout, pool.feedback_frac,
             np.array([BEHAVIOURS.index(t.behaviour) for t in tools], np.float64),
             np.array([t.is_agent for t in tools], np.float64)])),
-        mm=np.ascontiguousarray(np.stack([pool.kappa, pool.rho, pool.lam, pool.tau, pool.affinity])),
+        mm=np.ascontiguousarray(np.stack([pool.kappa, pool.rho, pool.lam, pool.tau, pool.affinity,
+                                          pool.replicas.astype(np.float64)])),
         md=np.ascontiguousarray(np.stack([sens, spec, np.log((1 - spec) / sens), np.log(spec / (1 - sens))])),
         rel_logit=np.ascontiguousarray(np.log(rel / (1 - rel))),
         proto=np.array([pool.ensemble_k, pool.manager_tokens_round, pool.manager_tokens_call, pool.prompt_tokens,

@@ -39,9 +39,10 @@ from parasim.sim.state import action_nvec
 from parasim.tasks import BENCHMARK_INDEX, FREE_FORM, GENERIC, TaskSuite
 from parasim.validation.logs import LogError, LoggedEpisode, LoggedRound
 
-STATUS_GROUPS = ("OK", "EXEC_ERR", "TIMEOUT", "REJECTED")  # REJECTED: refused without running (format, tool, budget)
+# REJECTED: refused without running (format, tool, budget); TRUNCATED: cut at the generation cap, no answer
+STATUS_GROUPS = ("OK", "EXEC_ERR", "TIMEOUT", "REJECTED", "TRUNCATED")
 _GROUP_OF = {Status.OK: 0, Status.EXEC_ERR: 1, Status.TIMEOUT: 2, Status.FORMAT_ERR: 3, Status.INVALID_TOOL: 3,
-             Status.BUDGET_EXCEEDED: 3}
+             Status.BUDGET_EXCEEDED: 3, Status.TRUNCATED: 4}
 _STATUS_GROUP = np.array([_GROUP_OF[Status(s)] for s in range(len(Status))] + [-1], np.int64)  # NO_CALL -> -1
 _CR, _FIRST_BASIC = int(Tool.CRITICAL_REVIEWER), int(Tool.PYTHON)
 
@@ -56,7 +57,7 @@ class EpisodeMetrics:
     cost_units: np.ndarray
     usd: np.ndarray
     latency_s: np.ndarray
-    status: np.ndarray  # float64[N, 4]: issued slots per STATUS_GROUPS
+    status: np.ndarray  # float64[N, 5]: issued slots per STATUS_GROUPS
     tool_ok: np.ndarray  # float64[N, NUM_TOOLS]: OK calls per tool
     model_ok: np.ndarray  # float64[N, M]: OK agent calls per pool model
     graded: np.ndarray  # agent answers checked against the gold answer
