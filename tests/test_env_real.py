@@ -179,7 +179,8 @@ def test_slot_rules_match_the_simulator(action, warmup, budget):
         want = _documented_status(int(tool), int(model), int(target), k, allowed=4, num_models=3, has_lead=has_lead,
                                   tokens=tokens, token_budget=3000 if budget else np.inf)
         got = Status(obs["last_status"][k])
-        assert got == want if want is not None else got in (Status.OK, Status.EXEC_ERR, Status.TIMEOUT)
+        ran = (Status.OK, Status.EXEC_ERR, Status.TIMEOUT, Status.TRUNCATED)
+        assert got == want if want is not None else got in ran
 
 
 @pytest.mark.parametrize("domain, options, same, other", [
