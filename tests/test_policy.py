@@ -7,6 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from parasim.protocol.schema import NUM_STATUSES
 from parasim.training.policy import ManagerPolicy, PolicyConfig, obs_to_tensor
 from parasim.training.sft import SFTConfig, train_sft
 
@@ -30,9 +31,11 @@ def _random_mask(rng: np.random.Generator, n: int) -> torch.Tensor:
 
 
 def test_obs_features_are_log_squashed_one_hot_and_ordered():
-    obs = {"a": np.array([[0.0, 3.0]]), "b": np.array([[[-8.0], [1000.0]]]), "last_status": np.array([[6, 0]], np.int8)}
+    no_call = NUM_STATUSES  # an unused slot's status, the one-hot's last entry
+    obs = {"a": np.array([[0.0, 3.0]]), "b": np.array([[[-8.0], [1000.0]]]),
+           "last_status": np.array([[no_call, 0]], np.int8)}
     x = obs_to_tensor(obs, ("a", "b", "last_status"))
-    want = [0.0, np.log(4.0), -np.log(9.0), np.log(1001.0)] + [0] * 6 + [1] + [1] + [0] * 6
+    want = [0.0, np.log(4.0), -np.log(9.0), np.log(1001.0)] + [0] * no_call + [1] + [1] + [0] * no_call
     assert torch.allclose(x, torch.tensor([want], dtype=torch.float32))
 
 

@@ -24,6 +24,7 @@ from parasim.config_fields import opt
 from parasim.env_options import ROUND_LIMIT
 from parasim.protocol.schema import MAX_PARALLEL, NUM_TOOLS, Domain, Status, Tool
 from parasim.sim import TARGET_CARRY, TARGET_QUESTION, TARGET_VERIFY
+from parasim.sim.state import dimension_slices, empty_action, set_action_slot, slot_column
 from parasim.training.rollout import collect, derive_seed, make_envs
 
 EMPTY = NUM_TOOLS
@@ -62,7 +63,9 @@ class ScriptedExpert:
     def __init__(self, num_lanes: int, nvec: list[int], cfg: ExpertConfig, rng: np.random.Generator) -> None:
         self.cfg, self.rng = cfg, rng
         self.width = len(nvec)
-        self.num_models = int(nvec[2])
+        self.slots = (self.width - 1) // 3
+        self.num_models = int(nvec[slot_column(0) + 1])
+        self._tool_entries = [dimension_slices(np.asarray(nvec))[slot_column(k)] for k in range(self.slots)]
         self.last = np.full((num_lanes, MAX_PARALLEL, 3), -1, np.int64)
 
     def __call__(self, live: np.ndarray, obs: dict[str, np.ndarray], x: torch.Tensor,
@@ -74,10 +77,8 @@ class ScriptedExpert:
 
     def decide(self, lane: int, o: dict[str, np.ndarray]) -> np.ndarray:
         """One decision for one lane from its observation."""
-        act = np.zeros(self.width, np.int64)
-        act[1::3] = EMPTY
-        slots = int(sum(o["action_mask"][2 + k * (NUM_TOOLS + 1 + self.num_models + 3):][:NUM_TOOLS].any()
-                        for k in range((self.width - 1) // 3)))
+        act = empty_action(self.slots, EMPTY)
+        slots = int(sum(o["action_mask"][entries][:NUM_TOOLS].any() for entries in self._tool_entries))
         rnd, distinct = int(o["round"][0]), int(o["evidence"][1])
         cand = o["candidates"]
         explore = self.rng.random() < self.cfg.explore
@@ -110,7 +111,7 @@ class ScriptedExpert:
             act[0] = 1
         self.last[lane] = -1
         for k, (t, m, target) in enumerate(calls):
-            act[1 + 3 * k: 4 + 3 * k] = (t, m, target)
+            set_action_slot(act, k, t, m, target)
             self.last[lane, k] = (t, m, target)
         return act
 

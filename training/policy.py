@@ -30,6 +30,7 @@ from torch.nn import functional
 
 from parasim.config_fields import opt
 from parasim.protocol.schema import NUM_STATUSES
+from parasim.sim.state import slot_column, slot_of_dimension
 
 MIN_LOGIT = -1e9
 ADAM_BETAS = (0.9, 0.999)  # torch.optim.Adam's defaults, which both trainers use
@@ -75,11 +76,12 @@ def relevance(actions: torch.Tensor, nvec: list[int], num_agent_tools: int) -> t
     rel[:, 0] = True
     go = actions[:, 0] == 0
     for s in range((len(nvec) - 1) // 3):
-        tool = actions[:, 1 + 3 * s]
-        used = go & (tool != nvec[1 + 3 * s] - 1)
-        rel[:, 1 + 3 * s] = go
-        rel[:, 2 + 3 * s] = used & (tool < num_agent_tools)
-        rel[:, 3 + 3 * s] = used
+        j = slot_column(s)
+        tool = actions[:, j]
+        used = go & (tool != nvec[j] - 1)
+        rel[:, j] = go
+        rel[:, j + 1] = used & (tool < num_agent_tools)
+        rel[:, j + 2] = used
     return rel
 
 
@@ -161,9 +163,9 @@ class _Heads:
         cols: list[torch.Tensor] = []
         out = []
         for d, lg in enumerate(base):
-            slot, part = divmod(d - 1, 3)
+            slot, part = slot_of_dimension(d) if d > 0 else (0, 0)
             if d > 0 and part > 0:
-                at = first + (slot * self.nvec[1]) + cols[1 + 3 * slot]
+                at = first + (slot * self.nvec[1]) + cols[slot_column(slot)]
                 lg = lg + tables[part - 1].index_select(0, at)
             lg = lg.masked_fill(illegal[d], MIN_LOGIT)
             out.append(lg)

@@ -109,6 +109,24 @@ def slot_column(k: int) -> int:
     return 1 + 3 * k
 
 
+def slot_of_dimension(d: int) -> tuple[int, int]:
+    """The (slot, part) of action dimension ``d`` >= 1, part 0 the tool, 1 the model, 2 the target:
+    ``slot_column``'s inverse, for code that walks the dimensions in order (autoregressive sampling)."""
+    return divmod(d - 1, 3)
+
+
+def slot_parts(actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Views of every slot's tool, model and target in action rows [..., 1 + 3K]: three [..., K] arrays (writes
+    through them change ``actions``)."""
+    return actions[..., 1::3], actions[..., 2::3], actions[..., 3::3]
+
+
+def dimension_slices(nvec: np.ndarray) -> list[slice]:
+    """The entries of each action dimension in a flat action mask (``sum(nvec)`` entries, dimensions in order)."""
+    ends = np.cumsum(nvec)
+    return [slice(int(e - n), int(e)) for e, n in zip(ends, nvec, strict=True)]
+
+
 def action_slot(action: np.ndarray, k: int) -> tuple[int, int, int]:
     """Slot ``k`` of one action row: (tool, model, target)."""
     j = slot_column(k)

@@ -35,7 +35,7 @@ from parasim.pools import PoolSpec
 from parasim.protocol.schema import NUM_TOOLS, Status, Tool
 from parasim.sim import Simulator
 from parasim.sim.kernel import C_ANSWER, C_KIND, C_TOK_OUT, EMPTY_SLOT, I_SEQ, NO_CALL, OUT_ANSWER
-from parasim.sim.state import action_nvec
+from parasim.sim.state import action_slot, empty_action, set_action_slot, slot_column, slot_parts
 from parasim.tasks import BENCHMARK_INDEX, FREE_FORM, GENERIC, TaskSuite
 from parasim.validation.logs import LogError, LoggedEpisode, LoggedRound
 
@@ -118,7 +118,7 @@ def real_metrics(episodes: tuple[LoggedEpisode, ...], models: dict[str, int], *,
                     out.graded[i] += 1
                     out.right[i] += c.correct
             if rnd.action is not None:  # slots the env refused before the engine ran anything
-                issued = sum(rnd.action[1 + 3 * k] != EMPTY_SLOT for k in range((len(rnd.action) - 1) // 3))
+                issued = int((slot_parts(np.asarray(rnd.action))[0] != EMPTY_SLOT).sum())
                 out.status[i, 3] += issued - len(rnd.calls)
     return out
 
@@ -127,8 +127,7 @@ def round_action(rnd: LoggedRound, episode: LoggedEpisode, models: dict[str, int
                  num_models: int) -> tuple[np.ndarray, np.ndarray]:
     """The simulator's action row (``action_nvec(slots, M)`` layout) for one logged round (module docstring), and
     which of its slots ran in the real episode (those a diverged replica adapts)."""
-    a = np.zeros(1 + 3 * slots, np.int64)
-    a[1::3] = EMPTY_SLOT
+    a = empty_action(slots, EMPTY_SLOT)
     ran = np.zeros(slots, bool)
     for n, call in enumerate(rnd.calls):
         if call.slot is not None or rnd.action is None:
@@ -136,17 +135,17 @@ def round_action(rnd: LoggedRound, episode: LoggedEpisode, models: dict[str, int
     if rnd.action is not None:
         logged = np.asarray(rnd.action, np.int64)
         a[:len(logged)] = logged
-        for k in range((len(logged) - 1) // 3):
-            j = int(logged[2 + 3 * k])  # an index into the episode's models, made a pool row
+        for k in range(slot_parts(logged)[0].shape[0]):
+            j = action_slot(logged, k)[1]  # an index into the episode's models, made a pool row
             known = 0 <= j < len(episode.models) and episode.models[j] in models
-            a[2 + 3 * k] = models[episode.models[j]] if known else num_models  # unknown: out of range, as logged
+            a[slot_column(k) + 1] = models[episode.models[j]] if known else num_models  # unknown: out of range
         a[0] = 0
         return a, ran
     for n, call in enumerate(rnd.calls):
         k = call.slot if call.slot is not None else n
         agent = Tool(call.tool).is_agent
         target = 2 if call.tool == _CR else (1 if agent and call.target >= 0 else 0)
-        a[1 + 3 * k: 4 + 3 * k] = (call.tool, models[call.model] if agent else 0, target)
+        set_action_slot(a, k, call.tool, models[call.model] if agent else 0, target)
     return a, ran
 
 
@@ -183,8 +182,7 @@ def replay(episodes: tuple[LoggedEpisode, ...], pool: PoolSpec, models: dict[str
     n = len(episodes) * replicas
     sim = Simulator(pool, suite, n, max_rounds=max_rounds, max_parallel=slots, serial=serial,
                     token_budget=token_budget)
-    stop = np.zeros(len(action_nvec(slots, num_models)), np.int64)
-    stop[0], stop[1::3] = 1, EMPTY_SLOT
+    stop = empty_action(slots, EMPTY_SLOT, stop=True)
     plan = np.tile(stop, (len(episodes), max_rounds + 1, 1))  # [episode, step, action]
     ran = np.zeros((len(episodes), max_rounds + 1, slots), bool)
     for i, e in enumerate(episodes):
@@ -219,7 +217,7 @@ def replay(episodes: tuple[LoggedEpisode, ...], pool: PoolSpec, models: dict[str
 def _adapt(actions: np.ndarray, ran: np.ndarray, no_lead: np.ndarray) -> int:
     """Adapt, in place, the slots that ran in the real episode to lanes without a leading answer (module
     docstring); returns how many were changed."""
-    tools, targets = actions[:, 1::3], actions[:, 3::3]
+    tools, _, targets = slot_parts(actions)
     lost = ran & no_lead[:, None]
     review = lost & (tools == _CR)
     carry = lost & (targets == 1) & ~review
@@ -231,8 +229,7 @@ def _adapt(actions: np.ndarray, ran: np.ndarray, no_lead: np.ndarray) -> int:
 def _add_round(out: EpisodeMetrics, sim: Simulator, actions: np.ndarray, lanes: np.ndarray) -> None:
     """Add the last round's per-slot records of ``lanes`` to their measures."""
     status = sim.state.last_status[lanes].astype(np.int64)  # [n, K]
-    tools = actions[lanes, 1::3]
-    models = actions[lanes, 2::3]
+    tools, models, _ = slot_parts(actions[lanes])
     issued = status != NO_CALL
     group = _STATUS_GROUP[np.where(issued, status, len(Status))]
     out.tokens[lanes] += (sim.state.call_f[lanes, :, C_TOK_OUT] * issued).sum(1)
