@@ -3,9 +3,10 @@
 Why a script: docs/simulator.md states what the simulator does to single calls (direct-call accuracy against each
 pool's published targets, wrong-answer agreement between models, the per-query oracle and majority-vote gains,
 output lengths against the generation cap, the latency of parallel calls). Every simulated figure on that page is
-written here from ``parasim.sim.simulate_calls`` (the kernel's own ``sample_call``) with fixed seeds, each with its
-Monte Carlo standard error, and tests/test_simulator_doc.py re-simulates a smaller sample and checks the page's
-figures against it within their joint error. A developer's generator, not part of the installed package::
+written here from ``parasim.calibration.simulate.simulated_calls`` (the kernel's own ``sample_call``) with fixed
+seeds, each with its Monte Carlo standard error, and tests/test_simulator_doc.py re-simulates a smaller sample and
+checks the page's figures against it within their joint error. A developer's generator, not part of the installed
+package::
 
     python scripts/simulator_stats.py                             # print the section
     python scripts/simulator_stats.py --update docs/simulator.md  # rewrite it between the markers
@@ -27,6 +28,7 @@ import numpy as np
 from scipy.optimize import brentq
 from scipy.stats import norm
 
+from parasim.calibration.simulate import simulated_calls
 from parasim.harness import truncation_share
 from parasim.pools import (
     PoolSpec,
@@ -37,7 +39,6 @@ from parasim.pools import (
     read_pool_file,
 )
 from parasim.protocol.schema import Domain, Status, Tool
-from parasim.sim import simulate_calls
 from parasim.tasks import BENCHMARK_INDEX, BENCHMARKS, FREE_FORM, SUITES
 
 BEGIN, END = "<!-- stats:begin -->", "<!-- stats:end -->"
@@ -49,7 +50,7 @@ MAX_PARALLEL = 4
 VOTES = (3, 5)
 # Tasks per estimate at --scale 1 (each estimate's standard error is printed beside it).
 SAMPLES = {"accuracy": 200_000, "agreement": 500_000, "oracle": 200_000, "vote": 200_000}
-CHUNK_CALLS = 1_000_000  # calls per simulate_calls call (its buffers are about 150 bytes a call)
+CHUNK_CALLS = 1_000_000  # calls per simulated_calls call (its buffers are about 170 bytes a call)
 Z_TOLERANCE = 5.0  # a page figure and a fresh one may differ by this many joint standard errors
 # Targets of the tool-level statistics and their tolerances (docs/simulator.md, section 6).
 ACCURACY_TOLERANCE = 2.0  # points: each direct-call accuracy against its published target
@@ -137,12 +138,12 @@ def _seed(seed: int, key: str) -> int:
 
 def simulate(pool: PoolSpec, suite: str, n_tasks: int, per_task: int, tools: Sequence[str], models: Sequence[int],
              seed: int, key: str, fields: Sequence[str], load: int = 1) -> dict[str, np.ndarray]:
-    """``simulate_calls`` in chunks of at most CHUNK_CALLS calls, keeping ``fields``, each shaped [n_tasks,
+    """``simulated_calls`` in chunks of at most CHUNK_CALLS calls, keeping ``fields``, each shaped [n_tasks,
     per_task] (calls of one task share its difficulty and preferred wrong answers)."""
     per_chunk = max(1, CHUNK_CALLS // per_task)
     parts: list[dict[str, np.ndarray]] = []
     for c, start in enumerate(range(0, n_tasks, per_chunk)):
-        cols = simulate_calls(pool, suite, n_tasks=min(per_chunk, n_tasks - start), calls_per_task=per_task,
+        cols = simulated_calls(pool, suite, n_tasks=min(per_chunk, n_tasks - start), calls_per_task=per_task,
                               tools=list(tools), models=list(models), load=load, seed=_seed(seed, f"{key}/{c}"))
         parts.append({f: cols[f] for f in fields})
     return {f: np.concatenate([p[f] for p in parts]).reshape(n_tasks, per_task) for f in fields}

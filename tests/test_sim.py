@@ -4,10 +4,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from parasim.calibration.simulate import CALL_FIELDS, simulated_calls
 from parasim.pools import load_pool
 from parasim.protocol.schema import NUM_TOOLS, Status, Tool
-from parasim.sim import TARGET_CARRY, TARGET_QUESTION, TARGET_VERIFY, Simulator, simulate_calls
-from parasim.sim.calls import CALL_FIELDS
+from parasim.sim import TARGET_CARRY, TARGET_QUESTION, TARGET_VERIFY, Simulator
 from parasim.sim.kernel import EMPTY_SLOT, F_Z, I_ROW, NO_CALL
 from parasim.sim.rng import seed_state
 from parasim.tasks import BENCHMARK_INDEX
@@ -19,9 +19,9 @@ SR, CR, CODE, ENS, PY = (int(Tool.STANDARD_REASONER), int(Tool.CRITICAL_REVIEWER
 def test_seed_streams_differ_and_are_reproducible():
     states = {int(seed_state(s)) for s in range(1000)}
     assert len(states) == 1000
-    a = simulate_calls("paramanager", "paramanager", 50, 4, carry_prob=0.5, seed=3)
-    b = simulate_calls("paramanager", "paramanager", 50, 4, carry_prob=0.5, seed=3)
-    c = simulate_calls("paramanager", "paramanager", 50, 4, carry_prob=0.5, seed=4)
+    a = simulated_calls("paramanager", "paramanager", 50, 4, carry_prob=0.5, seed=3)
+    b = simulated_calls("paramanager", "paramanager", 50, 4, carry_prob=0.5, seed=3)
+    c = simulated_calls("paramanager", "paramanager", 50, 4, carry_prob=0.5, seed=4)
     assert set(a) == set(CALL_FIELDS)
     for k in CALL_FIELDS:
         np.testing.assert_array_equal(a[k], b[k])
@@ -31,7 +31,7 @@ def test_seed_streams_differ_and_are_reproducible():
 def test_direct_calls_hit_the_accuracy_target():
     pool = load_pool("paramanager")
     b = BENCHMARK_INDEX["GPQA"]
-    calls = simulate_calls(pool, "GPQA", 20000, 2, tools=["standard_reasoner"], models=[0, 2], seed=1)
+    calls = simulated_calls(pool, "GPQA", 20000, 2, tools=["standard_reasoner"], models=[0, 2], seed=1)
     for m in (0, 2):
         acc = (calls["correct"][calls["model"] == m] == 1).mean()
         # two calls per task share z: the standard error is at most sqrt(2) times the binomial one
@@ -40,7 +40,7 @@ def test_direct_calls_hit_the_accuracy_target():
 
 def test_failure_rates_and_accounting():
     pool = load_pool("paramanager")
-    calls = simulate_calls(pool, "paramanager", 6000, 4, tools=["code_reasoner", "python", "search"], seed=2)
+    calls = simulated_calls(pool, "paramanager", 6000, 4, tools=["code_reasoner", "python", "search"], seed=2)
     code = calls["tool"] == CODE
     assert abs((calls["status"][code] == Status.EXEC_ERR).mean() - 0.15) < 0.02
     assert (calls["status"][calls["tool"] == int(Tool.SEARCH)] != Status.EXEC_ERR).all()
@@ -58,8 +58,13 @@ def test_failure_rates_and_accounting():
 
 def test_reviewer_sensitivity_and_specificity():
     pool = load_pool("paramanager_mono")
-    calls = simulate_calls(pool, "GPQA", 30000, 1, tools=["critical_reviewer"], seed=5)
-    ok = calls["status"] == Status.OK
+    # each task's second call reviews its first (a task's first critical_reviewer call has nothing to review and
+    # becomes a standard_reasoner call)
+    calls = simulated_calls(pool, "GPQA", 30000, 2, tools=["critical_reviewer"], seed=5)
+    answered = calls["answer"][0::2] >= 0
+    assert (calls["tool"][0::2] == SR).all() and (calls["tool"][1::2] == np.where(answered, CR, SR)).all()
+    assert (calls["target"][1::2] == np.where(answered, 0, -1)).all() and answered.mean() > 0.9
+    ok = (calls["status"] == Status.OK) & (calls["target"] == 0)
     wrong = ok & (calls["reviewed_correct"] == 0)
     right = ok & (calls["reviewed_correct"] == 1)
     d = 1  # science
@@ -68,7 +73,7 @@ def test_reviewer_sensitivity_and_specificity():
 
 
 def test_same_model_errors_agree_more_than_cross_model_errors():
-    calls = simulate_calls("paramanager", "AIME25", 20000, 2, tools=["standard_reasoner"], models=[0, 1], seed=7)
+    calls = simulated_calls("paramanager", "AIME25", 20000, 2, tools=["standard_reasoner"], models=[0, 1], seed=7)
     ans = calls["answer"].reshape(-1, 2)
     mod = calls["model"].reshape(-1, 2)
     both_wrong = (ans > 0).all(1)
@@ -80,16 +85,19 @@ def test_same_model_errors_agree_more_than_cross_model_errors():
 
 
 def test_anchoring_copies_the_carried_answer_and_context_costs_skill():
-    calls = simulate_calls("paramanager_mono", "AIME25", 20000, 2, tools=["standard_reasoner"], carry_prob=1.0,
+    calls = simulated_calls("paramanager_mono", "AIME25", 20000, 2, tools=["standard_reasoner"], carry_prob=1.0,
                            max_context=1.0, seed=8)
     wrong_carry = calls["carried_answer"] > 0
     copied = (calls["answer"][wrong_carry] == calls["carried_answer"][wrong_carry]).mean()
     assert copied > load_pool("paramanager_mono").rho[0]  # copies plus same-model wrong agreements
-    fresh = simulate_calls("paramanager_mono", "AIME25", 20000, 2, tools=["standard_reasoner"], seed=8)
-    long = simulate_calls("paramanager_mono", "AIME25", 20000, 2, tools=["standard_reasoner"], carry_prob=1.0,
-                          max_context=60000.0, seed=8)
-    not_right_carry = long["carried_answer"] != 0
-    assert (long["correct"][not_right_carry] == 1).mean() < (fresh["correct"] == 1).mean() - 0.03
+    # calls that carry the task's first answer (right or wrong), with a context of up to 1 and up to 60,000 tokens:
+    # the carried answers follow the same law, so only the context penalty differs
+    short, long = (simulated_calls("paramanager_mono", "AIME25", 60000, 2, tools=["standard_reasoner"], carry_prob=1.0,
+                                   max_context=ctx, seed=9) for ctx in (1.0, 60000.0))
+    for carried in ("right", "wrong"):
+        right = [(c["correct"][c["carried_answer"] == 0 if carried == "right" else c["carried_answer"] > 0] == 1)
+                 .mean() for c in (short, long)]
+        assert right[1] < right[0] - 0.01, (carried, right)
 
 
 def _actions(sim: Simulator, calls: list[tuple[int, int, int]], stop: int = 0) -> np.ndarray:

@@ -1,12 +1,13 @@
 """docs/simulator.md's simulated figures agree with a fresh simulation of the shipped pools.
 
-``scripts/simulator_stats.py`` writes the page's marked section from ``parasim.sim.simulate_calls``. Here a smaller
-sample with another seed is simulated and every ``value ± se`` on the page must lie within the script's tolerance
-(``Z_TOLERANCE`` joint standard errors, plus rounding) of the fresh figure, while every other cell of every table
-(targets, formulas, chance levels, published figures, names) must be equal. A pool or simulator change that moves a
-figure fails here until the page is regenerated: ``python scripts/simulator_stats.py --update docs/simulator.md``.
-The targeted statistics (direct-call accuracy, cross-model wrong-answer agreement, the per-query oracle gain) must
-also lie within their stated tolerances of their targets, on the page and in the fresh simulation.
+``scripts/simulator_stats.py`` writes the page's marked section from
+``parasim.calibration.simulate.simulated_calls``. Here a smaller sample with another seed is simulated and every
+``value ± se`` on the page must lie within the script's tolerance (``Z_TOLERANCE`` joint standard errors, plus
+rounding) of the fresh figure, while every other cell of every table (targets, formulas, chance levels, published
+figures, names) must be equal. A pool or simulator change that moves a figure fails here until the page is
+regenerated: ``python scripts/simulator_stats.py --update docs/simulator.md``. The targeted statistics (direct-call
+accuracy, cross-model wrong-answer agreement, the per-query oracle gain) must also lie within their stated
+tolerances of their targets, on the page and in the fresh simulation.
 """
 from __future__ import annotations
 

@@ -1,8 +1,10 @@
-"""Simulated call logs in the calibration schema: data with known parameters for ``parasim calibrate``.
+"""Simulated single calls with the env's own per-call model: columns for statistics, records for call logs.
 
 The calls come from the simulator's own per-call model (``parasim.sim.kernel.sample_call``), so a fit that
 recovers the pool from them tests the likelihood against the code that runs the environments, not
-against a second copy of the model. By default the task difficulty is left out, as in a real log.
+against a second copy of the model, and docs/simulator.md's tool-level tables (scripts/simulator_stats.py)
+describe the same calls. ``simulated_calls`` returns them as columns, ``simulated_records`` as call-log records
+in the calibration schema (by default without the task difficulty, as in a real log).
 """
 from __future__ import annotations
 
@@ -13,22 +15,28 @@ from typing import Any
 import numpy as np
 from numba import njit
 
+from parasim.env_options import check_int
 from parasim.pools import PoolSpec, load_pool
 from parasim.protocol.schema import Domain, Status, Tool
-from parasim.sim.kernel import OUT_ANSWER, OUT_FLAG, draw_task, sample_call, task_effects
+from parasim.sim.kernel import OUT_ANSWER, OUT_FLAG, TARGET_CARRY, TARGET_VERIFY, draw_task, sample_call, task_effects
 from parasim.sim.rng import seed_state, uniform
-from parasim.sim.tables import MM_REPLICAS, R_QTOK, build_tables
-from parasim.tasks import BENCHMARKS, NUM_ANSWERS, load_suite
+from parasim.sim.tables import B_REVIEWER, MM_REPLICAS, R_QTOK, TT_AGENT, TT_BEHAVIOUR, build_tables
+from parasim.tasks import BENCHMARKS, NUM_ANSWERS, TaskSuite, load_suite
 
-_CR, _SR_TOOL, _FIRST_BASIC = int(Tool.CRITICAL_REVIEWER), int(Tool.STANDARD_REASONER), int(Tool.PYTHON)
+_SR_TOOL = int(Tool.STANDARD_REASONER)
+_INT_FIELDS = ("task", "benchmark", "domain", "options", "call_index", "tool", "model", "status", "correct", "answer",
+               "flagged", "target", "carried_answer", "reviewed_correct")
+_FLOAT_FIELDS = ("difficulty", "context_tokens", "tokens_in", "tokens_out", "latency_s", "usd", "cost_units")
+CALL_FIELDS = _INT_FIELDS + _FLOAT_FIELDS  # the columns of ``simulated_calls``
 
 
 @njit(cache=True)
-def _simulate(n_tasks, per_task, per_round, tools, models, carry_prob, max_context, rng, ints, floats, skill, bonus,
-              tok_mu, tm, tt, mmt, md, proto, row_i, row_f, row_cdf, row_dcdf):  # pragma: no cover - compiled
+def _simulate(n_tasks, per_task, per_round, tools, models, carry_prob, max_context, fixed_load, rng, ints, floats,
+              skill, bonus, tok_mu, tm, tt, mmt, md, proto, row_i, row_f, row_cdf, row_dcdf):  # pragma: no cover
     """Tasks of ``per_task`` calls in rounds of ``per_round`` (each round's tools and models drawn before its calls,
-    whose server load counts the round's calls to their model); a carrying call or a review targets a random earlier
-    answer of its task."""
+    whose server load counts the round's calls to their model, or is ``fixed_load`` when positive); a carrying call
+    or a review targets a random earlier answer of its task. Writes one row of ``ints`` / ``floats`` per call, in the
+    order of ``_INT_FIELDS`` / ``_FLOAT_FIELDS``."""
     nm1 = skill.shape[0]
     pref = np.empty(nm1, np.int64)
     effect = np.empty(nm1)
@@ -44,18 +52,22 @@ def _simulate(n_tasks, per_task, per_round, tools, models, carry_prob, max_conte
             if j % per_round == 0:
                 for r in range(min(per_round, per_task - j)):
                     round_tool[r] = tools[int(uniform(rng, 0) * len(tools))]
-                    round_mm[r] = models[int(uniform(rng, 0) * len(models))] if round_tool[r] < _FIRST_BASIC \
+                    round_mm[r] = models[int(uniform(rng, 0) * len(models))] if tt[TT_AGENT, round_tool[r]] != 0 \
                         else nm1 - 1
             tool, mm = round_tool[j % per_round], round_mm[j % per_round]
-            same = 0
-            for r in range(min(per_round, per_task - j + j % per_round)):
-                same += round_mm[r] == mm
-            load = math.ceil(same / mmt[MM_REPLICAS, mm])
+            if fixed_load > 0:
+                load = fixed_load
+            else:
+                same = 0
+                for r in range(min(per_round, per_task - j + j % per_round)):
+                    same += round_mm[r] == mm
+                load = float(math.ceil(same / mmt[MM_REPLICAS, mm]))
+            reviewer = tt[TT_BEHAVIOUR, tool] == B_REVIEWER
             n_prev = 0
             for i in range(j):
                 n_prev += answers[i] >= 0
             source = -1
-            if n_prev > 0 and (tool == _CR or uniform(rng, 0) < carry_prob):
+            if n_prev > 0 and (reviewer or uniform(rng, 0) < carry_prob):
                 pick = int(uniform(rng, 0) * n_prev)
                 for i in range(j):
                     if answers[i] >= 0:
@@ -63,46 +75,50 @@ def _simulate(n_tasks, per_task, per_round, tools, models, carry_prob, max_conte
                             source = i
                             break
                         pick -= 1
-            if tool == _CR and source < 0:
-                tool = _SR_TOOL  # nothing to review yet: the call becomes a fresh standard_reasoner call
-            target = 0 if source < 0 else (2 if tool == _CR else 1)
+            if reviewer and source < 0:
+                tool, reviewer = _SR_TOOL, False  # nothing to review yet: a fresh standard_reasoner call
+            target = 0 if source < 0 else (TARGET_VERIFY if reviewer else TARGET_CARRY)
             lead = answers[source] if source >= 0 else -1
             ctx = uniform(rng, 0) * max_context if source >= 0 else 0.0
             status, kind, answer, tok_in, tok_out, lat, usd, cost = sample_call(
                 rng, 0, tool, mm, target, lead, ctx, False, row, bench, dom, nans, z, row_f[row, R_QTOK], pref[mm],
                 effect[mm], scratch, skill, bonus, tok_mu, tm, tt, mmt, md, proto, row_dcdf, load)
             answers[j] = answer if kind == OUT_ANSWER else -1
-            ints[c, 0], ints[c, 1], ints[c, 2], ints[c, 3] = task, bench, dom, j
-            ints[c, 4], ints[c, 5], ints[c, 6] = tool, mm, status
-            ints[c, 7] = (1 if answer == 0 else 0) if kind == OUT_ANSWER else -1
-            ints[c, 8] = answers[j]
-            ints[c, 9] = -1 if tool != _CR or status != 0 else (1 if kind == OUT_FLAG else 0)
-            ints[c, 10] = source
+            ints[c, 0], ints[c, 1], ints[c, 2], ints[c, 3] = task, bench, dom, nans if nans != NUM_ANSWERS else 0
+            ints[c, 4], ints[c, 5], ints[c, 6], ints[c, 7] = j, tool, mm, status
+            ints[c, 8] = (1 if answer == 0 else 0) if kind == OUT_ANSWER else -1
+            ints[c, 9] = answers[j]
+            ints[c, 10] = -1 if not reviewer or status != 0 else (1 if kind == OUT_FLAG else 0)
+            ints[c, 11] = source
+            ints[c, 12] = lead if target == TARGET_CARRY else -1
+            ints[c, 13] = (1 if lead == 0 else 0) if reviewer else -1
             floats[c, 0], floats[c, 1], floats[c, 2], floats[c, 3] = z, ctx, tok_in, tok_out
             floats[c, 4], floats[c, 5], floats[c, 6] = lat, usd, cost
             c += 1
 
 
-def simulated_records(pool: str | PoolSpec = "paramanager", suite: Any = "paramanager", calls: int = 50_000, *,
-                      calls_per_task: int = 8, calls_per_round: int = 1, carry_prob: float = 0.3,
-                      max_context: float = 16_000.0,
-                      tools: Sequence[int | str] | None = None, with_difficulty: bool = False,
-                      seed: int = 0) -> list[dict[str, Any]]:
-    """``calls`` simulated call records (whole tasks of ``calls_per_task`` calls, cut to ``calls``).
+def simulated_calls(pool: str | PoolSpec = "paramanager", suite: str | TaskSuite = "paramanager", n_tasks: int = 1000,
+                    calls_per_task: int = 8, *, calls_per_round: int = 1, tools: Sequence[int | str] | None = None,
+                    models: Sequence[int] | None = None, carry_prob: float = 0.0, max_context: float = 16_000.0,
+                    load: int | None = None, seed: int = 0) -> dict[str, np.ndarray]:
+    """``n_tasks * calls_per_task`` simulated calls as columns named by ``CALL_FIELDS`` (one entry per call, the
+    calls of a task consecutive: they share its difficulty and preferred wrong answers, as the random-effect
+    likelihood assumes).
 
-    Tools and pool models are drawn uniformly (python and search are the manager's); with probability
-    ``carry_prob`` a call carries a random earlier answer of its task (logged as ``target``) with a
-    context of up to ``max_context`` tokens, so anchoring (rho) and the long-context penalty (lambda) are
-    identifiable; a critical_reviewer call reviews such an answer. The carried answer is itself a logged
-    call, so the log's likelihood is exact (an unlogged carried answer would be evidence about the task's
-    difficulty that the fit never sees). Calls run in rounds of ``calls_per_round`` (logged as ``round``): a
-    round's calls to one model share its servers (``parasim.sim.sim_source.server_load``), so a self-hosted model's
-    concurrency slope is identifiable.
+    Tools are drawn uniformly from ``tools`` (callable tools; all by default) and the agent tools' models from
+    ``models`` (pool rows; all by default); ``model`` is the manager's row M for python and search. With probability
+    ``carry_prob`` a call carries a random earlier answer of its task (``target``: that call's ``call_index``;
+    ``carried_answer``: its answer) with a context of up to ``max_context`` tokens; a critical_reviewer call reviews
+    one (``reviewed_correct``: whether it was the gold answer; ``flagged``: the review's verdict when OK) and is a
+    fresh standard_reasoner call when its task has no answer yet. Calls run in rounds of ``calls_per_round``: a
+    call's server load counts its round's calls to its model over the model's replicas
+    (``parasim.sim.sim_source.server_load``), unless ``load`` fixes it for every call. ``correct`` / ``answer`` are
+    -1 unless an OK call returned an answer (``answer`` 0 is gold); ``options`` is 0 for free-form tasks.
     """
-    if calls < 1 or calls_per_task < 1:
-        raise ValueError(f"calls and calls_per_task: expected positive integers, got {calls}, {calls_per_task}")
-    if calls_per_round < 1:
-        raise ValueError(f"calls_per_round: expected a positive integer, got {calls_per_round}")
+    n_tasks = check_int("n_tasks", n_tasks, 1, 2**31 - 1)
+    per_task = check_int("calls_per_task", calls_per_task, 1, 2**31 - 1)
+    per_round = check_int("calls_per_round", calls_per_round, 1, 2**31 - 1)
+    fixed_load = 0.0 if load is None else float(check_int("load", load, 1, 1024))
     if not 0.0 <= carry_prob <= 1.0:
         raise ValueError(f"carry_prob: expected a number in [0, 1], got {carry_prob!r}")
     spec, task_suite = load_pool(pool), load_suite(suite)
@@ -110,28 +126,56 @@ def simulated_records(pool: str | PoolSpec = "paramanager", suite: Any = "parama
                          (tools if tools is not None else range(int(Tool.FINAL_ANSWER)))], np.int64)
     if len(tool_ids) == 0 or (tool_ids == Tool.FINAL_ANSWER).any():
         raise ValueError("tools: expected callable tools (final_answer is not a call)")
-    n_tasks = math.ceil(calls / calls_per_task)
-    n = n_tasks * calls_per_task
-    ints, floats = np.zeros((n, 11), np.int64), np.zeros((n, 7))
+    model_ids = np.arange(spec.num_models) if models is None else np.asarray(models, np.int64)
+    if len(model_ids) == 0 or model_ids.min() < 0 or model_ids.max() >= spec.num_models:
+        raise ValueError(f"models: expected pool model indices in [0, {spec.num_models}), got {list(model_ids)}")
+    n = n_tasks * per_task
+    ints, floats = np.zeros((n, len(_INT_FIELDS)), np.int64), np.zeros((n, len(_FLOAT_FIELDS)))
     t = build_tables(spec, task_suite)
-    _simulate(n_tasks, int(calls_per_task), int(calls_per_round), tool_ids, np.arange(spec.num_models),
-              float(carry_prob), float(max_context), np.array([seed_state(seed)], np.uint64), ints, floats, t.skill,
-              t.bonus, t.tok_mu, t.tm, t.tt, t.mm, t.md, t.proto, t.row_i, t.row_f, t.row_cdf, t.row_dcdf)
+    _simulate(n_tasks, per_task, per_round, tool_ids, model_ids, float(carry_prob), float(max_context), fixed_load,
+              np.array([seed_state(seed)], np.uint64), ints, floats, t.skill, t.bonus, t.tok_mu, t.tm, t.tt, t.mm,
+              t.md, t.proto, t.row_i, t.row_f, t.row_cdf, t.row_dcdf)
+    return {**{k: np.ascontiguousarray(ints[:, i]) for i, k in enumerate(_INT_FIELDS)},
+            **{k: np.ascontiguousarray(floats[:, i]) for i, k in enumerate(_FLOAT_FIELDS)}}
+
+
+def simulated_records(pool: str | PoolSpec = "paramanager", suite: Any = "paramanager", calls: int = 50_000, *,
+                      calls_per_task: int = 8, calls_per_round: int = 1, carry_prob: float = 0.3,
+                      max_context: float = 16_000.0,
+                      tools: Sequence[int | str] | None = None, with_difficulty: bool = False,
+                      seed: int = 0) -> list[dict[str, Any]]:
+    """``calls`` simulated call records (whole tasks of ``calls_per_task`` calls of ``simulated_calls``, cut to
+    ``calls``), every pool model callable.
+
+    The carried answer (logged as ``target``) is itself a logged call, so the log's likelihood is exact (an unlogged
+    carried answer would be evidence about the task's difficulty that the fit never sees), and carrying makes
+    anchoring (rho) and the long-context penalty (lambda) identifiable. Calls run in rounds of ``calls_per_round``
+    (logged as ``round``) whose calls to one model share its servers, so a self-hosted model's concurrency slope is
+    identifiable.
+    """
+    if calls < 1 or calls_per_task < 1:
+        raise ValueError(f"calls and calls_per_task: expected positive integers, got {calls}, {calls_per_task}")
+    spec = load_pool(pool)
+    cols = simulated_calls(spec, suite, math.ceil(calls / calls_per_task), calls_per_task,
+                           calls_per_round=calls_per_round, tools=tools, carry_prob=carry_prob,
+                           max_context=max_context, seed=seed)
     records = []
-    for i in range(min(n, calls)):
-        task, bench, dom, index, tool, model, status, correct, answer, flagged, source = (int(x) for x in ints[i])
-        z, ctx, tok_in, tok_out, lat, usd, cost = (float(x) for x in floats[i])
+    for i in range(calls):
+        task, index, correct, answer, flagged = (int(cols[k][i]) for k in ("task", "call_index", "correct", "answer",
+                                                                            "flagged"))
         rec: dict[str, Any] = {
-            "task_id": f"sim{seed}-{task}", "benchmark": BENCHMARKS[bench].name,
-            "domain": Domain(dom).name.lower(), "tool": Tool(tool).wire_name, "model": spec.model_names[model],
-            "status": Status(status).name, "correct": None if correct < 0 else bool(correct),
-            "flagged": None if flagged < 0 else bool(flagged), "answer": None if answer < 0 else answer,
-            "context_tokens": round(ctx), "tokens_in": round(tok_in), "tokens_out": round(tok_out),
-            "latency_s": round(lat, 6), "cost_units": cost, "usd": usd,
-            "episode": task, "call_index": index, "round": index // calls_per_round, "target": source,
+            "task_id": f"sim{seed}-{task}", "benchmark": BENCHMARKS[int(cols["benchmark"][i])].name,
+            "domain": Domain(int(cols["domain"][i])).name.lower(), "tool": Tool(int(cols["tool"][i])).wire_name,
+            "model": spec.model_names[int(cols["model"][i])], "status": Status(int(cols["status"][i])).name,
+            "correct": None if correct < 0 else bool(correct), "flagged": None if flagged < 0 else bool(flagged),
+            "answer": None if answer < 0 else answer, "context_tokens": round(float(cols["context_tokens"][i])),
+            "tokens_in": round(float(cols["tokens_in"][i])), "tokens_out": round(float(cols["tokens_out"][i])),
+            "latency_s": round(float(cols["latency_s"][i]), 6), "cost_units": float(cols["cost_units"][i]),
+            "usd": float(cols["usd"][i]), "episode": task, "call_index": index, "round": index // calls_per_round,
+            "target": int(cols["target"][i]),
         }
         if with_difficulty:
-            rec["difficulty"] = round(z, 6)
+            rec["difficulty"] = round(float(cols["difficulty"][i]), 6)
         records.append(rec)
     return records
 

@@ -3,7 +3,8 @@
 ``Simulator`` owns the preallocated arrays of N lanes and calls the compiled kernels; both
 ``ParaOrch-v0`` (N = 1) and its vector env (N lanes) run on it, which is why a single env seeded
 with ``s + i`` and lane ``i`` of a vector env seeded with ``s`` produce identical trajectories.
-``simulate_calls`` samples single calls with the same per-call model, for calibration logs.
+Single calls with the same per-call model, for calibration logs and statistics, come from
+``parasim.calibration.simulate.simulated_calls``.
 """
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ from parasim.env_options import check_episode_options, check_int
 from parasim.harness import with_harness
 from parasim.pools import PoolSpec, load_pool
 from parasim.protocol.schema import Status
-from parasim.sim.calls import simulate_calls
 from parasim.sim.gather import trajectory_fields
 from parasim.sim.kernel import (
     C_ANSWER,
@@ -67,7 +67,7 @@ from parasim.tasks import TaskSuite, load_suite
 PARALLEL_MIN_LANES = 1024
 
 __all__ = ["NUM_TARGETS", "TARGET_CARRY", "TARGET_QUESTION", "TARGET_VERIFY", "ObsBuffers", "SimState", "SimTables",
-           "Simulator", "action_nvec", "build_tables", "simulate_calls"]
+           "Simulator", "action_nvec", "build_tables"]
 
 
 class Simulator:
