@@ -76,7 +76,7 @@ probabilities the engine draws tasks with by itself (uniform over a real engine'
 Info: on reset ``task`` (the TaskView), ``messages`` and ``task_index`` / ``benchmark``; on the terminal step
 ``reward_components``, ``trajectory``, ``answer``, ``correct``, ``final_answer_text``, ``messages``, and
 ``task_index`` / ``benchmark`` as ParaOrch-v0 names them (the task played and its index in
-``parasim.tasks.BENCHMARKS``; for real engines see ``real_source.real_task_info``).
+``parasim.tasks.BENCHMARKS``; for real engines see ``EpisodeEngineBase.task_info``).
 
 ``end_episode()`` ends a running episode at once as one that never answered, for a trainer whose token limit cut
 the manager off: the termination model answers from the evidence so far, no round or format violation is added,
@@ -90,7 +90,9 @@ is named does not change the simulated outcome; a ``context_from`` with no such 
 the fresh question. Answers appear as labels under a per-episode random permutation. In simulation the
 final answer is the termination model's vote, as in ParaOrch-v0; the manager's ``final_answer`` text is
 returned in ``info["final_answer_text"]``. ``tools="real"`` needs ``engine=`` (for example
-``parasim.real.engine.RealEpisodeEngine``), which then also answers and verifies.
+``parasim.real.engine.RealEpisodeEngine``), which then also answers and verifies: any object with every member of
+``parasim.protocol.engine.EpisodeEngine`` (``EpisodeEngineBase`` has the optional ones), else a TypeError naming
+the member it lacks.
 """
 from __future__ import annotations
 
@@ -107,7 +109,7 @@ from gymnasium import spaces
 
 from parasim.env_options import check_episode_options
 from parasim.envs.paraorch import resolve_reward
-from parasim.protocol.engine import EpisodeEngine, TaskView
+from parasim.protocol.engine import EpisodeEngine, TaskView, check_engine
 from parasim.protocol.parser import ParsedRound, parse_tool_calls
 from parasim.protocol.schema import (
     MAX_PARALLEL,
@@ -275,13 +277,11 @@ def describe_models(pool: Any) -> dict[str, str]:
     return out
 
 
-def engine_tool_spec(engine: Any, pool: Any) -> ToolSpec:
+def engine_tool_spec(engine: EpisodeEngine, pool: Any) -> ToolSpec:
     """The tools the manager may call, whose names the parser reads and the prompt lists: the engine's (the
     simulator engine's pool, a real engine's backend's pool), else the ``pool`` option's, else the default spec."""
-    for owner in (engine, getattr(engine, "backend", None)):
-        spec = getattr(owner, "tools", None)
-        if isinstance(spec, ToolSpec):
-            return spec
+    if engine.tools is not None:
+        return engine.tools
     from parasim.pools import load_pool
 
     try:
@@ -351,8 +351,8 @@ class ParaOrchTextEnv(gym.Env[str, str]):
                     "pool model, the python sandbox and the search retriever. Use tools='sim' for the simulator.")
         else:
             raise ValueError(f"tools: expected 'sim' or 'real', got {tools!r}")
-        self.engine = engine
-        self.tool_spec = engine_tool_spec(engine, pool)
+        self.engine = check_engine(engine)
+        self.tool_spec = engine_tool_spec(self.engine, pool)
         self.max_rounds, self.max_parallel = int(max_rounds), int(max_parallel)
         self.reward_config = resolve_reward(reward)
         self.render_mode = render_mode
@@ -410,35 +410,22 @@ class ParaOrchTextEnv(gym.Env[str, str]):
     @property
     def num_tasks(self) -> int | None:
         """The engine's number of tasks (valid ``task_index`` values are ``0 .. num_tasks - 1``); None when the
-        engine has neither ``num_tasks`` nor a task list."""
-        n = getattr(self.engine, "num_tasks", None)
-        if n is None and getattr(self.engine, "tasks", None) is not None:
-            n = len(self.engine.tasks)
-        return None if n is None else int(n)
+        engine has no task list (its ``num_tasks`` is 0)."""
+        return int(self.engine.num_tasks) or None
 
     def task_weights(self) -> np.ndarray:
         """Each task index's probability when the engine draws tasks itself (float64[num_tasks]): the simulator's
-        suite weights, uniform over a real engine's task list."""
-        weights = getattr(self.engine, "task_weights", None)
-        if weights is not None:
-            return np.asarray(weights(), np.float64)
-        if self.num_tasks is None:
-            raise ValueError("task_weights: the engine has no task list (no num_tasks / tasks attribute)")
-        return np.full(self.num_tasks, 1.0 / self.num_tasks)
+        suite weights, uniform over a real engine's task list (a ValueError for an engine without one)."""
+        return np.asarray(self.engine.task_weights(), np.float64)
 
     def _task_info(self) -> dict[str, int]:
         """``task_index`` and ``benchmark`` of the episode (the simulator's own, else from the real task)."""
-        own = getattr(self.engine, "task_info", None)
-        if own is not None:
-            return dict(own())
-        from parasim.envs.real_source import real_task_info
-
-        return real_task_info(self.engine, self._task)
+        return dict(self.engine.task_info(self._task))
 
     def _build_prompt(self) -> None:
         """System prompt from the engine's model ids (a real-tools engine may know them only after reset); with a
         chat template the tool list goes to ``self.tools`` instead, for the template to render."""
-        self.model_names = tuple(getattr(self.engine, "model_names", ()))
+        self.model_names = tuple(self.engine.model_names)
         models = {m: self._descriptions.get(m, "") for m in self.model_names}
         self.system_prompt = render_system_prompt(models, max_parallel=self.max_parallel, max_rounds=self.max_rounds,
                                                   tools=self.tool_spec) if models else ""
@@ -637,7 +624,7 @@ class ParaOrchTextEnv(gym.Env[str, str]):
         outcome = _finish(self.engine, final_text)
         traj = dict(outcome.trajectory)
         traj["format_violations"] = self._violations
-        if not getattr(self.engine, "counts_manager_tokens", False):
+        if not self.engine.counts_manager_tokens:
             traj["tokens"] = float(traj.get("tokens", 0.0)) + self._manager_chars / 4.0
         if cut:  # the engine's finish() stops the episode as a final answer would; this one never answered
             traj["ended_with_final"] = 0

@@ -36,8 +36,8 @@ import numpy as np
 from parasim.envs.real_evidence import AnswerIds, answer_kind, real_params, task_row
 from parasim.envs.render import CallRecord, RoundRecord, model_label
 from parasim.pools import load_pool
-from parasim.protocol.engine import TaskView
-from parasim.protocol.schema import CallResult, Domain, Status, ToolCall
+from parasim.protocol.engine import EpisodeEngine, TaskView, check_engine
+from parasim.protocol.schema import CallResult, Status, ToolCall
 from parasim.real import prompts
 from parasim.sim import TARGET_CARRY, TARGET_QUESTION, TARGET_VERIFY
 from parasim.sim.kernel import (
@@ -63,28 +63,12 @@ from parasim.sim.rules import PENDING
 from parasim.sim.state import action_nvec, action_slot, allocate_lanes, allocate_obs
 from parasim.sim.step import apply_one, begin_one, end_one, plan_one
 from parasim.sim.tables import E_MAX_ROUNDS, E_SERIAL, E_SLOTS, E_TOKEN_BUDGET, NUM_ENV_PARAMS, build_tables
-from parasim.tasks import BENCHMARK_INDEX, GENERIC, load_suite
+from parasim.tasks import load_suite
 from parasim.tool_spec import ToolDef, ToolSpec
 
 # reset options: a task (or its dict) to play, or an index into the engine's list; ``task_seed`` is taken for parity
 # with the simulated env (GRPO groups pass it), and a real task has no hidden draws for it to key
 REAL_RESET_OPTIONS = ("task", "task_index", "task_seed")
-
-
-def real_task_info(engine: Any, view: TaskView) -> dict[str, int]:
-    """``task_index`` and ``benchmark`` of a real-tools engine's current task, named as the simulated env's terminal
-    info names them, so trainers read both envs alike: the index of ``engine.task`` in ``engine.tasks`` (-1 when
-    the engine has no task list or the task is not in it) and the benchmark's index in ``parasim.tasks.BENCHMARKS``
-    (the task's ``benchmark`` name; the generic benchmark of the view's domain for engines whose tasks carry none).
-    """
-    task = getattr(engine, "task", None)
-    tasks = list(getattr(engine, "tasks", None) or ())
-    index = next((i for i, t in enumerate(tasks) if t is task), -1)
-    if index < 0 and task is not None and task in tasks:  # an equal task passed by value
-        index = tasks.index(task)
-    name = getattr(task, "benchmark", None)
-    benchmark = BENCHMARK_INDEX[name] if name in BENCHMARK_INDEX else GENERIC[Domain(view.domain)]
-    return {"task_index": index, "benchmark": benchmark}
 
 
 def call_answer(call: ToolCall, res: CallResult, spec: ToolSpec) -> str | None:
@@ -124,9 +108,9 @@ class RealSource:
     nondeterministic = True
     reset_options = REAL_RESET_OPTIONS
 
-    def __init__(self, engine: Any, *, pool: Any, suite: Any, max_rounds: int, max_parallel: int, serial: bool,
-                 token_budget: float | None) -> None:
-        self.engine = engine
+    def __init__(self, engine: EpisodeEngine, *, pool: Any, suite: Any, max_rounds: int, max_parallel: int,
+                 serial: bool, token_budget: float | None) -> None:
+        self.engine = engine = check_engine(engine)
         self.model_names: tuple[str, ...] = tuple(engine.model_names)
         if not self.model_names:
             raise ValueError("engine: its model_names is empty; the action's model dimension needs at least one")
@@ -153,20 +137,16 @@ class RealSource:
     @property
     def num_tasks(self) -> int:
         """Tasks in the engine's list: the valid ``task_index`` values are ``0 .. num_tasks - 1``."""
-        return len(getattr(self.engine, "tasks", None) or ())
+        return int(self.engine.num_tasks)
 
     def task_weights(self) -> np.ndarray:
-        """Uniform over the engine's task list (float64), the engine's own draw."""
-        n = self.num_tasks
-        if n == 0:
-            raise ValueError("task_weights: the engine has no task list (pass tasks, or reset with options['task'])")
-        return np.full(n, 1.0 / n)
+        """The engine's own draw (float64[num_tasks]; uniform over a ``RealEpisodeEngine``'s task list)."""
+        return np.asarray(self.engine.task_weights(), np.float64)
 
     def reset(self, seed: int | None, options: dict[str, Any]) -> dict[str, Any]:
         self.task = view = self.engine.reset(seed=seed, options=options)
-        real_task = getattr(self.engine, "task", None)
-        self.rows = task_row(view, real_task_info(self.engine, view)["benchmark"],
-                             getattr(real_task, "difficulty", None))
+        self.rows = task_row(view, self.engine.task_info(view)["benchmark"],
+                             getattr(self.engine.task, "difficulty", None))  # a task object may carry none
         self.ids = AnswerIds(answer_kind(view.domain, len(view.options)), view.options)
         self.calls, self.results, self.outcome = [], [], None
         if seed is not None:
@@ -256,8 +236,7 @@ class RealSource:
         """The engine's ``finish()`` answers and verifies; its answer's id (-1 if no call gave it) and the
         termination call's own latency and USD (what the engine counts beyond the calls) end the lane."""
         self.outcome = outcome = self.engine.finish()
-        synthesis = getattr(self.engine, "last_synthesis", None)
-        latency = float(getattr(synthesis, "latency_s", 0.0))
+        latency = float(self.engine.termination_latency_s)
         lane_usd = float(self.lanes["st_f"][0, F_USD])
         usd = max(0.0, float(outcome.trajectory.get("usd", lane_usd)) - lane_usd)
         answer = self.ids.find(outcome.answer) if outcome.answer else -1
@@ -268,7 +247,7 @@ class RealSource:
     def terminal_info(self) -> dict[str, Any]:
         assert self.task is not None
         return {"answer": self.outcome.answer, "correct": bool(self.outcome.correct),
-                **real_task_info(self.engine, self.task)}
+                **self.engine.task_info(self.task)}
 
     def answer_label(self) -> str:
         return repr(self.outcome.answer)

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from parasim.envs.paraorch import ParaOrchEnv
-from parasim.protocol.engine import EpisodeOutcome, TaskView
+from parasim.protocol.engine import EpisodeEngineBase, EpisodeOutcome, TaskView
 from parasim.protocol.schema import CallResult, Domain, Status, ToolCall
 from parasim.sim import NUM_TARGETS, TARGET_CARRY, TARGET_QUESTION, TARGET_VERIFY
 from parasim.sim.kernel import F_QTOK, F_TOKENS, I_DOMAIN, I_EPISODE, I_NANS, leading_answer
@@ -38,6 +38,7 @@ from parasim.sim.rules import (
 from parasim.sim.state import empty_action, set_action_slot
 from parasim.sim.tables import E_SLOTS, E_TOKEN_BUDGET, TT_TIMEOUT
 from parasim.tasks import BENCHMARKS, NUM_ANSWERS
+from parasim.tool_spec import ToolSpec
 
 _SAMPLED = (Status.OK, Status.EXEC_ERR, Status.TIMEOUT, Status.TRUNCATED)
 
@@ -63,7 +64,7 @@ def _labels(nans: int, rng: np.random.Generator) -> list[str]:
     return [names[j] for j in rng.permutation(nans)]
 
 
-class SimEpisodeEngine:
+class SimEpisodeEngine(EpisodeEngineBase):
     """One simulated episode at a time, over ParaOrch-v0 (same options, same seeds, same episodes)."""
 
     counts_manager_tokens = True  # the simulator already adds the manager's per-round / per-call tokens
@@ -74,9 +75,7 @@ class SimEpisodeEngine:
         self.env = ParaOrchEnv(pool=pool, suite=suite, max_rounds=max_rounds, max_parallel=max_parallel,
                                serial=serial, reward=reward, tools="sim", token_budget=token_budget, seed=seed)
         self.sim = self.env.sim
-        self.tools = self.sim.pool.tools  # the pool's tool spec: the tools the text env's parser reads
         self.model_names: tuple[str, ...] = self.env.model_names
-        self.num_tasks = self.env.num_tasks
         self.labels: list[str] = []
         self.calls_so_far = 0
         self._info: dict[str, Any] | None = None
@@ -106,8 +105,20 @@ class SimEpisodeEngine:
         return TaskView(task_id=f"{bench.name}-{episode}", question=question, domain=int(domain),
                         options=options_view)
 
-    def task_info(self) -> dict[str, int]:
-        """The episode's ``task_index`` (suite row) and ``benchmark`` (index into ``parasim.tasks.BENCHMARKS``)."""
+    @property
+    def tools(self) -> ToolSpec:
+        """The pool's tool spec: the tools the text env's parser reads."""
+        return self.sim.pool.tools
+
+    @property
+    def num_tasks(self) -> int:
+        """The suite's rows (valid ``task_index`` values are ``0 .. num_tasks - 1``)."""
+        return self.env.num_tasks
+
+    def task_info(self, view: TaskView | None = None) -> dict[str, int]:
+        """The episode's ``task_index`` (suite row) and ``benchmark`` (index into ``parasim.tasks.BENCHMARKS``): the
+        simulator's own, so ``view`` is not needed."""
+        del view
         return {k: int(v[0]) for k, v in self.sim.tasks([0]).items()}
 
     def task_weights(self) -> np.ndarray:

@@ -28,8 +28,8 @@ from test_real_backend import (
 import parasim  # noqa: F401  (registers the envs)
 from parasim import TrajectoryBatch, compute_rewards
 from parasim.envs.real_evidence import AnswerIds, answer_kind, real_params
-from parasim.envs.real_source import real_task_info
 from parasim.pools import load_pool
+from parasim.protocol.engine import EpisodeEngineBase
 from parasim.protocol.schema import NUM_STATUSES, Domain, Status, Tool
 from parasim.real.backend import RealToolBackend
 from parasim.real.engine import RealEpisodeEngine
@@ -106,19 +106,19 @@ def test_episode_end_to_end_calls_candidates_budgets_reward(backend):
         env.step(_act(stop=1))
 
 
-def test_real_task_info_names_the_task_list_index_and_the_benchmark_index():
+def test_default_task_info_names_the_task_list_index_and_the_benchmark_index():
     """As the simulated env's terminal info: the task's index in the engine's list (-1 for a task from outside
     it), its catalogue benchmark's index, and the domain's generic benchmark for tasks that carry none."""
     tasks = [_task(id="a"), _task(id="b", benchmark="AIME24", question="x?"), _task(id="c", domain="knowledge")]
-    engine = SimpleNamespace(tasks=tasks, task=tasks[1])
-    assert real_task_info(engine, tasks[1].view()) == {"task_index": 1, "benchmark": BENCHMARK_INDEX["AIME24"]}
+    engine = EpisodeEngineBase()
+    engine.tasks, engine.task = tasks, tasks[1]
+    assert engine.task_info(tasks[1].view()) == {"task_index": 1, "benchmark": BENCHMARK_INDEX["AIME24"]}
     engine.task = _task(id="c", domain="knowledge")  # equal by value to tasks[2]
-    assert real_task_info(engine, engine.task.view())["task_index"] == 2
+    assert engine.task_info(engine.task.view())["task_index"] == 2
     engine.task = _task(id="outside", domain="science")
-    assert real_task_info(engine, engine.task.view()) == {"task_index": -1,
-                                                          "benchmark": BENCHMARK_INDEX["generic_science"]}
+    assert engine.task_info(engine.task.view()) == {"task_index": -1, "benchmark": BENCHMARK_INDEX["generic_science"]}
     view = SimpleNamespace(domain=int(Domain.CODE))  # an engine without tasks or a task object
-    assert real_task_info(SimpleNamespace(), view) == {"task_index": -1, "benchmark": BENCHMARK_INDEX["generic_code"]}
+    assert EpisodeEngineBase().task_info(view) == {"task_index": -1, "benchmark": BENCHMARK_INDEX["generic_code"]}
 
 
 def test_protocol_errors_get_the_simulator_statuses_without_a_call(backend, server):

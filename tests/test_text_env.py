@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import parasim  # noqa: F401  (registers the envs)
 from parasim.envs.paraorch_text import ParaOrchTextEnv, to_charset
-from parasim.protocol.engine import EpisodeOutcome, TaskView
+from parasim.protocol.engine import EpisodeEngineBase, EpisodeOutcome, TaskView
 from parasim.protocol.schema import MAX_PARALLEL, CallResult, Status, Tool, ToolCall
 from parasim.tasks import BENCHMARK_INDEX
 
@@ -204,7 +204,7 @@ def test_any_text_never_crashes(turns: list[str]) -> None:
             break
 
 
-class _FakeEngine:
+class _FakeEngine(EpisodeEngineBase):
     """A minimal real-tools engine: every call answers "7"; shows the env adds violations and manager tokens."""
 
     model_names = ("m1",)
@@ -232,6 +232,11 @@ def test_real_tools_need_an_engine() -> None:
         gym.make("ParaOrchText-v0", tools="real")
     with pytest.raises(ValueError, match="tools"):
         ParaOrchTextEnv(tools="cloud")
+    with pytest.raises(TypeError, match="engine: object has no method 'reset'; an EpisodeEngine needs"):
+        ParaOrchTextEnv(tools="real", engine=object())
+    with pytest.raises(TypeError, match="engine: NoModels has no attribute 'model_names'"):
+        gym.make("ParaOrch-v0", tools="real", engine=type("NoModels", (EpisodeEngineBase,), {
+            "reset": _FakeEngine.reset, "run_round": _FakeEngine.run_round, "finish": _FakeEngine.finish})())
     env = ParaOrchTextEnv(tools="real", engine=_FakeEngine())
     obs, _ = env.reset()
     assert "What is 3 + 4?" in obs and "m1" in obs

@@ -12,7 +12,7 @@ from gymnasium.utils.env_checker import check_env
 
 import parasim  # noqa: F401  (registers the envs)
 from parasim.envs.paraorch_text import MAX_ERRORS_SHOWN, ParaOrchTextEnv, render_chatml
-from parasim.protocol.engine import EpisodeOutcome, TaskView
+from parasim.protocol.engine import EpisodeEngineBase, EpisodeOutcome, TaskView
 from parasim.protocol.schema import CallResult, Status, ToolCall
 
 # Tight limits, so that a few turns reach every cut: the smallest max_feedback_chars for this max_result_chars and
@@ -46,7 +46,7 @@ def check_bounded(env: ParaOrchTextEnv, obs: str, question: str) -> None:
             assert len(message["content"]) <= env.max_feedback_chars
 
 
-class _Engine:
+class _Engine(EpisodeEngineBase):
     """A real-tools engine whose question, model ids and call outputs the test chooses."""
 
     def __init__(self, question: str = "What is 3 + 4?", models: tuple[str, ...] = ("m1",), output: str = "7",

@@ -17,7 +17,7 @@ from tiny_lm import build_tokenizer
 
 import parasim  # noqa: F401  (registers the envs)
 from parasim.integrations import verl as pv
-from parasim.protocol.engine import EpisodeOutcome, TaskView
+from parasim.protocol.engine import EpisodeEngineBase, EpisodeOutcome, TaskView
 from parasim.protocol.schema import CallResult, Domain, Status, ToolCall
 from parasim.training.llm.rollout import reset_for_group
 
@@ -184,7 +184,7 @@ def test_agent_loop_ends_an_episode_at_the_response_length(tokenizer: Any, expor
         agent_loop(tokenizer, server, max_turn_tokens=0)
 
 
-class RealEngine:
+class RealEngine(EpisodeEngineBase):
     """A real-tools engine that records the rounds it is asked to run."""
 
     model_names = ("m1", "m2")

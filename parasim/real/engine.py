@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from parasim.batch import trajectory_record
-from parasim.protocol.engine import EpisodeOutcome, TaskView
+from parasim.protocol.engine import EpisodeEngineBase, EpisodeOutcome, TaskView
 from parasim.protocol.schema import (
     MAX_ROUNDS,
     NUM_TOOLS,
@@ -33,6 +33,7 @@ from parasim.real.backend import CallInput, RealToolBackend, approx_tokens
 from parasim.real.calllog import CallLogger
 from parasim.real.tasks import RealTask, parse_task
 from parasim.real.termination import Synthesis, TerminationModel, vote_answer
+from parasim.tool_spec import ToolSpec
 from parasim.trajectory_schema import count_tools
 
 Verifier = Callable[[str, RealTask], bool]
@@ -56,7 +57,7 @@ def _call_seed(episode_seed: int, index: int) -> int:
     return int.from_bytes(digest, "little") & 0x7FFFFFFF
 
 
-class RealEpisodeEngine:
+class RealEpisodeEngine(EpisodeEngineBase):
     """Runs episodes on real tools; failures are statuses, never exceptions."""
 
     def __init__(self, backend: RealToolBackend, tasks: Sequence[RealTask | dict[str, Any]], *,
@@ -85,6 +86,18 @@ class RealEpisodeEngine:
     def model_names(self) -> tuple[str, ...]:
         """The pool model ids the manager may name: the endpoint map's (ParaOrchText-v0 shows and parses these)."""
         return self.backend.endpoints.model_ids
+
+    @property
+    def tools(self) -> ToolSpec | None:
+        """The backend's tool spec (its pool's): the tools the text env's parser reads and the prompt lists; None for
+        a stand-in backend without one (the env's ``pool`` option then gives them)."""
+        spec = getattr(self.backend, "tools", None)
+        return spec if isinstance(spec, ToolSpec) else None
+
+    @property
+    def termination_latency_s(self) -> float:
+        """The last ``finish``'s termination call's latency (0 before any ``finish``)."""
+        return 0.0 if self.last_synthesis is None else float(self.last_synthesis.latency_s)
 
     def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> TaskView:
         """Start an episode on ``options["task"]`` (a task or its dict), ``options["task_index"]``, or a random task."""
