@@ -7,11 +7,12 @@ import math
 import numpy as np
 import pytest
 
+from parasim.calibration.simulate import simulated_calls
 from parasim.env_options import check_harness
 from parasim.harness import capped_accuracy, solve_capped_skill, truncation_share, with_harness
 from parasim.pools import PoolError, accuracy_under_cap, load_pool, parse_pool, read_pool_file
 from parasim.protocol.schema import NUM_STATUSES, PROTOCOL_FAILURES, Status, Tool
-from parasim.sim import Simulator, simulate_calls
+from parasim.sim import Simulator
 from parasim.sim.kernel import C_LAT, C_TOK_OUT, I_FMT
 from parasim.sim.tables import TM_LAT_BASE, TM_LAT_PER_TOK, TT_TIMEOUT
 
@@ -87,7 +88,7 @@ def test_harness_option_checks_and_overrides() -> None:
 
 
 def test_truncated_calls_cost_the_cap_and_return_no_answer() -> None:
-    calls = simulate_calls("paramanager", n_tasks=4000, calls_per_task=1, tools=["standard_reasoner"], models=[2])
+    calls = simulated_calls("paramanager", n_tasks=4000, calls_per_task=1, tools=["standard_reasoner"], models=[2])
     cut = calls["status"] == Status.TRUNCATED
     assert 0.05 < cut.mean() < 0.4
     assert np.all(calls["tokens_out"][cut] == 24576) and np.all(calls["correct"][cut] == -1)

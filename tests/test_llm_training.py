@@ -188,15 +188,21 @@ def test_reset_for_group_shares_the_task_through_reset_options() -> None:
 def test_reset_for_group_gives_real_engines_a_task_index() -> None:
     """Engines with a task list (RealEpisodeEngine) get an in-range int task_index drawn from the task seed."""
     from parasim.envs.paraorch_text import ParaOrchTextEnv
-    from parasim.protocol.engine import TaskView
+    from parasim.protocol.engine import EpisodeEngineBase, EpisodeOutcome, TaskView
 
-    class Engine:
+    class Engine(EpisodeEngineBase):
         model_names = ("m",)
         tasks = ["a", "b", "c", "d", "e"]
 
         def reset(self, seed: Any = None, options: Any = None) -> TaskView:
             self.seed, self.options = seed, options
             return TaskView("t", "q?", 0)
+
+        def run_round(self, calls: Any, **_: Any) -> list:
+            return []
+
+        def finish(self, manager_answer: Any = None) -> EpisodeOutcome:
+            return EpisodeOutcome("", False, {})
 
     env = ParaOrchTextEnv(pool=None, tools="real", engine=Engine())
     picks = set()

@@ -275,7 +275,7 @@ def difficulty(s, z, mu, sigma):
     return s, z
 
 
-# ---- the same model over the SimTables arrays and a stream array (calibration's simulate_calls) ----
+# ---- the same model over the SimTables arrays and a stream array (calibration's simulated_calls) ----
 
 @njit(cache=True, inline="always")
 def draw_wrong(rng, lane, mm, row, nans, pref, kappa, row_dcdf):
