@@ -6,7 +6,7 @@ and unknown reset option keys were ignored.
 """
 from __future__ import annotations
 
-from types import SimpleNamespace
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -15,7 +15,30 @@ import pytest
 import parasim  # noqa: F401  (registers the envs)
 from parasim.env_options import check_episode_options
 from parasim.envs.paraorch import ParaOrchEnv
+from parasim.protocol.engine import EpisodeEngineBase, EpisodeOutcome, TaskView
 from parasim.sim import Simulator
+
+
+class _TaskListEngine(EpisodeEngineBase):
+    """An engine with a task list and one model that is never run: what the real env's options and task API need."""
+
+    model_names = ("m",)
+
+    def __init__(self, tasks: tuple[str, ...]) -> None:
+        self._tasks = tasks
+
+    @property
+    def tasks(self) -> tuple[str, ...]:
+        return self._tasks
+
+    def reset(self, seed: Any = None, options: Any = None) -> TaskView:
+        raise AssertionError("not reached")
+
+    def run_round(self, calls: Any, **_: Any) -> list:
+        raise AssertionError("not reached")
+
+    def finish(self, manager_answer: Any = None) -> EpisodeOutcome:
+        raise AssertionError("not reached")
 
 
 @pytest.mark.parametrize(("options", "error", "words"), [
@@ -38,7 +61,7 @@ def test_bad_episode_options_are_refused_by_every_env(options, error, words):
         gym.make_vec("ParaOrch-v0", num_envs=2, vectorization_mode="vector_entry_point", **options)
     with pytest.raises(error, match=words.split(":")[0]):
         Simulator(**{"max_rounds": 12, "max_parallel": 4, "serial": False, "token_budget": None, **options})
-    engine = SimpleNamespace(model_names=("m",), tasks=[])
+    engine = _TaskListEngine(())
     with pytest.raises(error, match=words.split(":")[0]):
         ParaOrchEnv(tools="real", engine=engine, **options)
 
@@ -102,8 +125,7 @@ def test_unknown_reset_options_are_refused():
 
 def test_real_env_exposes_the_task_api_of_the_sim_env():
     """``num_tasks`` and ``task_weights()`` (trainers call both) work on the real-tools env too."""
-    engine = SimpleNamespace(model_names=("m",), tasks=["a", "b", "c", "d"])
-    env = ParaOrchEnv(tools="real", engine=engine)
+    env = ParaOrchEnv(tools="real", engine=_TaskListEngine(("a", "b", "c", "d")))
     assert env.num_tasks == 4
     np.testing.assert_allclose(env.task_weights(), [0.25] * 4)
     with pytest.raises(ValueError, match="unknown key.*tsk"):
