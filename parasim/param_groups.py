@@ -8,6 +8,7 @@ from __future__ import annotations
 import difflib
 import math
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -119,3 +120,20 @@ def per_domain(g: dict, key: str, path: str, lo: float, hi: float) -> np.ndarray
 def skill_domain(g: dict, path: str) -> np.ndarray:
     return np.array([number(g, d, path, -10, 10) for d in DOMAINS])
 
+
+def shipped_names(directory: Path) -> list[str]:
+    """Names of the JSON files shipped in ``directory`` (pools, tool specs)."""
+    return sorted(p.stem for p in directory.glob("*.json"))
+
+
+def shipped_or_path(name_or_path: str | Path, directory: Path, what: str) -> Path:
+    """The path of a file shipped in ``directory`` (by name) or of a JSON file given by path; a ``SpecError``
+    naming ``what`` and the shipped names when it is neither."""
+    path = Path(name_or_path)
+    if path.is_file():
+        return path
+    shipped = directory / f"{name_or_path}.json"
+    if not shipped.is_file():
+        raise SpecError(f"{what}: expected one of {shipped_names(directory)} or a path to a {what.replace('_', ' ')} "
+                        f"JSON file, got {str(name_or_path)!r}")
+    return shipped

@@ -67,7 +67,7 @@ from parasim.harness import (
     solve_capped_skill,
 )
 from parasim.jsonl import JSONInputError, read_json_file
-from parasim.param_groups import DOMAINS, FIT_SOURCE, KNOWN_SOURCES, SpecError
+from parasim.param_groups import DOMAINS, FIT_SOURCE, KNOWN_SOURCES, SpecError, shipped_names, shipped_or_path
 from parasim.param_groups import did_you_mean as _did_you_mean
 from parasim.param_groups import group as _group
 from parasim.param_groups import number as _num
@@ -413,19 +413,12 @@ def assumed_parameters(pool: str | Path | dict | PoolSpec) -> list[str]:
 
 def shipped_pools() -> list[str]:
     """Names of the pools shipped in ``parasim/pool_files``."""
-    return sorted(p.stem for p in POOL_DIR.glob("*.json"))
+    return shipped_names(POOL_DIR)
 
 
 def pool_file(name_or_path: str | Path) -> Path:
     """The path of a shipped pool (by name) or of a pool JSON file; ``PoolError`` when it is neither."""
-    path = Path(name_or_path)
-    if path.is_file():
-        return path
-    shipped = POOL_DIR / f"{name_or_path}.json"
-    if not shipped.is_file():
-        raise PoolError(f"pool: expected one of {shipped_pools()} or a path to a pool JSON file, "
-                        f"got {str(name_or_path)!r}")
-    return shipped
+    return shipped_or_path(name_or_path, POOL_DIR, "pool")
 
 
 def read_pool_file(path: str | Path) -> tuple[dict[str, Any], PoolSpec]:

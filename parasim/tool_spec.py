@@ -42,6 +42,8 @@ from parasim.param_groups import (
     number,
     only_keys,
     prompt_text_field,
+    shipped_names,
+    shipped_or_path,
     show,
     skill_domain,
 )
@@ -305,19 +307,12 @@ def parse_tool_spec(raw: Any, name: str = "tool spec") -> ToolSpec:
 
 def shipped_tool_specs() -> list[str]:
     """Names of the tool specs shipped in ``parasim/tool_specs``."""
-    return sorted(p.stem for p in TOOL_SPEC_DIR.glob("*.json"))
+    return shipped_names(TOOL_SPEC_DIR)
 
 
 def tool_spec_file(name_or_path: str | Path) -> Path:
     """The path of a shipped tool spec (by name) or of a tool spec JSON file."""
-    path = Path(name_or_path)
-    if path.is_file():
-        return path
-    shipped = TOOL_SPEC_DIR / f"{name_or_path}.json"
-    if not shipped.is_file():
-        raise SpecError(f"tool_spec: expected one of {shipped_tool_specs()} or a path to a tool spec JSON file, "
-                        f"got {str(name_or_path)!r}")
-    return shipped
+    return shipped_or_path(name_or_path, TOOL_SPEC_DIR, "tool_spec")
 
 
 def _load_file(path: Path) -> ToolSpec:
