@@ -156,6 +156,7 @@ def step_lane(L, i, last_status, call_i, call_f, R, P, actions):
     allowed, budget, serial = int(env[E_SLOTS]), env[E_TOKEN_BUDGET], env[E_SERIAL] != 0
     s = L.rng
     round_lat, round_tokens, n_calls, bad = round_start(P, actions, i)
+    load_row, load = -1, 1.0  # the last server load counted: slots to one model (the usual round) count it once
     for k in range(P.slots):
         status, tool, model, target = plan_slot(i, k, last_status, call_i, call_f, actions, P.tt, allowed, nm,
                                                 has_lead, ctx, budget)
@@ -163,8 +164,9 @@ def step_lane(L, i, last_status, call_i, call_f, R, P, actions):
             continue
         kind, answer, tok_out, lat, usd, cost = OUT_NONE, -1, 0.0, 0.0, 0.0, 0.0
         if status == PENDING:
-            load = 1.0 if serial else server_load(actions, i, call_row(P.tt, tool, model, nm), P, allowed, has_lead,
-                                                  ctx, budget)
+            mm = call_row(P.tt, tool, model, nm)
+            if not serial and mm != load_row:
+                load_row, load = mm, server_load(actions, i, mm, P, allowed, has_lead, ctx, budget)
             s, status, kind, answer, tok_out, lat, usd, cost = sim_call(
                 L, i, k, call_i, call_f, R, P, s, tool, model, target, lead, ctx, nans, bench, dom, z, qtok, load)
             last_status[i, k] = status
