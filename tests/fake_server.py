@@ -108,13 +108,18 @@ def _reply(state: _State, body: dict[str, Any], index: int) -> str:
 
 
 def _completion(state: _State, body: dict[str, Any], texts: list[str]) -> dict[str, Any]:
+    """A completion of ``texts``, each cut at the request's ``max_tokens`` (a word is a token here) with
+    ``finish_reason`` "length", as vLLM stops a generation at the cap."""
+    cap = body.get("max_tokens")
+    cut = [isinstance(cap, int) and _words(t) > cap for t in texts]
+    texts = [" ".join(t.split()[:cap]) if c else t for t, c in zip(texts, cut)]
     prompt_tokens = sum(_words(m.get("content", "")) for m in body.get("messages", []))
     completion_tokens = sum(_words(t) for t in texts)
     return {
         "id": f"chatcmpl-{state.requests}", "object": "chat.completion", "created": int(time.time()),
         "model": body["model"],
-        "choices": [{"index": i, "message": {"role": "assistant", "content": t}, "finish_reason": "stop"}
-                    for i, t in enumerate(texts)],
+        "choices": [{"index": i, "message": {"role": "assistant", "content": t},
+                     "finish_reason": "length" if c else "stop"} for i, (t, c) in enumerate(zip(texts, cut))],
         "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                   "total_tokens": prompt_tokens + completion_tokens},
     }

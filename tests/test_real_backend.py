@@ -29,6 +29,7 @@ from parasim.protocol.schema import NUM_TOOLS, Status, Tool, ToolCall
 from parasim.real import prompts
 from parasim.real.backend import BackendConfig, CallInput, RealToolBackend
 from parasim.real.calllog import CallLogger
+from parasim.real.client import Completion
 from parasim.real.endpoints import EndpointError, load_endpoint_map, parse_endpoint_map
 from parasim.real.engine import RealEpisodeEngine
 from parasim.real.tasks import RealTask, load_real_tasks
@@ -159,6 +160,34 @@ def test_round_runs_every_agent_tool_with_usage_prices_and_vote(backend: RealToo
         assert res.tokens_out > 0 and res.latency_s > 0
         assert res.usd == 0.0  # endpoints unknown to the pool and without prices
     assert results[2].cost_units == backend.pool.cost_units[Tool.ENSEMBLE_SOLVER]
+
+
+def test_outputs_past_the_generation_cap_are_truncated(server: str):
+    """The harness's cap on a real server: the fake server stops at ``max_tokens`` with finish_reason "length",
+    so every tool's call answers nothing and is TRUNCATED (the ensemble's samples are all cut), its tokens
+    counted."""
+    with RealToolBackend(_emap(server, max_tokens=3)) as b:
+        calls = [ToolCall(Tool.STANDARD_REASONER, "good", "compute 6*7"),
+                 ToolCall(Tool.ENSEMBLE_SOLVER, "split", "compute")]
+        results = b.run_round(calls, [CallInput("What is six times seven?", seed=i) for i in range(2)])
+    assert [r.status for r in results] == [Status.TRUNCATED] * 2
+    assert [r.tokens_out for r in results] == [3, 3 * b.ensemble_k]
+    assert all("answer" not in r.extra for r in results)
+
+
+def test_ensemble_samples_cut_at_the_cap_do_not_vote(server: str, monkeypatch: pytest.MonkeyPatch):
+    """An ensemble whose samples are partly cut at the cap votes over the whole ones only (the simulator's rule):
+    the two cut samples' "7" would otherwise outvote the whole sample's "42"."""
+    texts = ["Final answer: 7", "Final answer: 42", "Final answer: 7"]
+
+    async def chat(*args: object, **kw: object) -> Completion:
+        return Completion(Status.OK, texts, 5, 30, 0.1, 1, cut=[True, False, True])
+
+    with RealToolBackend(_emap(server), config=BackendConfig(ensemble_k=3)) as b:
+        monkeypatch.setattr(b.chat, "chat", chat)
+        (res,) = b.run_round([ToolCall(Tool.ENSEMBLE_SOLVER, "good", "compute")], [CallInput("6*7?", seed=0)])
+    assert res.status is Status.OK
+    assert (res.extra["answer"], res.extra["votes"], res.extra["samples"]) == ("42", 1, ["42"])
 
 
 def test_backend_config_validation():

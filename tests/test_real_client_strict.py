@@ -65,14 +65,14 @@ def server() -> Iterator[tuple[str, Reply]]:
         yield url, reply
 
 
-def _chat(url: str, **client_kw: Any) -> Completion:
-    """One call through a fresh client (no retries, so each test's body is answered once)."""
+def _chat(url: str, n: int = 1, **client_kw: Any) -> Completion:
+    """One call of ``n`` choices through a fresh client (no retries, so each test's body is answered once)."""
     emap = parse_endpoint_map({"m": {"base_url": url, "retries": 0, "timeout_s": 30}})
 
     async def go() -> Completion:
         client = ChatClient(emap, **client_kw)
         try:
-            return await client.chat("m", [{"role": "user", "content": "q"}])
+            return await client.chat("m", [{"role": "user", "content": "q"}], n=n)
         finally:
             await client.aclose()
 
@@ -131,6 +131,38 @@ def test_choice_index_must_be_an_integer_in_range(server: tuple[str, Reply]):
     reply.body = json.dumps({"choices": [{"index": -3, "message": {"content": "42"}}]}).encode()
     comp = _chat(url)
     assert comp.status is Status.EXEC_ERR and "choices[0].index: expected an integer in [0, 0], got -3" in comp.detail
+
+
+def _choices(*finish: Any) -> bytes:
+    """A completion of one choice per ``finish_reason`` given (None: the key is left out)."""
+    choices = [{"index": i, "message": {"content": f"Final answer: {i}"}, **({} if f is None else {"finish_reason": f})}
+               for i, f in enumerate(finish)]
+    return json.dumps({"choices": choices, "usage": {"prompt_tokens": 3, "completion_tokens": 900}}).encode()
+
+
+@pytest.mark.parametrize(("finish", "status", "cut"), [
+    (("stop",), Status.OK, [False]),
+    ((None,), Status.OK, [False]),
+    (("length",), Status.TRUNCATED, [True]),
+    (("stop", "length", "stop"), Status.OK, [False, True, False]),
+    (("length", "length", "length"), Status.TRUNCATED, [True, True, True]),
+])
+def test_choices_stopped_at_the_cap_are_cut_and_all_cut_is_truncated(server: tuple[str, Reply], finish: tuple,
+                                                                     status: Status, cut: list[bool]):
+    """The simulator's harness rule on real servers: a choice that stopped at the generation cap answers nothing,
+    and a call whose every choice did is TRUNCATED; its tokens are still counted (the server generated them)."""
+    url, reply = server
+    reply.body = _choices(*finish)
+    comp = _chat(url, n=len(finish))
+    assert (comp.status, comp.cut, comp.tokens_out) == (status, cut, 900)
+
+
+def test_finish_reason_must_be_a_string_or_null(server: tuple[str, Reply]):
+    url, reply = server
+    reply.body = _choices(7)
+    comp = _chat(url)
+    assert comp.status is Status.EXEC_ERR
+    assert "choices[0].finish_reason: expected a string or null, got 7" in comp.detail
 
 
 def test_lone_surrogates_in_a_reply_become_replacement_characters(server: tuple[str, Reply]):

@@ -133,11 +133,17 @@ def test_real_tools_episode_through_vllm(served, tmp_path: Path):
         second = engine.run_round([ToolCall(Tool.KNOWLEDGE_SEARCHER, "tiny", "recall", target=0)])
         out = engine.finish("4")
     results = first + second
-    assert [r.status for r in results] == [Status.OK] * 4, [r.detail for r in results]
+    # the tiny random model rarely stops by itself: a call whose every sample ran to max_tokens (vLLM's
+    # finish_reason "length") is TRUNCATED, as the simulator's harness cap makes it
+    assert {r.status for r in results} <= {Status.OK, Status.TRUNCATED}, [r.detail for r in results]
+    assert results[0].status is Status.OK  # this seed's first call stops before the cap
     for res, n in zip(results, [1, backend.ensemble_k, 1, 1]):
         assert res.tokens_in > 20  # the prompt template alone, counted by the server
         assert 1 <= res.tokens_out <= n * MAX_TOKENS and res.latency_s > 0
-    assert len(results[1].extra["samples"]) == backend.ensemble_k
+        if res.status is Status.TRUNCATED:
+            assert res.tokens_out == n * MAX_TOKENS and "answer" not in res.extra
+        else:
+            assert "answer" in res.extra
     assert out.trajectory["tool_calls"] == 4 and out.trajectory["rounds"] == 2
     assert out.trajectory["tokens"] == sum(r.tokens_out for r in results)
     assert engine.last_synthesis.tokens_in > 0 or engine.last_synthesis.method == "vote"

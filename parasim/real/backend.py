@@ -320,10 +320,12 @@ class RealToolBackend:
         if comp.status is not Status.OK:
             return self._from_completion(call, comp, "")
         if tool.behaviour == "ensemble":
-            answers = [self._answer(t) for t in comp.texts]
+            # a sample cut at the generation cap has no answer and does not vote (the simulator's rule)
+            whole = [t for t, cut in zip(comp.texts, comp.cut or [False] * n) if not cut]
+            answers = [self._answer(t) for t in whole]
             answer, votes = prompts.majority_vote(answers)
-            best = next((t for t, a in zip(comp.texts, answers)
-                         if prompts.normalize_answer(a) == prompts.normalize_answer(answer)), comp.texts[0])
+            best = next((t for t, a in zip(whole, answers)
+                         if prompts.normalize_answer(a) == prompts.normalize_answer(answer)), whole[0])
             text = f"{best}\n\nMajority of {n} samples ({votes} votes): {answer}"
             return self._from_completion(call, comp, text, answer=answer, votes=votes, samples=answers)
         text = comp.texts[0]

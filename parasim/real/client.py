@@ -7,7 +7,9 @@ and a result that is always a value: a dead server mid-episode must become a TIM
 feedback, not an exception that ends a GRPO step.
 
 Status mapping: no answer in time (deadline, refused or dropped connection) is
-TIMEOUT; an answer that is an error (HTTP 4xx/5xx, a body that is not a completion) is EXEC_ERR.
+TIMEOUT; an answer that is an error (HTTP 4xx/5xx, a body that is not a completion) is EXEC_ERR; a completion
+whose every choice stopped at the generation cap (``finish_reason`` "length") is TRUNCATED, the simulator's rule
+for a call whose output passes the harness's cap (a choice cut at the cap answers nothing: ``Completion.cut``).
 Timeouts, dropped connections, 408/429 and 5xx are retried; other 4xx are not (a retry cannot fix them).
 That rule and the backoff schedule are :func:`retryable_status` and :func:`backoff_delay`, shared with the
 trainer's vLLM rollout client.
@@ -59,6 +61,7 @@ class Completion:
     latency_s: float = 0.0  # issue to result, retries and waiting for a concurrency slot included
     attempts: int = 0
     detail: str = ""
+    cut: list[bool] = field(default_factory=list)  # per choice: stopped at the generation cap, so no answer
 
 
 def utf8_safe(text: str) -> str:
@@ -146,8 +149,10 @@ class ChatClient:
             try:
                 async with self._semaphore(ep):
                     data = await asyncio.wait_for(self._post(ep, body), timeout=ep.timeout_s)
-                texts, tokens_in, tokens_out = _parse_completion(data, n)
-                return Completion(Status.OK, texts, tokens_in, tokens_out, time.perf_counter() - start, attempt + 1)
+                texts, tokens_in, tokens_out, cut = _parse_completion(data, n)
+                status = Status.TRUNCATED if all(cut) else Status.OK
+                return Completion(status, texts, tokens_in, tokens_out, time.perf_counter() - start, attempt + 1,
+                                  cut=cut)
             except _Failure as err:
                 failure = err
             except TimeoutError:  # asyncio.wait_for's deadline
@@ -217,9 +222,10 @@ def _usage_count(usage: dict[str, Any], name: str) -> int:
     return value
 
 
-def _parse_completion(data: Any, n: int) -> tuple[list[str], int, int]:
-    """Texts (in ``index`` order) and usage from an OpenAI chat-completion body, every field checked for its type
-    and range, none cast; a malformed body is an EXEC_ERR attempt."""
+def _parse_completion(data: Any, n: int) -> tuple[list[str], int, int, list[bool]]:
+    """Texts (in ``index`` order), usage and which choices stopped at the generation cap (``finish_reason``
+    "length") from an OpenAI chat-completion body, every field checked for its type and range, none cast; a
+    malformed body is an EXEC_ERR attempt."""
     if not isinstance(data, dict):
         raise _malformed("(top level)", "a JSON object", data)
     choices = data.get("choices")
@@ -240,11 +246,15 @@ def _parse_completion(data: Any, n: int) -> tuple[list[str], int, int]:
         content = message.get("content")
         if content is not None and not isinstance(content, str):
             raise _malformed(f"choices[{i}].message.content", "a string or null", content)
-        indexed.append((index, utf8_safe(content or "")))
+        finish = choice.get("finish_reason")
+        if finish is not None and not isinstance(finish, str):
+            raise _malformed(f"choices[{i}].finish_reason", "a string or null", finish)
+        indexed.append((index, utf8_safe(content or ""), finish == "length"))
     usage = data.get("usage")
     if usage is None:
         usage = {}
     elif not isinstance(usage, dict):
         raise _malformed("usage", "an object or null", usage)
-    texts = [text for _, text in sorted(indexed, key=lambda pair: pair[0])]
-    return texts, _usage_count(usage, "prompt_tokens"), _usage_count(usage, "completion_tokens")
+    ordered = sorted(indexed, key=lambda entry: entry[0])
+    return ([text for _, text, _ in ordered], _usage_count(usage, "prompt_tokens"),
+            _usage_count(usage, "completion_tokens"), [cut for _, _, cut in ordered])
