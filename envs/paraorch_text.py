@@ -83,7 +83,8 @@ the manager off: the termination model answers from the evidence so far, no roun
 ``ended_with_final`` is 0, and the step tuple it returns has ``truncated`` True.
 
 Backends: ``tools="sim"`` (default) runs ``SimEpisodeEngine`` over ParaOrch-v0's simulator, so the same
-seed and the same calls give the same episode, statuses and reward as ParaOrch-v0. A call maps to one
+seed and the same calls give the same episode, statuses and reward as ParaOrch-v0 (``harness``, as ParaOrch-v0
+takes it, sets the simulated generation cap: a call whose output would pass it is TRUNCATED). A call maps to one
 structured slot: tool, model, and target = verify for critical_reviewer, carry when ``context_from``
 names an earlier call (the simulator carries the trajectory and its leading answer, so which earlier call
 is named does not change the simulated outcome; a ``context_from`` with no such call is FORMAT_ERR), else
@@ -318,7 +319,8 @@ class ParaOrchTextEnv(gym.Env[str, str]):
                  tools: str = "sim", engine: EpisodeEngine | None = None, token_budget: float | None = None,
                  seed: int | None = None, max_turn_chars: int = 16_384, max_result_chars: int = 4_096,
                  max_feedback_chars: int = 262_144, max_obs_chars: int = OBS_MAX_CHARS,
-                 render_mode: str | None = None, tokenizer: Any = None, chat_template: str | None = None) -> None:
+                 render_mode: str | None = None, tokenizer: Any = None, chat_template: str | None = None,
+                 harness: dict[str, Any] | None = None) -> None:
         if render_mode not in (None, "ansi"):
             raise ValueError(f"render_mode: expected None or 'ansi', got {render_mode!r}")
         self.tokenizer = load_tokenizer(tokenizer, chat_template)
@@ -342,8 +344,11 @@ class ParaOrchTextEnv(gym.Env[str, str]):
             from parasim.envs.sim_engine import SimEpisodeEngine
 
             engine = SimEpisodeEngine(pool, suite, max_rounds=max_rounds, max_parallel=max_parallel, serial=serial,
-                                      reward=reward, token_budget=token_budget, seed=seed)
+                                      reward=reward, token_budget=token_budget, seed=seed, harness=harness)
         elif tools == "real":
+            if harness is not None:
+                raise ValueError("harness: simulated tools only; real tools' generation cap and sampling are the "
+                                 "endpoint map's max_tokens and temperature (parasim.real.endpoints)")
             if engine is None:
                 raise NotImplementedError(
                     "ParaOrchText-v0 with tools='real' needs engine=: an EpisodeEngine over real tools, e.g. "

@@ -71,9 +71,11 @@ class SimEpisodeEngine(EpisodeEngineBase):
 
     def __init__(self, pool: Any = "paramanager", suite: Any = "paramanager", *, max_rounds: int = 12,
                  max_parallel: int = 4, serial: bool = False, reward: Any = "paramanager",
-                 token_budget: float | None = None, seed: int | None = None) -> None:
+                 token_budget: float | None = None, seed: int | None = None,
+                 harness: dict[str, Any] | None = None) -> None:
         self.env = ParaOrchEnv(pool=pool, suite=suite, max_rounds=max_rounds, max_parallel=max_parallel,
-                               serial=serial, reward=reward, tools="sim", token_budget=token_budget, seed=seed)
+                               serial=serial, reward=reward, tools="sim", token_budget=token_budget, seed=seed,
+                               harness=harness)
         self.sim = self.env.sim
         self.model_names: tuple[str, ...] = self.env.model_names
         self.labels: list[str] = []

@@ -292,3 +292,16 @@ def test_rejected_calls_give_the_rules_reason():
     _, _, _, _, info = env.step(call_text("standard_reasoner", model=m, subtask="again"))
     assert info["results"][0].status is Status.BUDGET_EXCEEDED
     assert info["results"][0].detail == "the token budget is spent"
+
+
+def test_harness_option_caps_the_simulated_calls() -> None:
+    """``harness`` reaches the text env's simulator: under a 1-token cap every agent call is TRUNCATED (and says so
+    in the feedback); real tools refuse it (their cap is the endpoint map's)."""
+    env = ParaOrchTextEnv(suite="AIME25", harness={"max_output_tokens": 1})
+    obs, _ = env.reset(seed=0)
+    obs, *_ = env.step(call_text("standard_reasoner", model=env.model_names[0], subtask="solve"))
+    assert "TRUNCATED" in obs
+    *_, info = env.step(call_text("final_answer", answer="1"))
+    assert info["trajectory"]["format_violations"] == 0
+    with pytest.raises(ValueError, match="harness: simulated tools only"):
+        ParaOrchTextEnv(tools="real", engine=_FakeEngine(), harness={"max_output_tokens": 8})
