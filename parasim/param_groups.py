@@ -17,8 +17,25 @@ from parasim.prompt_text import PromptTextError, check_prompt_text
 from parasim.protocol.schema import Domain
 
 DOMAINS = tuple(d.name.lower() for d in Domain)
-KNOWN_SOURCES = frozenset({"Q4I", "Q30I", "QTR", "OSS", "TO", "TOc", "PM", "LLB", "MSA", "SR1", "RS2", "AA",
-                           "assumed"})
+KNOWN_SOURCES = frozenset({
+    "Q4I",  # Qwen3-4B-Instruct-2507 model card
+    "Q30I",  # Qwen3-30B-A3B-Instruct-2507 model card
+    "Q30T",  # Qwen3-30B-A3B-Thinking-2507 model card
+    "Q235I",  # Qwen3-235B-A22B-Instruct-2507 model card
+    "Q235T",  # Qwen3-235B-A22B-Thinking-2507 model card
+    "QTR",  # Qwen3 Technical Report, arXiv 2505.09388
+    "OSS",  # gpt-oss-120b and gpt-oss-20b model card, arXiv 2508.10925
+    "TO",  # ToolOrchestra paper, arXiv 2511.21689
+    "TOc",  # ToolOrchestra's released evaluation code (prices, mean call latencies)
+    "PM",  # ParaManager paper, arXiv 2604.17009
+    "LLB",  # a public 2025 leaderboard dataset of accuracies, provider prices, throughput and TTFT
+    "MSA",  # Millstone AI's vLLM benchmark of a 3B-active FP8 MoE on one H200 SXM
+    "NVH200",  # NVIDIA H200 Tensor Core GPU datasheet: 141 GB HBM3e at 4.8 TB/s
+    "SR1",  # Search-R1's retrieval setup, arXiv 2503.09516
+    "RS2",  # rStar2-Agent, arXiv 2508.20722
+    "AA",  # AlphaApollo, arXiv 2510.06261
+    "assumed",  # no published figure
+})
 FIT_SOURCE = "fit"  # a group ``parasim calibrate`` estimated: "fit", or "fit:<call log name>"
 MAX_SOURCE_CHARS = 256
 

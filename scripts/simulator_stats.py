@@ -42,7 +42,7 @@ from parasim.protocol.schema import Domain, Status, Tool
 from parasim.tasks import BENCHMARK_INDEX, BENCHMARKS, FREE_FORM, SUITES
 
 BEGIN, END = "<!-- stats:begin -->", "<!-- stats:end -->"
-POOLS = ("paramanager", "paramanager_mono", "toolorchestra")
+POOLS = ("paramanager", "paramanager_mono", "toolorchestra", "openweight")
 SUITE = "paramanager"  # the seven benchmarks every pool's accuracy table covers, in equal weights
 BENCHES = SUITES[SUITE]
 MULTIPLE_CHOICE = tuple(b for b in BENCHES if BENCHMARKS[BENCHMARK_INDEX[b]].options != FREE_FORM)

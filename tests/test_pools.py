@@ -32,18 +32,22 @@ def _raw(name: str = "paramanager") -> dict:
     return json.loads((POOL_DIR / f"{name}.json").read_text())
 
 
-def test_shipped_pools_are_the_three_of_the_issue():
-    assert shipped_pools() == ["paramanager", "paramanager_mono", "toolorchestra"]
+SHIPPED = ["openweight", "paramanager", "paramanager_mono", "toolorchestra"]
+
+
+def test_shipped_pools_are_the_three_of_the_issue_and_the_unseen_one():
+    assert shipped_pools() == SHIPPED
     assert load_pool("paramanager").num_models == 3
     assert load_pool("paramanager_mono").num_models == 1
     assert load_pool("toolorchestra").num_models == 8
+    assert load_pool("openweight").num_models == 6
 
 
-@pytest.mark.parametrize("name", ["paramanager", "paramanager_mono", "toolorchestra"])
+@pytest.mark.parametrize("name", SHIPPED)
 def test_every_parameter_group_names_a_known_source(name):
     pool = load_pool(name)
     assert pool.sources, "no parameter groups recorded"
-    bad = {path: src for path, src in pool.sources.items() if src not in KNOWN_SOURCES}
+    bad = {path: src for path, src in pool.sources.items() if not set(src.split("+")) <= KNOWN_SOURCES}
     assert not bad
     for i in range(pool.num_models + 1):
         prefix = "manager" if i == pool.num_models else f"models[{i}]"
@@ -51,7 +55,7 @@ def test_every_parameter_group_names_a_known_source(name):
             assert f"{prefix}.{group}" in pool.sources
 
 
-@pytest.mark.parametrize("name", ["paramanager", "paramanager_mono", "toolorchestra"])
+@pytest.mark.parametrize("name", SHIPPED)
 def test_solved_skills_reproduce_targets_exactly(name):
     pool = load_pool(name)
     mu = np.array([b.mu for b in BENCHMARKS])
@@ -185,6 +189,42 @@ def test_assumed_parameters_are_listed():
     listed = assumed_parameters("paramanager")
     assert "models[0].anchoring" in listed and "tools.search.cost" not in listed and "models[0].price" not in listed
     assert all(load_pool("paramanager").sources[p] == "assumed" for p in listed)
+
+
+def test_openweight_pool_is_the_unseen_pool_it_describes():
+    """The pool-shift pool loads, lists what it assumes, cites only known sources, and serves paramanager's manager
+    and tools on H200s (GPUs per replica from the checkpoints' sizes), with its targets at their cards' caps."""
+    from parasim.pools import assumed_parameters
+
+    pool, train = load_pool("openweight"), load_pool("paramanager")
+    raw = _raw("openweight")
+    assert "pool shift" in raw["description"] and "trained on paramanager" in raw["description"]
+    assert not set(pool.model_names[:-1]) & set(train.model_names[:-1])  # unseen models
+    assert pool.model_names[-1] == train.model_names[-1] and raw["tools"] == _raw("paramanager")["tools"]
+    assert raw["protocol"] == _raw("paramanager")["protocol"]
+    listed = assumed_parameters("openweight")
+    assert all(pool.sources[p] == "assumed" for p in listed)
+    # published: every Qwen and gpt-oss accuracy target, the Qwen skills solved from cards, two TOc prices
+    for path in ("models[0].skill", "models[1].skill", "models[2].skill", "models[3].accuracy.AIME24",
+                 "models[4].price", "models[5].price", "models[3].latency"):
+        assert path not in listed and pool.sources[path] != "assumed"
+    # assumed: GPT-OSS-120B's knowledge and code skill, every output length, every replica count, the other prices
+    for path in ("models[3].skill", *(f"models[{i}].{g}" for i in range(6) for g in ("tokens_out", "deployment")),
+                 "models[0].price", "models[3].price"):
+        assert path in listed
+    cited = {part for src in pool.sources.values() for part in src.split("+")}
+    assert cited <= KNOWN_SOURCES and {"Q235T", "Q235I", "Q30T", "OSS", "QTR", "LLB", "MSA", "NVH200"} <= cited
+    assert [d.gpus_per_replica for d in pool.deployments[:-1]] == [4, 4, 1, 1, 1, 2]
+    assert all(d.self_hosted and d.gpu == "H200" for d in pool.deployments[:-1])
+    np.testing.assert_allclose(pool.lat_slope[Tool.STANDARD_REASONER, :-1], train.lat_slope[Tool.STANDARD_REASONER, 0])
+    speed = 1 / pool.lat_per_tok[Tool.STANDARD_REASONER, :-1]
+    assert speed[3] == pytest.approx(210.8) and np.all(speed[[0, 1, 2, 4, 5]] < 210.8)  # more bytes per token
+    caps = dict(zip(("AIME25", "HMMT25", "GPQA", "MMLU-Pro", "LiveCodeBench"), (81920, 81920, 32768, 32768, 81920),
+                    strict=True))
+    for bench, cap in caps.items():
+        assert raw["models"][0]["accuracy"][bench]["cap_tokens"] == cap  # Qwen3-235B-A22B-Thinking-2507's card
+        assert raw["models"][1]["accuracy"][bench]["cap_tokens"] == 16384  # the Instruct card's output length
+    assert "cap_tokens" not in raw["models"][3]["accuracy"]["AIME24"]  # the gpt-oss card states no cap
 
 
 def test_shipped_files_are_what_the_builder_builds():

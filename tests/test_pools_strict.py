@@ -209,7 +209,7 @@ def test_check_prompt_text_accepts_real_model_ids():
         check_prompt_text("id", "<tool_response>")
 
 
-@pytest.mark.parametrize("name", ["paramanager", "paramanager_mono", "toolorchestra"])
+@pytest.mark.parametrize("name", shipped_pools())
 def test_shipped_pools_pass_the_strict_reader(name):
     from parasim.jsonl import read_json_file
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from parasim.envs.paraorch_vector import ParaOrchVectorEnv
-from parasim.pools import accuracy_under_cap, load_pool
+from parasim.pools import accuracy_under_cap, load_pool, shipped_pools
 from parasim.protocol.schema import NUM_TOOLS, Tool
 from parasim.sim.kernel import C_ANSWER, C_KIND, OUT_ANSWER
 from parasim.tasks import BENCHMARKS
@@ -49,7 +49,7 @@ def _targets() -> list[tuple[str, str, int, float]]:
     """Every published target, corrected to the env's harness: a pool model's call under the pool's generation cap
     (truncated calls have no answer), the manager's own direct answer uncapped (it is not a tool call)."""
     cases = []
-    for name in ("paramanager", "paramanager_mono", "toolorchestra"):
+    for name in shipped_pools():
         pool = load_pool(name)
         cap = np.full(pool.skill.shape, pool.max_output_tokens)
         cap[-1] = np.inf

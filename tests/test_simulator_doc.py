@@ -58,9 +58,9 @@ def test_page_meets_every_target_it_states(page_section: str) -> None:
     # accuracy, agreement, oracle (no oracle for one model), truncation, latency against concurrency
     assert len(within) == 5 * len(stats.POOLS) - 1
     oracle_rows = [ln for ln in page_section.splitlines() if "LLMRouterBench)" in ln]
-    assert len(oracle_rows) == 2 and all("| yes |" in ln for ln in oracle_rows)
+    assert len(oracle_rows) == len(stats.POOLS) - 1 and all("| yes |" in ln for ln in oracle_rows)
     kim_rows = [ln for ln in page_section.splitlines() if ln.startswith("| GPQA |") and "Kim et al." in ln]
-    assert [ln.count("| yes |") for ln in kim_rows] == [1, 0, 1]  # the one-model pool has no cross-model pair
+    assert [ln.count("| yes |") for ln in kim_rows] == [1, 0, 1, 1]  # the one-model pool has no cross-model pair
     assert stats.unmet(page_section.replace("| yes |", "| no |", 1)) != []
 
 
@@ -100,6 +100,23 @@ def test_harness_rows_are_targeted(page_section: str) -> None:
     rows = [ln for ln in speed.splitlines() if ln.startswith("| ") and "self-hosted" in ln]
     assert len(rows) == 3 and all(ln.rstrip().endswith("| MSA | yes |") for ln in rows)
     assert "| API |" in page_section.split("### Pool `toolorchestra`")[1].split("#### Latency against concurrency")[1]
+
+
+def test_openweight_rows_are_its_deployment(page_section: str) -> None:
+    """The unseen pool's tables: six self-hosted models on one to four H200s, GPT-OSS-120B checked against MSA's points
+    (it reads no more bytes per token than MSA's model), the others at their derived speeds (MSA+NVH200), and its
+    thinking models' AIME calls truncated at targeted shares under the harness's cap."""
+    pool = page_section.split("### Pool `openweight`")[1]
+    speed = pool.split("#### Latency against concurrency")[1]
+    rows = [ln for ln in speed.splitlines() if ln.startswith("| ") and "self-hosted" in ln]
+    deployments = [ln.split("|")[2].strip() for ln in rows]
+    assert deployments == [f"self-hosted, H200 x{g}, 1 replica" for g in (4, 4, 1, 1, 1, 2)]
+    assert next(ln for ln in rows if ln.startswith("| GPT-OSS-120B |")).rstrip().endswith("| MSA | yes |")
+    assert sum(ln.rstrip().endswith("| MSA+NVH200 | yes |") for ln in rows) == 5
+    cut = pool.split("#### Truncation under")[1].split("####")[0]
+    thinking = next(ln for ln in cut.splitlines() if ln.startswith("| Qwen3-235B-A22B-Thinking-2507 |"))
+    aime25 = thinking.split("|")[3].strip()
+    assert not aime25.startswith("(") and float(aime25.split(" / ")[0]) > 15.0 and thinking.rstrip().endswith("| yes |")
 
 
 def test_comparison_catches_a_moved_figure_and_changed_text(page_section: str) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from parasim.pools import PoolError, load_pool, reliability
+from parasim.pools import PoolError, load_pool, reliability, shipped_pools
 from parasim.protocol.schema import NUM_TOOLS, Tool
 from parasim.protocol.tool_schema import TOOL_ARGUMENTS, render_system_prompt, tool_list
 from parasim.real.prompts import SYSTEM_PROMPTS
@@ -79,7 +79,7 @@ def test_default_spec_is_the_tool_enum_with_todays_roles() -> None:
 
 
 def test_shipped_pools_use_the_default_spec() -> None:
-    for name in ("paramanager", "paramanager_mono", "toolorchestra"):
+    for name in shipped_pools():
         pool = load_pool(name)
         assert pool.tools is default_tool_spec() and pool.bonus.shape[0] == NUM_TOOLS
 
