@@ -5,8 +5,7 @@ numba and torch load only when something that needs them is touched.
 """
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from parasim.lazy_exports import lazy_getattr
 
 __version__ = "0.1.0"
 
@@ -31,13 +30,7 @@ _LAZY: dict[str, str] = {
 __all__ = sorted(_LAZY) + ["__version__"]
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'parasim' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(__name__, _LAZY, globals())
 
 
 def _register() -> None:

@@ -6,8 +6,7 @@ the parser here would pull in the tool spec and the pool-file checks that themse
 """
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from parasim.lazy_exports import lazy_getattr
 
 _SCHEMA = ("AGENT_TOOLS", "BASIC_TOOLS", "MAX_PARALLEL", "MAX_ROUNDS", "NUM_DOMAINS", "NUM_STATUSES", "NUM_TOOLS",
            "PROTOCOL_FAILURES", "CallResult", "Domain", "Status", "Tool", "ToolCall")
@@ -21,10 +20,4 @@ _LAZY: dict[str, str] = {
 __all__ = sorted(_LAZY)
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'parasim.protocol' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(__name__, _LAZY, globals())
