@@ -27,7 +27,15 @@ import torch
 from parasim.training.config import make_config
 from parasim.training.policy import PolicyStack
 from parasim.training.population import build_policy
-from parasim.training.rollout import Block, collect_blocks, derive_seed, env_spec, make_envs, stack_actor
+from parasim.training.rollout import (
+    Block,
+    collect_blocks,
+    derive_seed,
+    env_spec,
+    make_envs,
+    model_descriptors,
+    stack_actor,
+)
 
 torch.set_num_threads(1)
 GRID = "c_tar=" + ",".join(str(c) for c in range(1, 17))
@@ -75,8 +83,8 @@ def collect_rates(members: int = MEMBERS, steps: int = 2) -> tuple[float, float]
             seeds = [derive_seed(c.seed, "grpo", s) for c in cfgs[:size]]
             gens = [torch.Generator().manual_seed(x) for x in seeds]
             bounds = [lanes * m for m in range(size + 1)]
-            ro = collect_blocks(stack_actor(stack, range(size), bounds, gens, [False] * size), envs,
-                                [Block(lanes, x, group) for x in seeds])
+            actor = stack_actor(stack, range(size), bounds, gens, [False] * size, model_descriptors(envs))
+            ro = collect_blocks(actor, envs, [Block(lanes, x, group) for x in seeds])
             total, elapsed = total + ro.env_steps, elapsed + ro.collect_s
         envs.close()
         rates.append(total / elapsed)

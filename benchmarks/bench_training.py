@@ -72,7 +72,7 @@ def grpo_step_rate(steps: int = 3) -> tuple[float, float]:
         t_grpo += time.perf_counter() - t0
         t0 = time.perf_counter()
         sft_cfg = SFTConfig(epochs=g.ppo_epochs, batch_size=max(1, len(ro.x) // g.minibatches))
-        train_sft(policy, ro.x, ro.mask, ro.actions, sft_cfg, seed=s)
+        train_sft(policy, ro.x, ro.mask, ro.actions, sft_cfg, seed=s, models=ro.models)
         t_sft += time.perf_counter() - t0
     return steps / t_grpo, steps / t_sft
 

@@ -14,7 +14,8 @@ BUDGET_EXCEEDED), ``seed`` (None: seed used by the first ``reset()`` without a s
 ``engine`` (with ``tools="real"`` only: a ``parasim.real.engine.RealEpisodeEngine``; the episodes then run
 on real tools with the same spaces and the same compiled rules, see ``parasim.envs.real_source``), ``harness``
 (None, or a dict: ``max_output_tokens`` replaces the pool's generation cap; ``temperature`` / ``reasoning_effort``
-must be the pool's calibrated setting: ``parasim.harness.with_harness``; simulated tools only).
+must be the pool's calibrated setting: ``parasim.harness.with_harness``; simulated tools only), ``descriptors``
+(False: True adds the observation keys ``models`` and ``tools``, ``parasim.descriptors``).
 One class for both: the env holds a call source (``parasim.envs.call_source``), and the rules of a round
 (``parasim.sim.rules``) are the same compiled functions whichever source answers the calls.
 
@@ -34,7 +35,7 @@ tool spec, ``parasim.tool_spec``; M = pool models):
   on the tool. An action of the wrong shape or a non-integer dtype raises ValueError (a caller bug, not
   model output).
 
-Observation, a Dict of arrays (C = 4 candidates, S = 6 statuses):
+Observation, a Dict of arrays (C = 4 candidates, S = 7 statuses, ``parasim.protocol.schema.NUM_STATUSES``):
   - ``task`` float32[8]: domain one-hot (math, science, knowledge, code), free-form flag, multiple-choice
     flag, answer options / 16 (1 for free-form), question tokens / 1000.
   - ``round`` float32[2]: rounds used, rounds left.
@@ -43,10 +44,15 @@ Observation, a Dict of arrays (C = 4 candidates, S = 6 statuses):
     (present, score, supporting calls, reviewer flags, reviewer confirmations); answer ids are hidden.
   - ``evidence`` float32[3]: OK answers so far, distinct answers, 1 if the termination model would fall
     back to the manager's own answer (no evidence yet).
-  - ``tool_counts`` float32[T]: calls per tool so far; ``status_counts`` float32[6]: calls per status.
-  - ``last_status`` int8[K]: status of each slot's call in the last round (6 = no call).
+  - ``tool_counts`` float32[T]: calls per tool so far; ``status_counts`` float32[S]: calls per status.
+  - ``last_status`` int8[K]: status of each slot's call in the last round (S = no call).
   - ``action_mask`` int8[sum(nvec)]: the per-dimension masks of the action, concatenated in ``nvec``
     order (stop 2, then per slot tool T+1, model M, target 3); 1 = allowed.
+  - with ``descriptors=True`` only: ``models`` float32[M, 13] and ``tools`` float32[T, 5], the pool's model and tool
+    descriptors in [0, 1] (price, speed, time to first token, published accuracy per domain, context window; tool
+    kind and cost; ``parasim.descriptors``), the same values every step (they describe the pool, not the episode;
+    copies, as every key is, since Gymnasium's users keep observations), so a policy that scores their rows can act
+    on a pool it was not trained on. Off by default: the keys cost nothing then.
 
 Reset options (``reset(options={...})``), for trainers that play one task several times (GRPO groups):
   - ``task_index`` (int in ``[0, num_tasks)``): play the suite's task at that index (row of the suite: a
@@ -84,7 +90,8 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.envs.registration import EnvSpec
 
-from parasim.env_options import check_episode_options, check_option_keys, check_seed
+from parasim.descriptors import Descriptors, descriptor_spaces, pool_descriptors
+from parasim.env_options import check_bool, check_episode_options, check_option_keys, check_seed
 from parasim.envs.call_source import CallSource, SimSource
 from parasim.envs.render import Board, check_render_mode, ending_text, new_history, render_board
 from parasim.envs.render_modes import RENDER_FPS, RENDER_MODES
@@ -93,6 +100,7 @@ from parasim.sim import Simulator
 from parasim.sim.gather import trajectory_fields
 from parasim.sim.kernel import CAND_FEATURES, NUM_CANDIDATES
 from parasim.sim.state import TASK_FEATURES
+from parasim.tasks import load_suite
 
 REAL_TOOLS_HINT = (
     "build the engine over an OpenAI-compatible endpoint per pool model, e.g. engine = "
@@ -114,19 +122,21 @@ def make_simulator(tools: str, num_lanes: int, *, pool: Any, suite: Any, max_rou
                      token_budget=token_budget, threads=threads, harness=harness)
 
 
-def observation_space(sim: Simulator) -> spaces.Dict:
+def observation_space(sim: Simulator, descriptors: bool = False) -> spaces.Dict:
     """The single-episode Dict observation space of a simulator's envs (see the module docstring)."""
-    return dict_observation_space(sim.slots, float(sim.env[0]), sim.nvec)
+    return dict_observation_space(sim.slots, float(sim.env[0]), sim.nvec, descriptors)
 
 
-def dict_observation_space(slots: int, max_rounds: float, nvec: np.ndarray) -> spaces.Dict:
+def dict_observation_space(slots: int, max_rounds: float, nvec: np.ndarray, descriptors: bool = False) -> spaces.Dict:
     """The Dict observation space for K = ``slots`` call slots, R rounds and the action sizes ``nvec`` (whose tool
-    dimension, T + 1, gives the tool count T); the simulated and the real-tools env share it, so a policy trained on
-    one runs on the other."""
+    dimension, T + 1, gives the tool count T, and whose model dimension the model count M); the simulated and the
+    real-tools env share it, so a policy trained on one runs on the other. ``descriptors`` adds the ``models`` and
+    ``tools`` keys (``parasim.descriptors``)."""
     inf = np.inf
     f32 = np.float32
     num_tools = int(nvec[1]) - 1
     task_high = np.array([1, 1, 1, 1, 1, 1, 1, inf], f32)
+    extra = descriptor_spaces(int(nvec[2]), num_tools) if descriptors else {}
     return spaces.Dict({
         "task": spaces.Box(0, task_high, (TASK_FEATURES,), f32),
         "round": spaces.Box(0, max_rounds, (2,), f32),
@@ -137,6 +147,7 @@ def dict_observation_space(slots: int, max_rounds: float, nvec: np.ndarray) -> s
         "status_counts": spaces.Box(0, inf, (NUM_STATUSES,), f32),
         "last_status": spaces.Box(0, NUM_STATUSES, (slots,), np.int8),
         "action_mask": spaces.Box(0, 1, (int(nvec.sum()),), np.int8),
+        **extra,
     })
 
 
@@ -199,15 +210,16 @@ class ParaOrchEnv(gym.Env):
     def __init__(self, pool: Any = "paramanager", suite: Any = "paramanager", max_rounds: int = 12,
                  max_parallel: int = 4, serial: bool = False, reward: Any = "paramanager", tools: str = "sim",
                  token_budget: float | None = None, seed: int | None = None, render_mode: str | None = None,
-                 engine: Any = None, harness: dict[str, Any] | None = None) -> None:
+                 engine: Any = None, harness: dict[str, Any] | None = None, descriptors: bool = False) -> None:
         self.render_mode = check_render_mode(render_mode)
+        descriptors = check_bool("descriptors", descriptors)
         self.source: CallSource = make_source(tools, engine, pool=pool, suite=suite, max_rounds=max_rounds,
                                               max_parallel=max_parallel, serial=serial, token_budget=token_budget,
                                               harness=harness)
         self.tools = self.source.tools
         self.reward_config = resolve_reward(reward)
         self.observation_space = dict_observation_space(self.source.slots, float(self.source.max_rounds),
-                                                        self.source.nvec)
+                                                        self.source.nvec, descriptors)
         self.action_space = spaces.MultiDiscrete(self.source.nvec)
         self.model_names: tuple[str, ...] = self.source.model_names
         self._initial_seed = check_seed(seed)
@@ -215,6 +227,12 @@ class ParaOrchEnv(gym.Env):
         # lane 0's views of the source's observation buffers (written in place by the compiled rules): each
         # observation copies them without indexing nine arrays again
         self._obs_views = tuple((k, v[0]) for k, v in self.source.obs._asdict().items())
+        self._suite, self._descriptors = suite, None
+        # the pool's descriptor rows, constant over episodes (copied into each observation only when asked for)
+        self._constant_obs: dict[str, np.ndarray] = {}
+        if descriptors:
+            d = self.descriptors
+            self._constant_obs = {"models": d.models, "tools": d.tools}
         self._seeded = False
         self._started = False
         self._done = True
@@ -229,6 +247,19 @@ class ParaOrchEnv(gym.Env):
         if not isinstance(self.source, SimSource):
             raise AttributeError("sim: a tools='real' env has no simulator; its calls run on env.source.engine")
         return self.source.sim
+
+    @property
+    def descriptors(self) -> Descriptors:
+        """The pool's model and tool descriptors (``parasim.descriptors``; the ``models`` / ``tools`` observation
+        keys with ``descriptors=True``): the simulator's pool and suite, or the real-tools prior pool's entries of
+        the engine's model ids."""
+        if self._descriptors is None:
+            if isinstance(self.source, SimSource):
+                self._descriptors = pool_descriptors(self.source.sim.pool, self.source.sim.suite)
+            else:
+                self._descriptors = pool_descriptors(self.source.pool, load_suite(self._suite),  # type: ignore
+                                                     self.model_names)
+        return self._descriptors
 
     @property
     def engine(self) -> Any:
@@ -294,7 +325,10 @@ class ParaOrchEnv(gym.Env):
 
     def _observation(self) -> dict[str, np.ndarray]:
         """The observation (copies: the buffers change with the next step)."""
-        return {k: v.copy() for k, v in self._obs_views}
+        obs = {k: v.copy() for k, v in self._obs_views}
+        if self._constant_obs:
+            obs.update({k: v.copy() for k, v in self._constant_obs.items()})
+        return obs
 
     def task_weights(self) -> np.ndarray:
         """Each task index's probability when the env draws tasks itself (float64[num_tasks], sums to 1): the

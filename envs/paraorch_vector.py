@@ -30,6 +30,11 @@ Render and masks: with ``render_mode`` ``"ansi"`` or ``"rgb_array"``, ``render()
 board (``parasim.envs.render``), as Gymnasium's vector envs return one frame per sub-env; the lanes' calls are
 recorded only then (a Python loop over the lanes per step: for watching a few lanes, not for training at scale).
 ``action_masks()`` returns every lane's ``action_mask`` as bool[N, sum(nvec)].
+
+Descriptors: ``descriptors=True`` adds ``models`` [N, M, F_m] and ``tools`` [N, T, F_t] (``parasim.descriptors``): one
+read-only broadcast of the pool's rows over the lanes, the same arrays every step, so they cost no copy per step at
+any number of lanes (read-only, so no caller can change what another step holds); ``descriptors`` (the attribute)
+holds the rows whether or not the observation carries them.
 """
 from __future__ import annotations
 
@@ -42,7 +47,8 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from parasim.env_options import check_lane_seeds, check_option_keys, check_seed
+from parasim.descriptors import pool_descriptors
+from parasim.env_options import check_bool, check_lane_seeds, check_option_keys, check_seed
 from parasim.envs.call_source import RESET_OPTIONS, task_options
 from parasim.envs.paraorch import (
     make_simulator,
@@ -84,10 +90,11 @@ class ParaOrchVectorEnv(VectorEnv):
                  max_rounds: int = 12, max_parallel: int = 4, serial: bool = False, reward: Any = "paramanager",
                  tools: str = "sim", token_budget: float | None = None, seed: int | None = None,
                  autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP, render_mode: str | None = None,
-                 threads: bool = False, harness: dict[str, Any] | None = None) -> None:
+                 threads: bool = False, harness: dict[str, Any] | None = None, descriptors: bool = False) -> None:
         if not isinstance(num_envs, int | np.integer) or num_envs < 1:
             raise ValueError(f"num_envs: expected a positive integer, got {num_envs!r}")
         self.render_mode = check_render_mode(render_mode)
+        with_descriptors = check_bool("descriptors", descriptors)
         mode = AutoresetMode(autoreset_mode)
         if mode not in (AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP):
             raise ValueError(f"autoreset_mode: expected NEXT_STEP or SAME_STEP, got {mode}")
@@ -98,12 +105,16 @@ class ParaOrchVectorEnv(VectorEnv):
         self.reward_config = resolve_reward(reward)
         self.metadata = {**self.metadata, "autoreset_mode": mode}
         self.autoreset_mode = mode
-        self.single_observation_space = observation_space(self.sim)
+        self.single_observation_space = observation_space(self.sim, with_descriptors)
         self.single_action_space = spaces.MultiDiscrete(self.sim.nvec)
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
         self.num_tasks = self.sim.num_tasks
         self.model_names: tuple[str, ...] = tuple(self.sim.pool.model_names[:-1])
+        self.descriptors = pool_descriptors(self.sim.pool, self.sim.suite)
+        self._constant_obs: dict[str, np.ndarray] = {} if not with_descriptors else {
+            k: np.broadcast_to(v, (self.num_envs, *v.shape))
+            for k, v in (("models", self.descriptors.models), ("tools", self.descriptors.tools))}
         self._initial_seed = check_seed(seed)
         self._seeded = False
         self._autoreset = np.zeros(self.num_envs, np.uint8)
@@ -135,7 +146,7 @@ class ParaOrchVectorEnv(VectorEnv):
         self.sim.reset(mask.astype(np.uint8), rows, task_seeds)
         self._autoreset[mask] = 0
         self._clear_boards(lanes)
-        return self.sim.observation(), {}
+        return self._observation(), {}
 
     def step(self, actions: Any) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray, np.ndarray, dict]:
         a = np.asarray(actions)
@@ -166,7 +177,7 @@ class ParaOrchVectorEnv(VectorEnv):
             if self.autoreset_mode == AutoresetMode.SAME_STEP:
                 final_obs = np.full(self.num_envs, None, dtype=object)
                 for i in lanes:
-                    final_obs[i] = self.sim.observation(i)
+                    final_obs[i] = self._observation(i)
                 self.sim.reset(terminated.astype(np.uint8))
                 self._clear_boards(lanes)
                 infos = {"final_obs": final_obs, "_final_obs": terminated.copy(), "final_info": final,
@@ -175,7 +186,14 @@ class ParaOrchVectorEnv(VectorEnv):
                 infos = final
         if self.autoreset_mode == AutoresetMode.NEXT_STEP:
             self._autoreset = terminated.astype(np.uint8)
-        return self.sim.observation(), rewards, terminated, np.zeros(self.num_envs, bool), infos
+        return self._observation(), rewards, terminated, np.zeros(self.num_envs, bool), infos
+
+    def _observation(self, lane: int | None = None) -> dict[str, np.ndarray]:
+        """Every lane's observation (or lane ``lane``'s), the descriptor keys added when the env has them."""
+        obs = self.sim.observation() if lane is None else self.sim.observation(lane)
+        if self._constant_obs:
+            obs.update({k: v if lane is None else v[lane] for k, v in self._constant_obs.items()})
+        return obs
 
     def task_weights(self) -> np.ndarray:
         """Each task index's probability when the env draws tasks itself (float64[num_tasks], sums to 1)."""

@@ -21,6 +21,7 @@ KNOWN_SOURCES = frozenset({
     "Q4I",  # Qwen3-4B-Instruct-2507 model card
     "Q30I",  # Qwen3-30B-A3B-Instruct-2507 model card
     "Q30T",  # Qwen3-30B-A3B-Thinking-2507 model card
+    "Q3C",  # Qwen3-Coder-30B-A3B-Instruct model card
     "Q235I",  # Qwen3-235B-A22B-Instruct-2507 model card
     "Q235T",  # Qwen3-235B-A22B-Thinking-2507 model card
     "QTR",  # Qwen3 Technical Report, arXiv 2505.09388

@@ -18,7 +18,10 @@ Schema, by path:
   ``long_context.lambda`` in [0, 5] (skill lost per log(1 + context_tokens / 1000));
   ``review`` {sensitivity, specificity: per domain in [0, 1]}; ``tokens_out`` {log_median: per domain in
   [0, 12], log_sd in [0, 3], difficulty_slope in [-2, 2]}; ``latency`` {ttft_s, tokens_per_s, log_sd};
-  ``price`` {input_per_mtok, output_per_mtok} in USD; ``code_exec_error.rate`` in [0, 1] (code_reasoner).
+  ``price`` {input_per_mtok, output_per_mtok} in USD; ``code_exec_error.rate`` in [0, 1] (code_reasoner); the
+  optional group ``context.window_tokens``, an integer in [1024, 10^8] (the context window a manager's prompt
+  states for the model, read only by its descriptor, ``parasim.descriptors``; absent: ``DEFAULT_CONTEXT_TOKENS``,
+  an assumed value).
 - ``tool_spec`` (optional): the tool set, a shipped tool spec's name or a path to a tool spec file
   (``parasim.tool_spec``; default ``"default"``, the seven tools of ``parasim.protocol.schema.Tool``). Every
   per-tool table below has one row per tool of the spec, in its order.
@@ -93,6 +96,10 @@ __all__ = ["DOMAINS", "FIT_SOURCE", "KNOWN_SOURCES", "MAX_MODELS", "POOL_DIR", "
            "accuracy_under_cap", "answer_space", "assumed_parameters", "expected_accuracy", "load_pool",
            "parse_pool", "pool_file", "read_pool_file", "reliability", "shipped_pools", "solve_skill"]
 MAX_MODELS = 16
+# A model's context window when its pool entry has no ``context`` group: 131,072 tokens (gpt-oss's model card; the
+# Qwen3-2507 cards give 262,144 natively). Assumed: no shipped pool states its models' windows yet.
+DEFAULT_CONTEXT_TOKENS = 131_072
+CONTEXT_TOKENS_RANGE = (1024, 100_000_000)
 MAX_NAME_CHARS = 128  # a model id or pool name
 MAX_DESCRIPTION_CHARS = 4096  # a refit appends a sentence to its base pool's description
 
@@ -103,7 +110,8 @@ MODEL_GROUPS: dict[str, tuple[str, ...]] = {
     "long_context": ("lambda",),
     "review": ("sensitivity", "specificity"), "tokens_out": ("log_median", "log_sd", "difficulty_slope"),
     "latency": ("ttft_s", "tokens_per_s", "log_sd", "concurrency_slope"),
-    "price": ("input_per_mtok", "output_per_mtok"), "code_exec_error": ("rate",), "deployment": DEPLOYMENT_KEYS}
+    "price": ("input_per_mtok", "output_per_mtok"), "code_exec_error": ("rate",), "deployment": DEPLOYMENT_KEYS,
+    "context": ("window_tokens",)}
 MODEL_KEYS = ("name", *MODEL_GROUPS, "accuracy")
 PROTOCOL_KEYS = ("ensemble_k", "manager_tokens_per_round", "manager_tokens_per_call", "prompt_tokens",
                  "status_tokens", "repair", "max_output_tokens", *HARNESS_KEYS)
@@ -178,6 +186,7 @@ class PoolSpec:
     repair: float
     max_output_tokens: float
     sampling: SamplingSetting = SamplingSetting()
+    context_window: np.ndarray = field(default_factory=lambda: np.zeros(0))  # [M+1] tokens (descriptors only)
     deployments: tuple[Deployment, ...] = ()  # M + 1, the manager last
     sources: dict[str, str] = field(default_factory=dict, compare=False)
     tools: ToolSpec = field(default_factory=default_tool_spec, compare=False)  # T = tools.num_tools rows above
@@ -242,7 +251,22 @@ def _model(raw: Any, path: str, sources: dict[str, str]) -> dict[str, Any]:
     out["price_in"] = _num(g, "input_per_mtok", f"{path}.price", 0, 1000) / 1e6
     out["price_out"] = _num(g, "output_per_mtok", f"{path}.price", 0, 1000) / 1e6
     out["p_exec"] = _num(group("code_exec_error"), "rate", f"{path}.code_exec_error", 0, 1)
+    out["context"] = _context_window(raw, path, sources)
     return out
+
+
+def _context_window(raw: dict, path: str, sources: dict[str, str]) -> float:
+    """The optional ``context.window_tokens`` of a model (an integer in ``CONTEXT_TOKENS_RANGE``), or
+    ``DEFAULT_CONTEXT_TOKENS`` (an assumed value) when the model has none; an absent group is not entered in
+    ``sources``, which list the groups a file holds."""
+    if "context" not in raw:
+        return float(DEFAULT_CONTEXT_TOKENS)
+    lo, hi = CONTEXT_TOKENS_RANGE
+    g = _group(raw, "context", path, sources, MODEL_GROUPS["context"])
+    window = _num(g, "window_tokens", f"{path}.context", lo, hi)
+    if window != int(window):
+        raise PoolError(f"{path}.context.window_tokens: expected an integer in [{lo}, {hi}], got {window!r}")
+    return window
 
 
 def _tool(raw: dict, tool: Any, spec: ToolSpec, sources: dict[str, str]) -> dict[str, Any]:
@@ -357,7 +381,8 @@ def parse_pool(raw: Any, name: str = "pool") -> PoolSpec:
         status_tokens=_num(proto, "status_tokens", "protocol", 0, 1e5),
         repair=_num(proto, "repair", "protocol", 0, 1),
         max_output_tokens=_num(proto, "max_output_tokens", "protocol", 1, 1e7),
-        sampling=parse_sampling(proto, "protocol"), deployments=tuple(m["deployment"] for m in ms), sources=sources,
+        sampling=parse_sampling(proto, "protocol"), context_window=col("context"),
+        deployments=tuple(m["deployment"] for m in ms), sources=sources,
         tools=spec)
 
 

@@ -98,6 +98,7 @@ def model(
     review_src="assumed",
     slope_conc=None,
     deployment=None,
+    context=None,
 ):
     """A MODEL entry; skills per domain come from the targets where there are any (see module doc)."""
     sol = solved(targets, tau, tok, tok_sd, slope)
@@ -137,6 +138,8 @@ def model(
         "price": {"input_per_mtok": price[0], "output_per_mtok": price[1], "source": price_src},
         "code_exec_error": {"rate": exec_rate, "source": "AA"},
         **({"deployment": deployment} if deployment is not None else {}),
+        # the context window a manager's prompt states (observation descriptors only), with its card
+        **({"context": {"window_tokens": context[0], "source": context[1]}} if context is not None else {}),
     }
 
 
@@ -265,6 +268,7 @@ q30 = model(
     tok=(LN(5000), LN(1500), LN(800), LN(3000)),
     deployment=self_hosted("bf16", 3.3, 30.5),
     **SERVED,
+    context=(262144, "Q30I"),
 )
 coder = model(
     "Qwen3-Coder-30B-A3B-Instruct",
@@ -279,6 +283,7 @@ coder = model(
     sens=(0.5, 0.45, 0.45, 0.65),
     deployment=self_hosted("bf16", 3.3, 30.5),
     **SERVED,
+    context=(262144, "Q3C"),
 )
 oss = model(
     "GPT-OSS-20B",
@@ -292,6 +297,7 @@ oss = model(
     sens=(0.7, 0.6, 0.55, 0.65),
     spec=(0.9, 0.88, 0.88, 0.88),
     kappa=0.45,
+    context=(131072, "OSS"),
 )
 mgr4 = model(
     "Qwen3-4B-Instruct-2507",
@@ -509,6 +515,7 @@ q235t = model(
     kappa=0.45,
     **THINKING_REVIEW,
     **h200_served("bf16", 22.0, 235.0),
+    context=(262144, "Q235T"),
 )
 q235i = model(
     "Qwen3-235B-A22B-Instruct-2507",
@@ -525,6 +532,7 @@ q235i = model(
     price=(0.22, 0.88),
     price_src="assumed",
     **h200_served("bf16", 22.0, 235.0),
+    context=(262144, "Q235I"),
 )
 q30t = model(
     "Qwen3-30B-A3B-Thinking-2507",
@@ -543,6 +551,7 @@ q30t = model(
     kappa=0.45,
     **THINKING_REVIEW,
     **h200_served("bf16", 3.3, 30.5),
+    context=(262144, "Q30T"),
 )
 oss120 = model(
     "GPT-OSS-120B",
@@ -556,6 +565,7 @@ oss120 = model(
     kappa=0.45,
     **THINKING_REVIEW,
     **h200_served("mxfp4", 5.1, 116.8),
+    context=(131072, "OSS"),
 )
 q32t = model(
     "Qwen3-32B",

@@ -18,7 +18,8 @@ EMPTY = TOOLS - 1
 
 def _policy(seed: int = 0) -> ManagerPolicy:
     torch.manual_seed(seed)
-    return ManagerPolicy(6, NVEC, ("a", "b"), num_agent_tools=5, cfg=PolicyConfig(hidden=16, layers=1))
+    cfg = PolicyConfig(hidden=16, layers=1, model_head="index")  # one logit per model index: NVEC's 3
+    return ManagerPolicy(6, NVEC, ("a", "b"), num_agent_tools=5, cfg=cfg)
 
 
 def _random_mask(rng: np.random.Generator, n: int) -> torch.Tensor:

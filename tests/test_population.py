@@ -94,7 +94,7 @@ def test_a_population_shares_its_env_options_and_architecture():
 
 def test_member_adam_and_clipping_step_each_member_as_torch_does_alone():
     torch.manual_seed(0)
-    cfg = PolicyConfig(hidden=16, layers=2)
+    cfg = PolicyConfig(hidden=16, layers=2, model_head="index")
     policies = [ManagerPolicy(5, [2, 4, 3, 3], ("a",), 2, cfg) for _ in range(3)]
     alone = [ManagerPolicy(5, [2, 4, 3, 3], ("a",), 2, cfg) for _ in range(3)]
     for p, q in zip(policies, alone):
@@ -132,7 +132,7 @@ def test_a_members_rows_give_its_floats_alone_wherever_they_sit_in_the_pass():
     where MKL multiplies such a small batch differently (the default sizes: 78 features, 128 hidden units)."""
     torch.manual_seed(0)
     nvec = [2] + [8, 3, 3] * 4
-    policies = [ManagerPolicy(78, nvec, ("a",), 5) for _ in range(4)]
+    policies = [ManagerPolicy(78, nvec, ("a",), 5, PolicyConfig(model_head="index")) for _ in range(4)]
     stack = PolicyStack(policies)
     counts = [1, 2, 3, 2]  # members 1 and 2 start at rows 1 and 3
     x, mask = torch.randn(sum(counts), 78), torch.ones(sum(counts), sum(nvec), dtype=torch.bool)
@@ -144,7 +144,7 @@ def test_a_members_rows_give_its_floats_alone_wherever_they_sit_in_the_pass():
 
 
 def test_sampling_reproduces_multinomial_draw_for_draw():
-    policy = ManagerPolicy(6, [2, 5, 3, 4], ("a",), 3, PolicyConfig(hidden=16, layers=1))
+    policy = ManagerPolicy(6, [2, 5, 3, 4], ("a",), 3, PolicyConfig(hidden=16, layers=1, model_head="index"))
     x, mask = torch.randn(300, 6), torch.rand(300, 14) < 0.7
     mask[:, [0, 2, 7, 10]] = True  # a legal choice in every dimension
     gen = torch.Generator().manual_seed(5)

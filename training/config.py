@@ -31,7 +31,7 @@ from parasim.config_fields import (
 )
 from parasim.env_options import ROUND_LIMIT
 from parasim.rewards import PRESETS, RewardConfig
-from parasim.training.evaluate import EvalConfig
+from parasim.training.evaluate import EvalConfig, check_eval_pool
 from parasim.training.expert import ExpertConfig
 from parasim.training.grpo import GRPOConfig
 from parasim.training.policy import PolicyConfig
@@ -90,6 +90,7 @@ class TrainConfig:
         for name in SECTIONS:
             validate(getattr(self, name), name)
         _check_cross(self)
+        check_eval_pool(self)
         return self
 
     def to_dict(self) -> dict[str, Any]:
@@ -136,6 +137,7 @@ def addressable_names() -> dict[str, tuple[str, str]]:
     for top in ("seed", "reward_preset"):
         names[top] = ("", top)
     names["reward.preset"] = names["reward"] = ("", "reward_preset")
+    names["pool"] = ("env", "pool")  # not eval.pool: a bare `pool` is the training pool
     for name, hits in plain.items():
         if len(hits) == 1 and name not in names:
             names[name] = hits[0]

@@ -49,12 +49,13 @@ class ExpertConfig:
 
 @dataclass
 class Demonstrations:
-    """The kept decisions (SFT inputs) and what was kept."""
+    """The kept decisions (SFT inputs), the pool's model descriptor rows and what was kept."""
 
     x: torch.Tensor
     mask: torch.Tensor
     actions: torch.Tensor
     stats: dict[str, Any]
+    models: torch.Tensor
 
 
 class ScriptedExpert:
@@ -177,5 +178,5 @@ def demonstrations(cfg: Any) -> Demonstrations:
     stats = {"episodes": len(keep), "expert_accuracy": float(correct.mean()), "kept": int(keep.sum()),
              "decisions": int(sel.numel()), "recovered": int((keep & failed_calls).sum()),
              "tool_share": (totals / max(totals.sum(), 1)).round(4).tolist()}
-    return Demonstrations(ro.x[sel], ro.mask[sel], ro.actions[sel], stats)
+    return Demonstrations(ro.x[sel], ro.mask[sel], ro.actions[sel], stats, ro.models)
 

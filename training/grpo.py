@@ -36,7 +36,15 @@ from parasim.batch import TrajectoryBatch
 from parasim.config_fields import opt
 from parasim.rewards import compute_rewards
 from parasim.training.policy import ADAM_BETAS, ManagerPolicy, MemberAdam, PolicyStack, clip_member_grads
-from parasim.training.rollout import Block, Rollout, collect_blocks, derive_seed, make_envs, stack_actor
+from parasim.training.rollout import (
+    Block,
+    Rollout,
+    collect_blocks,
+    derive_seed,
+    make_envs,
+    model_descriptors,
+    stack_actor,
+)
 from parasim.training.store import atomic_write_bytes
 
 ADV_STDS = ("unbiased", "biased")
@@ -135,14 +143,14 @@ def update_stack(stack: PolicyStack, ref: PolicyStack | None, optim: MemberAdam,
         counts[[members[b] for b in blocks]] = sizes
         # the entropy's graph only where a member's loss weighs it; elsewhere its backward would add only zeros
         weighed = any(gs[b].entropy_coef > 0 for b in blocks)
-        logp, ent = stack.evaluate(x, mask, act, counts.tolist(), "grad" if weighed else "value")
+        logp, ent = stack.evaluate(x, mask, act, counts.tolist(), "grad" if weighed else "value", ro.models)
         ratio = torch.exp(logp - old_logp)
         lo, hi = _per_row(sizes, [1 - gs[b].clip_eps for b in blocks], [1 + gs[b].clip_eps_high for b in blocks])
         pg = -torch.minimum(ratio * a, torch.clamp(ratio, lo, hi) * a)
         kl_rows = None
         if ref is not None and any(gs[b].kl_coef > 0 for b in blocks):
             with torch.no_grad():
-                ref_logp, _ = ref.evaluate(x, mask, act, counts.tolist(), "none")
+                ref_logp, _ = ref.evaluate(x, mask, act, counts.tolist(), "none", ro.models)
             log_r = ref_logp - logp
             kl_rows = (torch.exp(log_r) - 1 - log_r).split(sizes)  # k3 estimator (Schulman), >= 0
         losses, kls = [], []
@@ -241,7 +249,7 @@ def train_stack(cfgs: Sequence[Any], stack: PolicyStack, ckpts: Sequence[Path | 
         blocks = [Block(gs[m].lanes, s, gs[m].group_size) for m, s in zip(members, seeds)]
         # 1. collect: group_size lanes per task, one block of lanes per member
         ro = collect_blocks(stack_actor(stack, members, np.cumsum([0] + [b.lanes for b in blocks]), gens,
-                                        [False] * len(members)), envs, blocks)
+                                        [False] * len(members), model_descriptors(envs)), envs, blocks)
         decisions = ro.block_decisions()
         parts = [ro.member_batch(b) for b in range(len(members))]
         # 2. the core's reward under each member's reward config

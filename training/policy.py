@@ -10,6 +10,15 @@ has no model or target, and basic tools (python, search) take no model. Those di
 sample (the env ignores them) but are left out of the log-probability and entropy, so the gradient
 only flows through choices that changed what the environment did.
 
+Models are chosen by one of two heads (``PolicyConfig.model_head``). ``"index"``: one logit per model index of the
+training pool, plus a learned per-(slot, tool, model) offset; the policy acts on that pool only. ``"descriptor"``:
+each model's logit is a score of its descriptor row (``parasim.descriptors``: price, speed, context, published
+accuracy per domain), a per-slot query from the trunk dotted with a learned embedding ``tanh(W d + b)`` of the row,
+plus the per-tool offset as a ``[slots, tools, E]`` table dotted with the same embedding; no weight depends on the
+number of models, so the same weights act on any pool with the same tool spec (``eval.pool``). Every pass of the
+descriptor head takes the pool's ``models`` rows ``[M, F_m]`` (all rows of a pass come from one env, so one pool);
+the trunk never reads them (their size depends on M).
+
 A population of policies (a sweep's grid points and seeds) runs as one ``PolicyStack``: P members' parameters
 stacked along a leading dimension, one pass for all. Each member's trunk and heads are its own matrix products
 on its own rows, of the shapes the member has alone; everything after them (tool conditioning, masking,
@@ -29,10 +38,12 @@ from torch import nn
 from torch.nn import functional
 
 from parasim.config_fields import opt
+from parasim.descriptors import DESCRIPTOR_KEYS, MODEL_FEATURES
 from parasim.protocol.schema import NUM_STATUSES
 from parasim.sim.state import slot_column, slot_of_dimension
 
 MIN_LOGIT = -1e9
+MODEL_HEADS = ("index", "descriptor")
 ADAM_BETAS = (0.9, 0.999)  # torch.optim.Adam's defaults, which both trainers use
 
 
@@ -42,9 +53,19 @@ class PolicyConfig:
 
     hidden: int = opt(128, lo=8, hi=4096, help="width of the shared trunk")
     layers: int = opt(2, lo=1, hi=8, help="hidden layers of the trunk")
+    model_head: str = opt("descriptor", choices=MODEL_HEADS,
+                          help="model logits: per pool index, or scored from model descriptors (any pool)")
+    model_embed: int = opt(16, lo=1, hi=1024, help="width of the model descriptor embedding (descriptor head)")
 
 
 CATEGORICAL = {"last_status": NUM_STATUSES + 1}  # per-slot status of the last round, NUM_STATUSES = no call
+NOT_TRUNK = ("action_mask", *DESCRIPTOR_KEYS)  # the mask gates the logits; descriptors enter the model head only
+
+
+def trunk_keys(obs: Mapping[str, np.ndarray]) -> tuple[str, ...]:
+    """The observation keys the trunk reads, in the order it reads them: every key but the mask and the descriptor
+    rows."""
+    return tuple(sorted(k for k in obs if k not in NOT_TRUNK))
 
 
 def obs_to_tensor(obs: Mapping[str, np.ndarray], keys: tuple[str, ...]) -> torch.Tensor:
@@ -88,11 +109,13 @@ def relevance(actions: torch.Tensor, nvec: list[int], num_agent_tools: int) -> t
 @dataclass(frozen=True)
 class Weights:
     """What one pass reads: each member's (weight, bias) pairs (trunk layers, then the heads) and the stacked
-    per-tool offsets ``[P, slots, tools, models]`` / ``[P, slots, tools, targets]``."""
+    per-tool offsets ``[P, slots, tools, models]`` (descriptor head: ``[P, slots, tools, E]``) /
+    ``[P, slots, tools, targets]``; the descriptor head adds each member's embedding (weight, bias)."""
 
     layers: list[list[tuple[torch.Tensor, torch.Tensor]]]
     tool_model: torch.Tensor
     tool_target: torch.Tensor
+    embed: list[tuple[torch.Tensor, torch.Tensor]] | None = None
 
 
 def draw_noise(nvec: Sequence[int], counts: Sequence[int], generators: Sequence[torch.Generator | None],
@@ -123,14 +146,50 @@ class _Heads:
     num_agent_tools: int
     slots: int
     splits: list[int]
+    model_head: str
+    head_sizes: list[int]  # the heads' output per dimension: nvec, or the embedding width for the descriptor head's
+    head_splits: list[int]
 
-    def _layout(self, nvec: Sequence[int], num_agent_tools: int) -> None:
+    def _layout(self, nvec: Sequence[int], num_agent_tools: int, model_head: str = "index", embed: int = 0) -> None:
         self.nvec = [int(n) for n in nvec]
         self.num_agent_tools = num_agent_tools
         if (len(self.nvec) - 1) % 3:
             raise ValueError(f"action nvec {self.nvec}: expected [stop] + 3 dims per call slot")
+        if model_head not in MODEL_HEADS:
+            raise ValueError(f"model_head: expected one of {', '.join(MODEL_HEADS)}, got {model_head!r}")
         self.slots = (len(self.nvec) - 1) // 3
         self.splits = np.cumsum(self.nvec)[:-1].tolist()
+        self.model_head = model_head
+        self.head_sizes = self._with_models(embed) if model_head == "descriptor" else self.nvec
+        self.head_splits = np.cumsum(self.head_sizes)[:-1].tolist()
+
+    def _with_models(self, size: int) -> list[int]:
+        """``nvec`` with every slot's model dimension set to ``size``."""
+        return [size if d > 0 and slot_of_dimension(d)[1] == 1 else n for d, n in enumerate(self.nvec)]
+
+    def _dims(self, models: torch.Tensor | None) -> tuple[list[int], list[int]]:
+        """The action sizes of a pass and their split points: the descriptor head's model dimension is the number
+        of descriptor rows ``models`` of the pass's pool."""
+        if self.model_head == "index":
+            if models is not None and self.slots and len(models) != self.nvec[2]:
+                raise ValueError(f"models: {len(models)} descriptor rows, but the index head has one logit per model "
+                                 f"of its training pool ({self.nvec[2]}); evaluating on another pool needs "
+                                 "model_head='descriptor'")
+            return self.nvec, self.splits
+        if models is None:
+            raise ValueError("models: the descriptor head scores the pool's model descriptor rows; pass the env's "
+                             "descriptors.models as models= (float[M, F])")
+        nvec = self._with_models(len(models))
+        return nvec, np.cumsum(nvec)[:-1].tolist()
+
+    def _model_logits(self, out: torch.Tensor, emb: torch.Tensor) -> torch.Tensor:
+        """The descriptor head's output with each slot's query replaced by its scores of the models' embeddings
+        ``emb`` [M, E]: query . embedding, one logit per model."""
+        pieces = list(torch.tensor_split(out, self.head_splits, dim=1))
+        for d in range(1, len(pieces)):
+            if slot_of_dimension(d)[1] == 1:
+                pieces[d] = pieces[d] @ emb.t()
+        return torch.cat(pieces, dim=1)
 
     def relevance(self, actions: torch.Tensor) -> torch.Tensor:
         """Which dimensions of each action changed what the env did (bool[N, D])."""
@@ -138,10 +197,15 @@ class _Heads:
 
     def _pass(self, w: Weights, x: torch.Tensor, mask: torch.Tensor, counts: Sequence[int],
               actions: torch.Tensor | None, noise: list[torch.Tensor] | None = None,
-              greedy: Sequence[bool] = ()) -> tuple[torch.Tensor, list[torch.Tensor]]:
+              greedy: Sequence[bool] = (),
+              models: torch.Tensor | None = None) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """Masked logits per dimension for rows grouped by member (``counts[m]`` rows of member ``m``, in member
-        order), sampling each dimension first when ``actions`` is None (greedy members take the argmax)."""
+        order), sampling each dimension first when ``actions`` is None (greedy members take the argmax); ``models``
+        are the pool's descriptor rows (read by the descriptor head only)."""
+        _, splits = self._dims(models)
         members = [m for m, c in enumerate(counts) if c]
+        # the descriptor head's model embeddings, one per member (every member: the offset table indexes them all)
+        embs = None if w.embed is None else [functional.linear(models, *e).tanh() for e in w.embed]
         parts = []
         for m, xm in zip(members, x.split([counts[m] for m in members])):
             # MKL multiplies a batch of 2 or 3 rows differently when it starts off a 16-byte boundary, as a member's
@@ -150,14 +214,16 @@ class _Heads:
             for weight, bias in w.layers[m][:-1]:
                 # in place: the product's backward reads its inputs, not its output, so tanh may overwrite it
                 h = functional.linear(h, weight, bias).tanh_()
-            parts.append(functional.linear(h, *w.layers[m][-1]))
-        base = torch.tensor_split(parts[0] if len(parts) == 1 else torch.cat(parts), self.splits, dim=1)
-        illegal = torch.tensor_split(~mask.bool(), self.splits, dim=1)
+            out = functional.linear(h, *w.layers[m][-1])
+            parts.append(out if embs is None else self._model_logits(out, embs[m]))
+        base = torch.tensor_split(parts[0] if len(parts) == 1 else torch.cat(parts), splits, dim=1)
+        illegal = torch.tensor_split(~mask.bool(), splits, dim=1)
         rows = torch.as_tensor(counts)
         # row r's offsets of slot s for tool t sit at row (member(r) * slots + s) * tools + t of a flattened table
         first = torch.repeat_interleave(torch.arange(len(counts)) * (self.slots * self.nvec[1]), rows) \
             if self.slots else None
-        tables = [t.reshape(-1, t.shape[-1]) for t in (w.tool_model, w.tool_target)]
+        tool_model = w.tool_model if embs is None else torch.stack([t @ e.t() for t, e in zip(w.tool_model, embs)])
+        tables = [t.reshape(-1, t.shape[-1]) for t in (tool_model, w.tool_target)]
         mixed = any(greedy) and not all(greedy)
         greedy_rows = torch.repeat_interleave(torch.as_tensor(list(greedy), dtype=torch.bool), rows) if mixed else None
         cols: list[torch.Tensor] = []
@@ -196,10 +262,11 @@ class _Heads:
         return logp, ent
 
     def _act(self, w: Weights, x: torch.Tensor, mask: torch.Tensor, counts: Sequence[int],
-             generators: Sequence[torch.Generator | None], greedy: Sequence[bool]) -> tuple[torch.Tensor, torch.Tensor]:
-        noise = None if all(greedy) else draw_noise(self.nvec, counts, generators, greedy)
+             generators: Sequence[torch.Generator | None], greedy: Sequence[bool],
+             models: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        noise = None if all(greedy) else draw_noise(self._dims(models)[0], counts, generators, greedy)
         with torch.no_grad():
-            actions, logits = self._pass(w, x, mask, counts, None, noise, greedy)
+            actions, logits = self._pass(w, x, mask, counts, None, noise, greedy, models)
             return actions, self._score(logits, actions, "none")[0]
 
 
@@ -209,13 +276,14 @@ class ManagerPolicy(nn.Module, _Heads):
     Slots are factorized (each has its own heads) but within a slot the model and target logits get a
     learned per-tool offset, because the protocol couples them: only ``critical_reviewer`` may target
     the leading answer for verification, and the best model depends on the tool. A fully factorized
-    head could not put all its probability on legal (tool, target) pairs.
+    head could not put all its probability on legal (tool, target) pairs. With ``cfg.model_head="descriptor"``
+    the model logits score the pool's descriptor rows (see the module docstring), passed as ``models``.
     """
 
     def __init__(self, obs_dim: int, nvec: np.ndarray | list[int], obs_keys: tuple[str, ...],
                  num_agent_tools: int, cfg: PolicyConfig = PolicyConfig()) -> None:
         super().__init__()
-        self._layout(nvec, num_agent_tools)
+        self._layout(nvec, num_agent_tools, cfg.model_head, cfg.model_embed)
         self.obs_keys = tuple(obs_keys)
         layers: list[nn.Module] = []
         width = obs_dim
@@ -223,10 +291,12 @@ class ManagerPolicy(nn.Module, _Heads):
             layers += [nn.Linear(width, cfg.hidden), nn.Tanh()]
             width = cfg.hidden
         self.trunk = nn.Sequential(*layers)
-        self.heads = nn.Linear(width, sum(self.nvec))
-        tools, models, targets = self.nvec[1:4] if self.slots else (1, 1, 1)
+        self.heads = nn.Linear(width, sum(self.head_sizes))
+        tools, models, targets = self.head_sizes[1:4] if self.slots else (1, 1, 1)
         self.tool_model = nn.Parameter(torch.zeros(self.slots, tools, models))
         self.tool_target = nn.Parameter(torch.zeros(self.slots, tools, targets))
+        if self.model_head == "descriptor":
+            self.model_embed = nn.Linear(len(MODEL_FEATURES), cfg.model_embed)
 
     def linear_names(self) -> list[tuple[str, str]]:
         """The (weight, bias) parameter names of the trunk's layers and then the heads, in the order of a pass."""
@@ -236,25 +306,30 @@ class ManagerPolicy(nn.Module, _Heads):
     def weights(self) -> Weights:
         """This policy as a population of one."""
         params = dict(self.named_parameters())
+        embed = [(params["model_embed.weight"], params["model_embed.bias"])] if self.model_head == "descriptor" \
+            else None
         return Weights([[(params[w], params[b]) for w, b in self.linear_names()]], self.tool_model.unsqueeze(0),
-                       self.tool_target.unsqueeze(0))
+                       self.tool_target.unsqueeze(0), embed)
 
-    def logits(self, x: torch.Tensor, mask: torch.Tensor, actions: torch.Tensor) -> list[torch.Tensor]:
-        """Masked logits per dimension, model and target conditioned on the tools in ``actions``."""
-        return self._pass(self.weights(), x, mask, [len(x)], actions)[1]
+    def logits(self, x: torch.Tensor, mask: torch.Tensor, actions: torch.Tensor,
+               models: torch.Tensor | None = None) -> list[torch.Tensor]:
+        """Masked logits per dimension, model and target conditioned on the tools in ``actions``; ``models``: the
+        pool's descriptor rows (the descriptor head's input)."""
+        return self._pass(self.weights(), x, mask, [len(x)], actions, models=models)[1]
 
-    def evaluate(self, x: torch.Tensor, mask: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def evaluate(self, x: torch.Tensor, mask: torch.Tensor, actions: torch.Tensor,
+                 models: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Log-probability and entropy of ``actions`` (int[N, D]) over their relevant dimensions.
 
         The entropy is that of each relevant dimension's conditional distribution (given the sampled
         tool), summed: what the PPO entropy bonus and the logs use.
         """
-        return self._score(self.logits(x, mask, actions), actions)
+        return self._score(self.logits(x, mask, actions, models), actions)
 
     def act(self, x: torch.Tensor, mask: torch.Tensor, generator: torch.Generator | None,
-            greedy: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+            greedy: bool = False, models: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Sample (or take the argmax of) every dimension; returns actions int64[N, D] and their log-probs."""
-        return self._act(self.weights(), x, mask, [len(x)], [generator], [greedy])
+        return self._act(self.weights(), x, mask, [len(x)], [generator], [greedy], models)
 
 
 class PolicyStack(nn.Module, _Heads):
@@ -267,7 +342,7 @@ class PolicyStack(nn.Module, _Heads):
     def __init__(self, members: Sequence[ManagerPolicy]) -> None:
         super().__init__()
         first = members[0]
-        self._layout(first.nvec, first.num_agent_tools)
+        self._layout(first.nvec, first.num_agent_tools, first.model_head, first.head_sizes[2] if first.slots else 0)
         self.obs_keys = first.obs_keys
         self.names = [n for n, _ in first.named_parameters()]
         self._linear_names = first.linear_names()
@@ -289,7 +364,9 @@ class PolicyStack(nn.Module, _Heads):
         """Per-member views of the stacked parameters (one ``unbind`` each, so the backward is one ``stack``)."""
         views = {n: p.unbind(0) for n, p in zip(self.names, self.stacked) if n not in ("tool_model", "tool_target")}
         layers = [[(views[w][m], views[b][m]) for w, b in self._linear_names] for m in range(self.size)]
-        return Weights(layers, self.param("tool_model"), self.param("tool_target"))
+        embed = [(views["model_embed.weight"][m], views["model_embed.bias"][m]) for m in range(self.size)] \
+            if self.model_head == "descriptor" else None
+        return Weights(layers, self.param("tool_model"), self.param("tool_target"), embed)
 
     def member_state(self, m: int) -> OrderedDict[str, torch.Tensor]:
         """Member ``m``'s parameters as a ``ManagerPolicy.state_dict()``."""
@@ -302,15 +379,16 @@ class PolicyStack(nn.Module, _Heads):
                 p[m].copy_(state[n])
 
     def evaluate(self, x: torch.Tensor, mask: torch.Tensor, actions: torch.Tensor, counts: Sequence[int],
-                 entropy: str = "grad") -> tuple[torch.Tensor, torch.Tensor | None]:
+                 entropy: str = "grad", models: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Log-probability and entropy of ``actions`` per row (see ``ManagerPolicy.evaluate``; ``entropy`` as in
-        ``_score``)."""
-        return self._score(self._pass(self.weights(), x, mask, counts, actions)[1], actions, entropy)
+        ``_score``; ``models`` the pool's descriptor rows)."""
+        return self._score(self._pass(self.weights(), x, mask, counts, actions, models=models)[1], actions, entropy)
 
     def act(self, x: torch.Tensor, mask: torch.Tensor, counts: Sequence[int],
-            generators: Sequence[torch.Generator | None], greedy: Sequence[bool]) -> tuple[torch.Tensor, torch.Tensor]:
+            generators: Sequence[torch.Generator | None], greedy: Sequence[bool],
+            models: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Sample each member's rows with its own generator (or its argmax where ``greedy``); actions, log-probs."""
-        return self._act(self.weights(), x, mask, counts, generators, greedy)
+        return self._act(self.weights(), x, mask, counts, generators, greedy, models)
 
 
 def member_runs(active: np.ndarray, keys: Sequence[object]) -> list[tuple[int, int]]:

@@ -118,7 +118,7 @@ def warm_start(cfgs: Sequence[Any], stack: PolicyStack, workdirs: Sequence[Path 
             if key not in demos:
                 demos[key] = expert.demonstrations(cfgs[m])
                 progress("expert", len(demos), len(keys))
-        shared = {key: sft.Decisions(d.x, d.mask, d.actions) for key, d in demos.items()}
+        shared = {key: sft.Decisions(d.x, d.mask, d.actions, d.models) for key, d in demos.items()}
         twin = sft_twins(cfgs, stack, learners)
         data: list[sft.Decisions | None] = [None] * stack.size
         for m in learners:
@@ -169,7 +169,7 @@ def run_population(cfgs: Sequence[Any], workdirs: Sequence[str | Path | None] | 
     infos = warm_start(cfgs, stack, wds, progress)
     seeds = [derive_seed(c.seed, "evaluate") for c in cfgs]
     progress("eval sft", 0, 1)
-    start = evaluate_stack(stack, cfgs, seeds)
+    start = evaluate_stack(stack, cfgs, seeds, other_pool=False)
     progress("eval sft", 1, 1)
     t_sft = time.perf_counter() - t0
     steps = max(c.grpo.steps for c in cfgs)

@@ -1,6 +1,8 @@
 """A sweep's outputs: the terminal table, CSV and JSON, and the plots (matplotlib, Agg backend).
 
-Seeds of one grid label are averaged (the table shows mean +- std over seeds); plots put each label
+Seeds of one grid label are averaged (the table shows mean +- std over seeds). Points evaluated on a second pool
+(``eval.pool``) get that pool's scalars (``EVAL_POOL_SCALARS``, prefixed ``eval_pool_``) beside the training pool's,
+in the summary files and as columns of the tables. Plots put each label
 on accuracy against tokens, cost and latency with the Pareto front (higher accuracy, lower
 spend) drawn through the non-dominated labels, and stack the tool and model distributions per label.
 A file is rewritten only when its content changes (``store.publish``), so rerunning a finished sweep
@@ -23,6 +25,7 @@ from parasim.training.store import publish, publish_json
 SCALARS = ("accuracy", "reward", "sft_accuracy", "sft_reward", "train_reward_start", "train_reward_end", "tokens",
            "cost_units", "usd", "latency_s",
            "rounds", "calls_per_round", "distinct_tools", "format_failure_rate", "wall_s")
+EVAL_POOL_SCALARS = ("accuracy", "reward", "tokens", "cost_units", "usd", "latency_s")
 SPEND_AXES = (("tokens", "tokens per trajectory"), ("cost_units", "cost units per trajectory"),
               ("latency_s", "latency (critical path, s)"))
 
@@ -39,6 +42,12 @@ def aggregate(results: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             vals = np.array([r[name] for r in rs if r.get(name) is not None], dtype=float)
             row[name] = float(vals.mean()) if vals.size else float("nan")
             row[f"{name}_std"] = float(vals.std()) if vals.size else float("nan")
+        shifted = [r["eval_pool"] for r in rs if r.get("eval_pool")]
+        if shifted:
+            row["eval_pool"] = " ".join(dict.fromkeys(e["pool"] for e in shifted))
+            for name in EVAL_POOL_SCALARS:
+                vals = np.array([e[name] for e in shifted], dtype=float)
+                row[f"eval_pool_{name}"], row[f"eval_pool_{name}_std"] = float(vals.mean()), float(vals.std())
         row["tool_dist"] = np.mean([r["tool_dist"] for r in rs], axis=0).tolist()
         models = sorted({m for r in rs for m in r["model_dist"]})
         row["model_dist"] = {m: float(np.mean([r["model_dist"].get(m, 0.0) for r in rs])) for m in models}
@@ -67,6 +76,9 @@ def print_table(rows: Sequence[dict[str, Any]], title: str = "parasim sweep") ->
             ("tokens", "tokens"), ("cost", "cost_units"), ("USD", "usd"), ("latency s", "latency_s"),
             ("calls/round", "calls_per_round"), ("tools/traj", "distinct_tools"),
             ("format fail", "format_failure_rate")]
+    shifted = any("eval_pool" in r for r in rows)
+    if shifted:
+        cols += [("eval pool", None), ("acc eval pool", None), ("tokens eval pool", None), ("cost eval pool", None)]
     for name, _ in cols:
         table.add_column(name, justify="left" if name == "point" else "right", no_wrap=name == "point")
     for r in rows:
@@ -76,6 +88,8 @@ def print_table(rows: Sequence[dict[str, Any]], title: str = "parasim sweep") ->
         cells.append(f"{r['sft_reward']:+.3f} -> {r['reward']:+.3f}")
         cells += [f"{r['tokens']:.0f}", f"{r['cost_units']:.2f}", f"{r['usd']:.4f}", f"{r['latency_s']:.1f}",
                   f"{r['calls_per_round']:.2f}", f"{r['distinct_tools']:.2f}", f"{r['format_failure_rate']:.3f}"]
+        if shifted:
+            cells += _eval_pool_cells(r)
         table.add_row(*cells)
     console = Console()
     if not console.is_terminal:
@@ -83,11 +97,21 @@ def print_table(rows: Sequence[dict[str, Any]], title: str = "parasim sweep") ->
     console.print(table)
 
 
+def _eval_pool_cells(row: dict[str, Any]) -> list[str]:
+    """A row's eval-pool columns (pool, accuracy mean ± std, tokens, cost units); dashes for a row without one."""
+    if "eval_pool" not in row:
+        return ["-"] * 4
+    return [row["eval_pool"], f"{row['eval_pool_accuracy']:.3f} ± {row['eval_pool_accuracy_std']:.3f}",
+            f"{row['eval_pool_tokens']:.0f}", f"{row['eval_pool_cost_units']:.2f}"]
+
+
 def write_tables(results: Sequence[dict[str, Any]], rows: Sequence[dict[str, Any]], out: Path) -> list[Path]:
     """``results.json`` (every point, every field), ``summary.json`` and ``summary.csv`` (per label)."""
     publish_json(out / "results.json", list(results))
     publish_json(out / "summary.json", list(rows))
     fields = ["label", "seeds"] + [n for s in SCALARS for n in (s, f"{s}_std")]
+    if any("eval_pool" in r for r in rows):
+        fields += ["eval_pool"] + [n for s in EVAL_POOL_SCALARS for n in (f"eval_pool_{s}", f"eval_pool_{s}_std")]
     fields += [f"tool_{t.wire_name}" for t in Tool if t != Tool.FINAL_ANSWER]
     lines: list[dict[str, Any]] = []
     for r in rows:
@@ -106,15 +130,19 @@ def write_tables(results: Sequence[dict[str, Any]], rows: Sequence[dict[str, Any
 
 def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
     """The summary as a Markdown table (mean ± std over seeds), for docs and reports."""
+    shifted = any("eval_pool" in r for r in rows)
     head = ("| point | seeds | accuracy | SFT accuracy | reward SFT -> final | tokens | cost units | USD | latency s "
             "| calls/round | tools/traj | format fail |")
+    if shifted:
+        head += " eval pool | accuracy (eval pool) | tokens (eval pool) | cost units (eval pool) |"
     lines = [head, "|" + " --- |" * (head.count("|") - 1)]
     for r in rows:
         lines.append(
             f"| {r['label']} | {' '.join(map(str, r['seeds']))} | {r['accuracy']:.3f} ± {r['accuracy_std']:.3f} "
             f"| {r['sft_accuracy']:.3f} | {r['sft_reward']:+.3f} -> {r['reward']:+.3f} | {r['tokens']:.0f} "
             f"| {r['cost_units']:.2f} | {r['usd']:.4f} | {r['latency_s']:.1f} | {r['calls_per_round']:.2f} "
-            f"| {r['distinct_tools']:.2f} | {r['format_failure_rate']:.3f} |")
+            f"| {r['distinct_tools']:.2f} | {r['format_failure_rate']:.3f} |"
+            + ("".join(f" {c} |" for c in _eval_pool_cells(r)) if shifted else ""))
     return "\n".join(lines) + "\n"
 
 

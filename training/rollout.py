@@ -26,7 +26,7 @@ import parasim  # noqa: F401  (registers ParaOrch-v0)
 from parasim.batch import TrajectoryBatch
 from parasim.protocol.schema import AGENT_TOOLS
 from parasim.rewards import PRESETS, RewardConfig, compute_rewards
-from parasim.training.policy import ManagerPolicy, PolicyStack, obs_to_tensor, relevance
+from parasim.training.policy import ManagerPolicy, PolicyStack, obs_to_tensor, relevance, trunk_keys
 
 
 def derive_seed(seed: int, *tags: Any) -> int:
@@ -60,7 +60,7 @@ def env_spec(env_cfg: Any) -> EnvSpec:
     """Read the observation and action layout from a one-lane env."""
     envs = make_envs(env_cfg, 1, PRESETS["paramanager"])  # the layout does not depend on the reward
     obs, _ = envs.reset(seed=0)
-    keys = tuple(sorted(k for k in obs if k != "action_mask"))
+    keys = trunk_keys(obs)
     dim = obs_to_tensor(obs, keys).shape[1]
     nvec = [int(n) for n in np.asarray(envs.single_action_space.nvec)]
     names = list(envs.unwrapped.model_names)
@@ -130,6 +130,7 @@ class Rollout:
     status_counts: np.ndarray  # float[N, S], calls per status at the end of each episode
     reward_components: dict[str, np.ndarray]  # float64[N] each: the env's score of each episode, "total" included
     bounds: np.ndarray  # int[B + 1], lanes [bounds[b], bounds[b + 1]) are block b's
+    models: torch.Tensor  # float[M, F_m], the pool's model descriptor rows (the descriptor head's input)
 
     def decisions_of(self, lanes: torch.Tensor) -> torch.Tensor:
         """Indices of the decisions made in the given lanes."""
@@ -151,7 +152,7 @@ class Rollout:
         return Rollout(self.x[sel], self.mask[sel], self.actions[sel], self.logp[sel], self.lane[sel] - lo,
                        self.member_batch(b), self.benchmark[lo:hi], self.model_names, self.env_steps, self.collect_s,
                        self.relevant[sel], self.status_counts[lo:hi],
-                       {k: v[lo:hi] for k, v in self.reward_components.items()}, np.array([0, hi - lo]))
+                       {k: v[lo:hi] for k, v in self.reward_components.items()}, np.array([0, hi - lo]), self.models)
 
     def member_batch(self, b: int) -> TrajectoryBatch:
         """Block ``b``'s episodes with its task groups numbered from 0 (``member(b).batch`` without the decisions)."""
@@ -188,16 +189,23 @@ class Rollout:
 Actor = Callable[[np.ndarray, dict[str, np.ndarray], torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 
 
-def policy_actor(policy: ManagerPolicy, generator: torch.Generator | None, greedy: bool = False) -> Actor:
-    """Adapt a ``ManagerPolicy`` to ``collect``'s actor signature."""
-    return lambda live, obs, x, mask: policy.act(x, mask, generator, greedy)
+def model_descriptors(envs: gym.Env | gym.vector.VectorEnv) -> torch.Tensor:
+    """The env's pool's model descriptor rows (``parasim.descriptors``) as the policy reads them, float[M, F_m]."""
+    return torch.from_numpy(np.array(envs.unwrapped.descriptors.models))
+
+
+def policy_actor(policy: ManagerPolicy, generator: torch.Generator | None, greedy: bool = False,
+                 models: torch.Tensor | None = None) -> Actor:
+    """Adapt a ``ManagerPolicy`` to ``collect``'s actor signature (``models``: the env's descriptor rows)."""
+    return lambda live, obs, x, mask: policy.act(x, mask, generator, greedy, models)
 
 
 def stack_actor(stack: PolicyStack, members: Sequence[int], bounds: np.ndarray,
-                generators: Sequence[torch.Generator | None], greedy: Sequence[bool]) -> Actor:
+                generators: Sequence[torch.Generator | None], greedy: Sequence[bool],
+                models: torch.Tensor | None = None) -> Actor:
     """A ``PolicyStack`` acting in a collection whose block ``b`` (lanes ``bounds[b]:bounds[b + 1]``) is member
     ``members[b]``'s (ascending, so the live lanes come grouped by member), with that block's generator and
-    greedy flag."""
+    greedy flag; ``models`` are the env's descriptor rows."""
     if list(members) != sorted(set(members)):
         raise ValueError(f"members={list(members)}: blocks must belong to distinct members in ascending order")
     gens: list[torch.Generator | None] = [None] * stack.size
@@ -209,7 +217,7 @@ def stack_actor(stack: PolicyStack, members: Sequence[int], bounds: np.ndarray,
             mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         counts = np.zeros(stack.size, np.int64)
         counts[list(members)] = np.diff(np.searchsorted(live, bounds))
-        return stack.act(x, mask, counts.tolist(), gens, flags)
+        return stack.act(x, mask, counts.tolist(), gens, flags, models)
 
     return act
 
@@ -218,7 +226,7 @@ def collect(actor: Actor | ManagerPolicy, envs: gym.vector.VectorEnv, seed: int,
             generator: torch.Generator | None = None, greedy: bool = False) -> Rollout:
     """Play one episode in every lane (groups of ``group_size`` lanes share a task) and keep every decision."""
     if isinstance(actor, ManagerPolicy):
-        actor = policy_actor(actor, generator, greedy)
+        actor = policy_actor(actor, generator, greedy, model_descriptors(envs))
     return collect_blocks(actor, envs, [Block(envs.num_envs, seed, group_size)])
 
 
@@ -229,7 +237,7 @@ def collect_blocks(actor: Actor, envs: gym.vector.VectorEnv, blocks: Sequence[Bl
     n = envs.num_envs
     obs = reset_blocks(envs, blocks)
     benchmark = np.zeros(n, np.int64)
-    keys = tuple(sorted(k for k in obs if k != "action_mask"))
+    keys = trunk_keys(obs)
     done = np.zeros(n, bool)
     traj: dict[str, np.ndarray] = {}
     status_counts = np.zeros((n, obs["status_counts"].shape[1]))
@@ -266,4 +274,4 @@ def collect_blocks(actor: Actor, envs: gym.vector.VectorEnv, blocks: Sequence[Bl
     bounds = np.cumsum([0] + [b.lanes for b in blocks])
     return Rollout(torch.cat(xs), torch.cat(masks), actions_all, torch.cat(logps), torch.cat(lanes),
                    TrajectoryBatch.from_arrays(**traj), benchmark, list(envs.unwrapped.model_names), env_steps,
-                   time.perf_counter() - t0, relevant, status_counts, components, bounds)
+                   time.perf_counter() - t0, relevant, status_counts, components, bounds, model_descriptors(envs))

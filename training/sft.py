@@ -33,19 +33,23 @@ class SFTConfig:
 
 @dataclass(frozen=True)
 class Decisions:
-    """(observation features, action mask, expert action) per decision: one member's SFT data."""
+    """(observation features, action mask, expert action) per decision, and the pool's model descriptor rows (the
+    descriptor head's input): one member's SFT data."""
 
     x: torch.Tensor
     mask: torch.Tensor
     actions: torch.Tensor
+    models: torch.Tensor | None = None
 
 
 def train_sft(policy: ManagerPolicy, x: torch.Tensor, mask: torch.Tensor, actions: torch.Tensor,
-              cfg: SFTConfig, seed: int, on_epoch: Callable[[int], None] | None = None) -> list[float]:
-    """Fit ``policy`` to (observation, mask, expert action) decisions; returns the mean loss per epoch.
-    ``on_epoch(epochs_done)`` reports progress. A population of one (``train_sft_stack``)."""
+              cfg: SFTConfig, seed: int, on_epoch: Callable[[int], None] | None = None,
+              models: torch.Tensor | None = None) -> list[float]:
+    """Fit ``policy`` to (observation, mask, expert action) decisions (``models``: the pool's descriptor rows);
+    returns the mean loss per epoch. ``on_epoch(epochs_done)`` reports progress. A population of one
+    (``train_sft_stack``)."""
     stack = PolicyStack([policy])
-    losses = train_sft_stack(stack, [Decisions(x, mask, actions)], [cfg], [seed], on_epoch)[0]
+    losses = train_sft_stack(stack, [Decisions(x, mask, actions, models)], [cfg], [seed], on_epoch)[0]
     policy.load_state_dict(stack.member_state(0))
     return losses
 
@@ -65,7 +69,8 @@ def _minibatches(n: int, cfg: SFTConfig, seed: int) -> Iterator[tuple[torch.Tens
 def train_sft_stack(stack: PolicyStack, data: Sequence[Decisions | None], cfgs: Sequence[SFTConfig],
                     seeds: Sequence[int], on_epoch: Callable[[int], None] | None = None) -> list[list[float]]:
     """SFT of every member ``m`` of ``stack`` on ``data[m]`` (None: no SFT) under ``cfgs[m]`` and ``seeds[m]``; the
-    mean loss per epoch of each member. Members may share a ``Decisions`` object (it is gathered from once).
+    mean loss per epoch of each member. Members may share a ``Decisions`` object (it is gathered from once); they
+    share one env config, so the descriptor rows of the first are every member's.
     ``on_epoch`` gets the epochs every training member has finished."""
     size = stack.size
     sets: dict[int, int] = {}
@@ -82,6 +87,7 @@ def train_sft_stack(stack: PolicyStack, data: Sequence[Decisions | None], cfgs: 
     if not training:
         return [[] for _ in range(size)]
     x, mask, actions = (torch.cat([getattr(p, f) for p in parts]) for f in ("x", "mask", "actions"))
+    models = parts[0].models
     optim = MemberAdam(stack, [c.learning_rate for c in cfgs], ADAM_EPS)
     losses: list[list[float]] = [[] for _ in range(size)]
     totals = np.zeros((size, 2))  # loss sum and count of each member's current epoch
@@ -91,7 +97,7 @@ def train_sft_stack(stack: PolicyStack, data: Sequence[Decisions | None], cfgs: 
         idx = torch.cat([nxt[m][0] + offset[m] for m in members])
         counts = np.zeros(size, np.int64)
         counts[members] = [len(nxt[m][0]) for m in members]
-        logp, _ = stack.evaluate(x[idx], mask[idx], actions[idx], counts.tolist(), "none")
+        logp, _ = stack.evaluate(x[idx], mask[idx], actions[idx], counts.tolist(), "none", models)
         loss = [-part.mean() for part in logp.split(counts[members].tolist())]
         optim.zero_grad()
         (loss[0] if len(loss) == 1 else torch.stack(loss).sum()).backward()

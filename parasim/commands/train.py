@@ -1,7 +1,8 @@
 """parasim train: scripted expert, SFT, GRPO and evaluation of one config (a preset or a file).
 
 --out DIR keeps the SFT weights and GRPO checkpoints there: rerunning the same command after a
-crash resumes from the last checkpoint and ends with the same weights. Writes metrics.json and
+crash resumes from the last checkpoint and ends with the same weights. With --set eval.pool=POOL the trained policy
+is also evaluated on that pool (metrics.json's eval_pool, and a line of its own). Writes metrics.json and
 the evaluation trajectories as trajectories.parquet (input for `parasim rescore`). A progress bar
 shows each phase (expert, sft, eval sft, grpo, eval) with its ETA.
 """
@@ -89,5 +90,10 @@ def run(args: argparse.Namespace) -> int:
     print(f"accuracy SFT {result['sft_accuracy']:.4f} -> {result['accuracy']:.4f}  reward SFT "
           f"{result['sft_reward']:+.4f} -> {result['reward']:+.4f}  tokens {result['tokens']:.0f}  "
           f"cost {result['cost_units']:.2f}  usd {result['usd']:.5f}  latency {result['latency_s']:.1f}s")
+    if "eval_pool" in result:  # eval.pool: the same evaluation on another pool
+        shifted = result["eval_pool"]
+        print(f"on eval.pool {shifted['pool']}: accuracy {shifted['accuracy']:.4f}  reward {shifted['reward']:+.4f}  "
+              f"tokens {shifted['tokens']:.0f}  cost {shifted['cost_units']:.2f}  usd {shifted['usd']:.5f}  "
+              f"latency {shifted['latency_s']:.1f}s")
     print(f"wrote {out / 'metrics.json'}, {out / 'trajectories.parquet'}")
     return 0
