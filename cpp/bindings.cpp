@@ -152,6 +152,10 @@ BatchView batch_view(const py::dict& a) {
     throw py::value_error("tool_counts: expected shape (N, T) with 1 <= T <= " + std::to_string(kMaxTools) +
                           " tools, got T = " + std::to_string(t));
   b.num_tools = static_cast<int>(t);
+  const py::ssize_t width = py::reinterpret_borrow<py::array>(a["preference"]).shape(1);
+  if (width != t + 3)
+    throw py::value_error("preference: expected shape (N, " + std::to_string(t + 3) + ") (the " + std::to_string(t) +
+                          " tools of tool_counts, then outcome, cost, latency), got width " + std::to_string(width));
   return b;
 }
 

@@ -39,6 +39,8 @@ struct BatchView {
   const double* usd = nullptr;
   const double* latency_s = nullptr;
   const int64_t* group_id = nullptr;
+  const double* preference = nullptr;  // [n, num_tools + 3]: a row's own toolorchestra vector where flagged
+  const uint8_t* has_preference = nullptr;  // 1: the row's own vector applies; 0: none, the config's
   int num_features() const { return num_tools + 3; }
 };
 
@@ -59,6 +61,17 @@ void visit_fields(BatchView& b, Visit&& v) {
   v("usd", b.usd, 1);
   v("latency_s", b.latency_s, 1);
   v("group_id", b.group_id, 1);
+  v("preference", b.preference, 2);
+  v("has_preference", b.has_preference, 1);
+}
+
+// Whether any row of the batch carries its own preference vector: only toolorchestra reads the vectors, and only
+// when some row has one does it take the per-row path. A pass over the flags (one byte a row), stopping at the
+// first set one.
+inline bool any_row_preference(const BatchView& b) {
+  for (int64_t i = 0; i < b.n; ++i)
+    if (b.has_preference[i] != 0) return true;
+  return false;
 }
 
 inline double feature(const BatchView& b, int64_t i, int f) {
@@ -112,7 +125,9 @@ inline double clamp01(double x) { return fmin1(fmax1(x, 0.0), 1.0); }
 // One formula over trajectories [b0, b0 + m). Every parameter is read into a local first and the outputs
 // are restrict: otherwise each store to `out` could alias the parameter row and forbid vectorization.
 // Components are summed in the order of parasim.reference.COMPONENTS, so totals match it bit for bit.
-template <bool kComps>
+// kRowPref: some row of the batch has its own preference vector (toolorchestra reads it instead of the config's;
+// the other formulas ignore the field).
+template <bool kComps, bool kRowPref>
 inline void score_config(const BatchView& b, const double* p, int64_t b0, int64_t m, const RewardScratch& sc,
                          double* __restrict out, double* __restrict comps) {
   const int formula = static_cast<int>(p[kFormula]);
@@ -151,13 +166,18 @@ inline void score_config(const BatchView& b, const double* p, int64_t b0, int64_
     for (int f = 0; f < nt; ++f) pref[f] = p[kPrefTool0 + f];
     pref[nt] = p[kPrefOutcome], pref[nt + 1] = p[kPrefCost], pref[nt + 2] = p[kPrefLatency];
     const double* __restrict norm = sc.norm.data();
+    const int nf = b.num_features();
     for (int64_t j = 0; j < m; ++j) {
+      const double* __restrict w = pref;  // the config's vector, or the row's own where it has one
+      if constexpr (kRowPref) {
+        if (b.has_preference[b0 + j] != 0) w = b.preference + (b0 + j) * nf;
+      }
       const double correct = static_cast<double>(o[j] >= thr);
       double tools = 0.0;
-      for (int f = 0; f < nt; ++f) tools += norm[f * kRewardBlock + j] * correct * pref[f];
-      const double c0 = pref[nt] * (norm[nt * kRewardBlock + j] * correct);
-      const double c4 = pref[nt + 1] * (norm[(nt + 1) * kRewardBlock + j] * correct);
-      const double c5 = pref[nt + 2] * (norm[(nt + 2) * kRewardBlock + j] * correct);
+      for (int f = 0; f < nt; ++f) tools += norm[f * kRewardBlock + j] * correct * w[f];
+      const double c0 = w[nt] * (norm[nt * kRewardBlock + j] * correct);
+      const double c4 = w[nt + 1] * (norm[(nt + 1) * kRewardBlock + j] * correct);
+      const double c5 = w[nt + 2] * (norm[(nt + 2) * kRewardBlock + j] * correct);
       out[j] = c0 + c4 + c5 + tools;
       put(j, 0, c0), put(j, 1, 0.0), put(j, 2, 0.0), put(j, 3, 0.0), put(j, 4, c4), put(j, 5, c5), put(j, 6, tools);
     }
@@ -233,7 +253,7 @@ inline void normalize_runs(const BatchView& b, int64_t b0, int64_t b1, double* n
 // Score trajectories [b0, b1) under every config. totals: [C, n]; comps: [kNumComponents, n] or null
 // (only with C == 1). Toolorchestra needs `runs` (sorted short groups) or the group range table `gr`.
 inline void score_block(const BatchView& b, const double* params, int64_t C, bool runs, const GroupRange* gr,
-                        int64_t b0, int64_t b1, double* totals, double* comps, RewardScratch& sc) {
+                        bool row_pref, int64_t b0, int64_t b1, double* totals, double* comps, RewardScratch& sc) {
   const int64_t m = b1 - b0;
   if (runs) normalize_runs(b, b0, b1, sc.norm.data());
   if (gr != nullptr) {
@@ -255,8 +275,14 @@ inline void score_block(const BatchView& b, const double* params, int64_t C, boo
   const int64_t width = param_width(b.num_tools);
   for (int64_t c = 0; c < C; ++c) {
     const double* p = params + c * width;
-    if (comps != nullptr) score_config<true>(b, p, b0, m, sc, totals + c * b.n + b0, comps);
-    else score_config<false>(b, p, b0, m, sc, totals + c * b.n + b0, nullptr);
+    double* t = totals + c * b.n + b0;
+    if (row_pref) {
+      if (comps != nullptr) score_config<true, true>(b, p, b0, m, sc, t, comps);
+      else score_config<false, true>(b, p, b0, m, sc, t, nullptr);
+    } else {
+      if (comps != nullptr) score_config<true, false>(b, p, b0, m, sc, t, comps);
+      else score_config<false, false>(b, p, b0, m, sc, t, nullptr);
+    }
   }
 }
 
@@ -265,6 +291,7 @@ inline void score_rewards(const BatchView& b, const double* params, int64_t C, d
   bool need_ranges = false;
   const int64_t width = param_width(b.num_tools);
   for (int64_t c = 0; c < C; ++c) need_ranges |= static_cast<int>(params[c * width]) == kToolorchestra;
+  const bool rows = need_ranges && any_row_preference(b);  // toolorchestra's per-row vectors, where some row has one
   const bool runs = need_ranges && short_sorted_runs(b.group_id, b.n);
   GroupRange gr;
   if (need_ranges && !runs) gr = group_ranges(b);  // any other layout: one pass for the table first
@@ -273,8 +300,8 @@ inline void score_rewards(const BatchView& b, const double* params, int64_t C, d
   parallel_for(nblocks, 16, [&](int, int64_t lo, int64_t hi) {
     RewardScratch sc(need_ranges, b.num_features());
     for (int64_t blk = lo; blk < hi; ++blk)
-      score_block(b, params, C, runs, table, blk * kRewardBlock, std::min(b.n, (blk + 1) * kRewardBlock), totals,
-                  comps, sc);
+      score_block(b, params, C, runs, table, rows, blk * kRewardBlock, std::min(b.n, (blk + 1) * kRewardBlock),
+                  totals, comps, sc);
   });
 }
 

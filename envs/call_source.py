@@ -13,21 +13,38 @@ from the lane record by ``parasim.sim.gather.trajectory_fields``) and renders:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
+from parasim.env_options import TASK_OPTIONS, check_task_options
 from parasim.envs.render import RoundRecord, SimRound, sim_round
 from parasim.sim import Simulator
 from parasim.sim.kernel import I_ROUND
 from parasim.sim.state import ObsBuffers
 
-RESET_OPTIONS = ("task_index", "task_seed")  # the simulated env's reset options (the vector env adds reset_mask)
+# the simulated env's reset options (the vector env adds reset_mask): the task, then the episode's task options
+# (``parasim.env_options.TASK_OPTIONS``: preference vector, tool subset, tool prices; docs/task_options.md)
+RESET_OPTIONS = ("task_index", "task_seed", *TASK_OPTIONS)
 
 
-def task_options(options: dict[str, Any] | None, num_tasks: int, lanes: int | None) -> tuple[Any, Any]:
-    """``options["task_index"]`` and ``options["task_seed"]`` validated (None where absent): ints for a single env
-    (``lanes`` None), int arrays of shape [lanes] for a vector env. Bad values are caller bugs and raise."""
+class ResetTask(NamedTuple):
+    """A reset's validated task and task options, in ``Simulator.reset``'s argument order after the mask:
+    ``sim.reset(mask, *task)``."""
+
+    task_index: np.ndarray | None
+    task_seed: np.ndarray | None
+    preference: np.ndarray | None
+    tools_available: np.ndarray | None
+    tool_prices: np.ndarray | None
+
+
+def task_options(options: dict[str, Any] | None, num_tasks: int, lanes: int | None,
+                 tool_names: tuple[str, ...] = ()) -> ResetTask:
+    """``options["task_index"]`` and ``options["task_seed"]`` validated (None where absent): int arrays of shape [1]
+    for a single env (``lanes`` None), [lanes] for a vector env; and the task options of the pool's tools
+    ``tool_names`` (``parasim.env_options.check_task_options``: one row per lane, one for a single env). Bad values
+    are caller bugs and raise."""
     out = []
     for key, high in (("task_index", num_tasks), ("task_seed", 2**63)):
         value = (options or {}).get(key)
@@ -40,7 +57,11 @@ def task_options(options: dict[str, Any] | None, num_tasks: int, lanes: int | No
         if arr.shape != shape or arr.dtype.kind not in "iu" or (arr.size and not (0 <= arr.min() and arr.max() < high)):
             raise ValueError(f"options[{key!r}]: expected {what} with values in [0, {high}), got {value!r}")
         out.append(arr.reshape(-1).astype(np.int64))
-    return out[0], out[1]
+    given = {k: v for k, v in (options or {}).items() if k in TASK_OPTIONS and v is not None}
+    if given and not tool_names:
+        raise ValueError(f"options: {', '.join(sorted(given))} need the pool's tool names (task_options(..., "
+                         "tool_names=sim.pool.tools.names))")
+    return ResetTask(out[0], out[1], *check_task_options(given, tool_names, lanes))
 
 
 class CallSource(Protocol):
@@ -115,10 +136,10 @@ class SimSource:
         return self.sim.task_weights()
 
     def reset(self, seed: int | None, options: dict[str, Any]) -> dict[str, Any]:
-        rows, task_seeds = task_options(options, self.num_tasks, None)
+        task = task_options(options, self.num_tasks, None, self.sim.pool.tools.names)
         if seed is not None:
             self.sim.seed([seed])
-        self.sim.reset(None, rows, task_seeds)
+        self.sim.reset(None, *task)
         return {}
 
     def play(self, action: np.ndarray, record: bool) -> tuple[bool, dict[str, Any], SimRound | None]:

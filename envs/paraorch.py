@@ -110,7 +110,7 @@ REAL_TOOLS_HINT = (
 
 def make_simulator(tools: str, num_lanes: int, *, pool: Any, suite: Any, max_rounds: int, max_parallel: int,
                    serial: bool, token_budget: float | None, threads: bool = False,
-                   harness: dict[str, Any] | None = None) -> Simulator:
+                   harness: dict[str, Any] | None = None, task_options: str | None = None) -> Simulator:
     """The compiled simulator behind the simulated envs (real tools run through ``parasim.envs.real_source``)."""
     if tools == "real":
         raise ValueError("tools='real': the compiled simulator runs simulated tools only; real tools need one "
@@ -119,7 +119,7 @@ def make_simulator(tools: str, num_lanes: int, *, pool: Any, suite: Any, max_rou
     if tools != "sim":
         raise ValueError(f"tools: expected 'sim' or 'real', got {tools!r}")
     return Simulator(pool, suite, num_lanes, max_rounds=max_rounds, max_parallel=max_parallel, serial=serial,
-                     token_budget=token_budget, threads=threads, harness=harness)
+                     token_budget=token_budget, threads=threads, harness=harness, task_options=task_options)
 
 
 def observation_space(sim: Simulator, descriptors: bool = False) -> spaces.Dict:
@@ -210,12 +210,13 @@ class ParaOrchEnv(gym.Env):
     def __init__(self, pool: Any = "paramanager", suite: Any = "paramanager", max_rounds: int = 12,
                  max_parallel: int = 4, serial: bool = False, reward: Any = "paramanager", tools: str = "sim",
                  token_budget: float | None = None, seed: int | None = None, render_mode: str | None = None,
-                 engine: Any = None, harness: dict[str, Any] | None = None, descriptors: bool = False) -> None:
+                 engine: Any = None, harness: dict[str, Any] | None = None, descriptors: bool = False,
+                 task_options: str | None = None) -> None:
         self.render_mode = check_render_mode(render_mode)
         descriptors = check_bool("descriptors", descriptors)
         self.source: CallSource = make_source(tools, engine, pool=pool, suite=suite, max_rounds=max_rounds,
                                               max_parallel=max_parallel, serial=serial, token_budget=token_budget,
-                                              harness=harness)
+                                              harness=harness, task_options=task_options)
         self.tools = self.source.tools
         self.reward_config = resolve_reward(reward)
         self.observation_space = dict_observation_space(self.source.slots, float(self.source.max_rounds),
@@ -357,14 +358,15 @@ class ParaOrchEnv(gym.Env):
 
 
 def make_source(tools: str, engine: Any, *, pool: Any, suite: Any, max_rounds: int, max_parallel: int, serial: bool,
-                token_budget: float | None, harness: dict[str, Any] | None = None) -> CallSource:
+                token_budget: float | None, harness: dict[str, Any] | None = None,
+                task_options: str | None = None) -> CallSource:
     """The call source of a single env: a one-lane simulator, or the real-tools source over ``engine``."""
     if tools == "sim":
         if engine is not None:
             raise ValueError("engine: only with tools='real'; tools='sim' runs the compiled simulator")
         return SimSource(make_simulator(tools, 1, pool=pool, suite=suite, max_rounds=max_rounds,
                                         max_parallel=max_parallel, serial=serial, token_budget=token_budget,
-                                        harness=harness))
+                                        harness=harness, task_options=task_options))
     if tools != "real":
         raise ValueError(f"tools: expected 'sim' or 'real', got {tools!r}")
     if engine is None:
@@ -375,7 +377,7 @@ def make_source(tools: str, engine: Any, *, pool: Any, suite: Any, max_rounds: i
     from parasim.envs.real_source import RealSource  # real tools' dependencies load only for them
 
     return RealSource(engine, pool=pool, suite=suite, max_rounds=max_rounds, max_parallel=max_parallel,
-                      serial=serial, token_budget=token_budget)
+                      serial=serial, token_budget=token_budget, task_options=task_options)
 
 
 def sim_ending(traj: dict[str, np.ndarray], row: int, answer: int, reward: float) -> str:

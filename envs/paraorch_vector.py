@@ -90,7 +90,8 @@ class ParaOrchVectorEnv(VectorEnv):
                  max_rounds: int = 12, max_parallel: int = 4, serial: bool = False, reward: Any = "paramanager",
                  tools: str = "sim", token_budget: float | None = None, seed: int | None = None,
                  autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP, render_mode: str | None = None,
-                 threads: bool = False, harness: dict[str, Any] | None = None, descriptors: bool = False) -> None:
+                 threads: bool = False, harness: dict[str, Any] | None = None, descriptors: bool = False,
+                 task_options: str | None = None) -> None:
         if not isinstance(num_envs, int | np.integer) or num_envs < 1:
             raise ValueError(f"num_envs: expected a positive integer, got {num_envs!r}")
         self.render_mode = check_render_mode(render_mode)
@@ -101,7 +102,7 @@ class ParaOrchVectorEnv(VectorEnv):
         self.num_envs = int(num_envs)
         self.sim = make_simulator(tools, self.num_envs, pool=pool, suite=suite, max_rounds=max_rounds,
                                   max_parallel=max_parallel, serial=serial, token_budget=token_budget,
-                                  threads=threads, harness=harness)
+                                  threads=threads, harness=harness, task_options=task_options)
         self.reward_config = resolve_reward(reward)
         self.metadata = {**self.metadata, "autoreset_mode": mode}
         self.autoreset_mode = mode
@@ -135,7 +136,7 @@ class ParaOrchVectorEnv(VectorEnv):
             if mask.shape != (self.num_envs,) or mask.dtype != np.bool_:
                 raise ValueError(f"options['reset_mask']: expected a bool array of shape ({self.num_envs},), "
                                  f"got dtype {mask.dtype} shape {mask.shape}")
-        rows, task_seeds = task_options(options, self.num_tasks, self.num_envs)
+        task = task_options(options, self.num_tasks, self.num_envs, self.sim.pool.tools.names)
         if seeds is None and not self._seeded:
             first = self._initial_seed if self._initial_seed is not None else int(self.np_random.integers(2**62))
             seeds = [first + i for i in range(self.num_envs)]
@@ -143,7 +144,7 @@ class ParaOrchVectorEnv(VectorEnv):
         if seeds is not None:
             self.sim.seed([seeds[i] for i in lanes], lanes)
             self._seeded = True
-        self.sim.reset(mask.astype(np.uint8), rows, task_seeds)
+        self.sim.reset(mask.astype(np.uint8), *task)
         self._autoreset[mask] = 0
         self._clear_boards(lanes)
         return self._observation(), {}

@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from parasim.env_options import TASK_OPTIONS, check_seed, check_task_option_mode, check_task_options
 from parasim.envs.real_evidence import AnswerIds, answer_kind, real_params, task_row
 from parasim.envs.render import CallRecord, RoundRecord, model_label
 from parasim.pools import load_pool
@@ -58,17 +59,22 @@ from parasim.sim.kernel import (
     OUT_CONFIRM,
     OUT_FLAG,
     OUT_NONE,
+    TASK_KEYED,
 )
+from parasim.sim.rng import seed_state
 from parasim.sim.rules import PENDING
 from parasim.sim.state import action_nvec, action_slot, allocate_lanes, allocate_obs
 from parasim.sim.step import apply_one, begin_one, end_one, plan_one
 from parasim.sim.tables import E_MAX_ROUNDS, E_SERIAL, E_SLOTS, E_TOKEN_BUDGET, NUM_ENV_PARAMS, build_tables
+from parasim.sim.task_options import option_stream, set_lane_options
 from parasim.tasks import load_suite
 from parasim.tool_spec import ToolDef, ToolSpec
 
 # reset options: a task (or its dict) to play, or an index into the engine's list; ``task_seed`` is taken for parity
-# with the simulated env (GRPO groups pass it), and a real task has no hidden draws for it to key
-REAL_RESET_OPTIONS = ("task", "task_index", "task_seed")
+# with the simulated env (GRPO groups pass it): a real task has no hidden draws for it to key, but it keys the drawn
+# task options (``task_options="random"``) as in the simulator; then the episode's task options (docs/task_options.md)
+REAL_RESET_OPTIONS = ("task", "task_index", "task_seed", *TASK_OPTIONS)
+_RAN = (Status.OK, Status.EXEC_ERR, Status.TIMEOUT, Status.TRUNCATED)  # statuses whose USD the lane accounts
 
 
 def call_answer(call: ToolCall, res: CallResult, spec: ToolSpec) -> str | None:
@@ -109,7 +115,7 @@ class RealSource:
     reset_options = REAL_RESET_OPTIONS
 
     def __init__(self, engine: EpisodeEngine, *, pool: Any, suite: Any, max_rounds: int, max_parallel: int,
-                 serial: bool, token_budget: float | None) -> None:
+                 serial: bool, token_budget: float | None, task_options: str | None = None) -> None:
         self.engine = engine = check_engine(engine)
         self.model_names: tuple[str, ...] = tuple(engine.model_names)
         if not self.model_names:
@@ -121,6 +127,7 @@ class RealSource:
         env[E_TOKEN_BUDGET] = np.inf if token_budget is None else token_budget
         self.params = real_params(self.pool, build_tables(self.pool, load_suite(suite)), self.model_names, env,
                                   self.slots)
+        self.params[0]["task_opts"] = check_task_option_mode(task_options)
         self.spec = self.pool.tools
         self.nvec = action_nvec(self.slots, len(self.model_names), self.spec.num_tools)
         self._state = allocate_lanes(1, self.slots, self.spec.num_tools)
@@ -133,6 +140,7 @@ class RealSource:
         self.calls: list[ToolCall] = []  # every call sent to the engine, in its order (targets index these)
         self.results: list[CallResult] = []
         self.outcome: Any = None
+        self._price_delta = 0.0  # USD the episode's prices added to the engine's figures (its own accounting)
 
     @property
     def num_tasks(self) -> int:
@@ -144,14 +152,23 @@ class RealSource:
         return np.asarray(self.engine.task_weights(), np.float64)
 
     def reset(self, seed: int | None, options: dict[str, Any]) -> dict[str, Any]:
-        self.task = view = self.engine.reset(seed=seed, options=options)
+        opts = check_task_options(options, self.spec.names, None)
+        self.task = view = self.engine.reset(seed=seed, options={k: v for k, v in options.items()
+                                                                 if k not in TASK_OPTIONS})
         self.rows = task_row(view, self.engine.task_info(view)["benchmark"],
                              getattr(self.engine.task, "difficulty", None))  # a task object may carry none
         self.ids = AnswerIds(answer_kind(view.domain, len(view.options)), view.options)
-        self.calls, self.results, self.outcome = [], [], None
+        self.calls, self.results, self.outcome, self._price_delta = [], [], None, 0.0
         if seed is not None:
             self.lanes["st_i"][0, I_EPISODE] = 0  # episodes count from 1 after a seed, as the simulator's lanes
+            self.lanes["opt_rng"][0] = option_stream(seed)
+        task_seed = options.get("task_seed")
+        if task_seed is not None:  # the drawn task options are the task's, as the simulator keys them
+            self.lanes["task_rng"][0] = seed_state(check_seed(task_seed, "options['task_seed']"))
+            self.lanes["task"][0, TASK_KEYED] = 1
+        set_lane_options(self.lanes, np.zeros(1, np.int64), *opts)
         begin_one(*self._state, self.rows, self.params, 0, float(self.rows["z"][0]), *self.obs)
+        self.lanes["task"][0, TASK_KEYED] = 0
         return {"task": view}
 
     # ------------------------------------------------------------------------------------------ a turn
@@ -201,6 +218,11 @@ class RealSource:
         rec = call_f[0, k]
         rec[C_TOK_IN], rec[C_TOK_OUT], rec[C_LAT] = res.tokens_in, res.tokens_out, res.latency_s
         rec[C_USD], rec[C_COST] = res.usd, res.cost_units
+        tool = int(call.tool)
+        if (int(self.lanes["priced"][0]) >> tool) & 1:  # the episode's price of the tool replaces the engine's figure
+            rec[C_USD] = float(self.lanes["price"][0, tool])
+            if res.status in _RAN:
+                self._price_delta += float(rec[C_USD]) - float(res.usd)
 
     def _tool_call(self, tool: ToolDef, model: int, target: int, lead: int) -> ToolCall:
         """The ``ToolCall`` of a well-formed slot (see the module docstring for what each target means): a basic
@@ -238,7 +260,8 @@ class RealSource:
         self.outcome = outcome = self.engine.finish()
         latency = float(self.engine.termination_latency_s)
         lane_usd = float(self.lanes["st_f"][0, F_USD])
-        usd = max(0.0, float(outcome.trajectory.get("usd", lane_usd)) - lane_usd)
+        engine_usd = lane_usd - self._price_delta  # the calls' USD as the engine counts them
+        usd = max(0.0, float(outcome.trajectory.get("usd", engine_usd)) - engine_usd)
         answer = self.ids.find(outcome.answer) if outcome.answer else -1
         end_one(self.lanes, self._state.last_status, self.params, int(ended_final), answer,
                 1.0 if outcome.correct else 0.0, usd, latency, *self.obs)

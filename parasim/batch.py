@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from parasim.protocol.schema import NUM_TOOLS, Tool
-from parasim.trajectory_schema import FIELD, FIELDS, TRAJECTORY_FIELDS, new_rows
+from parasim.trajectory_schema import FIELD, FIELDS, PREFERENCE_TAIL, TRAJECTORY_FIELDS, new_rows
 
 __all__ = ["FIELDS", "BatchValidationError", "TrajectoryBatch", "bool_scalar", "flag_array", "int_array",
            "int_scalar", "real_array", "real_scalar", "trajectory_record", "trajectory_row"]
@@ -57,14 +57,18 @@ def _coerce(name: str, raw: Any, n: int | None, num_tools: int) -> np.ndarray:
     if arr.ndim != spec.ndim:
         raise BatchValidationError(
             f"TrajectoryBatch.{name}: expected {spec.ndim}-d array, got shape {arr.shape}")
-    if spec.per_tool and arr.shape[1] != num_tools:
+    if spec.per_tool and arr.shape[1] != spec.columns(num_tools):
+        what = "one column per tool of the tool spec" + (
+            f", then {', '.join(PREFERENCE_TAIL)}" if spec.extra_columns else "")
         raise BatchValidationError(
-            f"TrajectoryBatch.{name}: expected shape (N, {num_tools}) (one column per tool of the tool spec, "
+            f"TrajectoryBatch.{name}: expected shape (N, {spec.columns(num_tools)}) ({what}, "
             f"num_tools={num_tools}), got {arr.shape}")
     if n is not None and arr.shape[0] != n:
         raise BatchValidationError(
             f"TrajectoryBatch.{name}: length {arr.shape[0]} differs from outcome's length {n} (ragged fields)")
     lo, hi = spec.bounds(num_tools)
+    if spec.kind == "vector":
+        return _coerce_vector(name, arr)
     if spec.kind == "float":
         if arr.dtype.kind in "iu":  # float64 holds integers exactly only up to 2**53
             _check_range(f"TrajectoryBatch.{name}", arr, -_EXACT_INT, _EXACT_INT,
@@ -85,6 +89,47 @@ def _coerce(name: str, raw: Any, n: int | None, num_tools: int) -> np.ndarray:
         out = arr
     _check_range(f"TrajectoryBatch.{name}", out, lo, hi, "", BatchValidationError, f"must be in [{lo}, {hi}]")
     return np.ascontiguousarray(out, dtype=spec.dtype)
+
+
+def _coerce_vector(name: str, arr: np.ndarray) -> np.ndarray:
+    """A "vector" field (``preference``): each row all finite, or all NaN (none: ``_preference_pair`` makes it a row
+    of zeros with ``has_preference`` 0)."""
+    if arr.dtype.kind in "iu":
+        _check_range(f"TrajectoryBatch.{name}", arr, -_EXACT_INT, _EXACT_INT,
+                     "(integers beyond 2**53 are not exact in float64)", BatchValidationError)
+    out = np.ascontiguousarray(arr, dtype=np.float64)
+    nan = np.isnan(out)
+    partial = nan.any(axis=1) & ~nan.all(axis=1)  # some NaN in a row that also holds numbers
+    bad = np.isinf(out) | (partial[:, None] & nan)
+    if bad.any():
+        i = np.unravel_index(int(np.flatnonzero(bad)[0]), out.shape)
+        raise _fail(name, i, float(out[i]), "a row must be all finite numbers, or all NaN (none: the reward "
+                    "config's preference vector applies)")
+    return out
+
+
+def _preference_pair(values: dict[str, np.ndarray], given: Iterable[str]) -> None:
+    """Make ``preference`` / ``has_preference`` of ``values`` agree, in place, after either was set (``given``): a
+    ``preference`` row given as NaN is none (``has_preference`` 0, derived where the flag was not given), a flagged
+    row must hold a vector, and a row that is none holds zeros."""
+    given = set(given)
+    if not given & {"preference", "has_preference"}:
+        return
+    pref = values["preference"]
+    nan_rows = np.isnan(pref).all(axis=1) if pref.shape[1] else np.zeros(len(pref), bool)
+    if "has_preference" in given and "preference" in given:
+        bad = (values["has_preference"] != 0) & nan_rows
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise BatchValidationError(f"TrajectoryBatch.has_preference[{i}] = 1: preference[{i}] is NaN (none); "
+                                       "give the row's vector or has_preference 0")
+    elif "preference" in given:
+        values["has_preference"] = np.ascontiguousarray(~nan_rows, dtype=np.uint8)
+    none = values["has_preference"] == 0
+    if none.any() and (nan_rows.any() or pref[none].any()):
+        pref = pref.copy()
+        pref[none] = 0.0
+        values["preference"] = pref
 
 
 class TrajectoryBatch:
@@ -118,7 +163,8 @@ class TrajectoryBatch:
     @classmethod
     def from_arrays(cls, *, num_tools: int = NUM_TOOLS, **arrays: Any) -> TrajectoryBatch:
         """Validate and convert arrays; ``outcome`` is required, the rest default as :func:`new_rows` fills them
-        (``group_id`` = ``arange(N)``: each trajectory its own group; everything else 0).
+        (``group_id`` = ``arange(N)``: each trajectory its own group; everything else 0). A ``preference`` row of NaN
+        is none (``has_preference`` is derived from the rows unless given).
 
         ``num_tools``: the tool spec's tool count, the width ``tool_counts`` must have (7 for the default spec).
         """
@@ -135,6 +181,7 @@ class TrajectoryBatch:
         for name in FIELDS[1:]:
             if name in arrays:
                 values[name] = _coerce(name, arrays[name], n, num_tools)
+        _preference_pair(values, arrays)
         return cls(**values)
 
     @classmethod
@@ -162,7 +209,10 @@ class TrajectoryBatch:
             if not all(present):
                 i = present.index(False)
                 raise BatchValidationError(f"TrajectoryBatch.{name}[{i}]: missing while other records set it")
-            if spec.per_tool:
+            if spec.optional_rows:
+                columns[name] = [_vector_row(rec[name], i, name, spec.columns(num_tools))
+                                 for i, rec in enumerate(records)]
+            elif spec.per_tool:
                 columns[name] = [_tool_row(rec[name], i, num_tools) for i, rec in enumerate(records)]
             else:
                 columns[name] = [rec[name] for rec in records]
@@ -195,6 +245,7 @@ class TrajectoryBatch:
         values = self.as_dict()
         for name, value in arrays.items():
             values[name] = _coerce(name, value, len(self), self.num_tools)
+        _preference_pair(values, arrays)
         return TrajectoryBatch(**values)
 
     def subset(self, index: np.ndarray | slice) -> TrajectoryBatch:
@@ -234,6 +285,17 @@ def trajectory_record(*, num_tools: int = NUM_TOOLS, **values: Any) -> dict[str,
     dtype, ``tool_counts`` an int32[num_tools] array. What ``EpisodeOutcome.trajectory`` and a terminal step's
     ``info["trajectory"]`` hold; ``TrajectoryBatch.from_records`` takes a list of them back."""
     return {k: v[0] for k, v in trajectory_row(num_tools=num_tools, **values).items()}
+
+
+def _vector_row(value: Any, i: int, name: str, width: int) -> list[float]:
+    """One record's row of a "vector" field: ``width`` numbers, or None for the row's "none" (NaN)."""
+    if value is None:
+        return [math.nan] * width
+    row = list(np.asarray(value, dtype=object).reshape(-1)) if np.ndim(value) else [value]
+    if len(row) != width:
+        raise BatchValidationError(f"TrajectoryBatch.{name}[{i}]: expected {width} values (the tools in spec order, "
+                                   f"then {', '.join(PREFERENCE_TAIL)}) or None, got {len(row)}")
+    return row
 
 
 def _tool_row(value: Any, i: int, num_tools: int) -> list[int]:

@@ -113,3 +113,136 @@ def check_harness(harness: Mapping[str, Any] | None) -> dict[str, Any]:
         out["max_output_tokens"] = check_int("harness.max_output_tokens", out["max_output_tokens"], 1,
                                              MAX_OUTPUT_TOKENS_LIMIT)
     return out
+
+
+# ------------------------------------------------------------------ task options (docs/task_options.md)
+TASK_OPTIONS = ("preference", "tools_available", "tool_prices")  # reset options of the envs that take them
+TASK_OPTION_MODES = (None, "random")  # the constructor option ``task_options``
+PRICE_LIMIT = 1e6  # USD per call an episode may charge
+
+
+class TaskOptions(NamedTuple):
+    """Checked task options of one reset, one row per lane (one row for a single env), None where not given:
+    ``preference`` float64[L, T + 3], ``tools_available`` bool[L, T], ``tool_prices`` float64[L, T] (NaN: the pool's
+    price)."""
+
+    preference: np.ndarray | None
+    tools_available: np.ndarray | None
+    tool_prices: np.ndarray | None
+
+
+def check_task_option_mode(value: Any) -> int:
+    """The constructor option ``task_options``: None (episodes get only the options their reset gives) or "random"
+    (each episode draws its tool subset, prices and preference vector: ``parasim.sim.task_options``); its code."""
+    if value is not None and not isinstance(value, str) or value not in TASK_OPTION_MODES:
+        raise ValueError(f"task_options: expected one of {list(TASK_OPTION_MODES)}, got {value!r}")
+    return TASK_OPTION_MODES.index(value)
+
+
+def _per_lane(value: Any, lanes: int | None, one_row: Any) -> bool:
+    """Whether a vector env's option ``value`` gives one row per lane (a sequence of ``lanes`` rows) rather than one
+    row for all; ``one_row(x)`` says whether ``x`` is a single row."""
+    if lanes is None or isinstance(value, str | bytes | Mapping) or not isinstance(value, Iterable):
+        return False
+    items = list(value)
+    return len(items) == lanes and not one_row(items) and all(not isinstance(x, str | bytes) for x in items)
+
+
+def _real_row(name: str, value: Any, width: int, what: str, lo: float, hi: float, none_ok: bool) -> np.ndarray:
+    """One row of ``width`` reals in [lo, hi] (None entries: NaN where ``none_ok``)."""
+    if isinstance(value, str | bytes | Mapping) or not isinstance(value, Iterable):
+        raise TypeError(f"{name}: expected {width} numbers ({what}), got {type(value).__name__} {value!r}")
+    items = list(value)
+    if len(items) != width:
+        raise ValueError(f"{name}: expected {width} numbers ({what}), got {len(items)}")
+    row = np.empty(width)
+    for j, x in enumerate(items):
+        if x is None and none_ok:
+            row[j] = np.nan
+            continue
+        if isinstance(x, bool | np.bool_) or not isinstance(x, int | float | np.integer | np.floating):
+            raise TypeError(f"{name}[{j}]: expected a number in [{lo}, {hi}]{' or None' if none_ok else ''}, got "
+                            f"{type(x).__name__} {x!r}")
+        if none_ok and isinstance(x, float | np.floating) and math.isnan(x):
+            row[j] = np.nan
+            continue
+        if not (math.isfinite(float(x)) and lo <= x <= hi):
+            raise ValueError(f"{name}[{j}]: expected a finite number in [{lo}, {hi}], got {x!r}")
+        row[j] = float(x)
+    return row
+
+
+def _tool_row(name: str, value: Any, tool_names: tuple[str, ...]) -> np.ndarray:
+    """``tools_available`` of one episode: one bool per tool, or the names of the tools it offers."""
+    t = len(tool_names)
+    if isinstance(value, str | bytes | Mapping) or not isinstance(value, Iterable):
+        raise TypeError(f"{name}: expected {t} bools (one per tool: {', '.join(tool_names)}) or a list of tool names, "
+                        f"got {type(value).__name__} {value!r}")
+    items = list(value)
+    if items and all(isinstance(x, str) for x in items):
+        unknown = sorted(set(items) - set(tool_names))
+        if unknown:
+            raise ValueError(f"{name}: unknown tool(s) {unknown}; the tool spec's tools: {', '.join(tool_names)}")
+        row = np.isin(np.array(tool_names), items)
+    else:
+        if len(items) != t or not all(isinstance(x, bool | np.bool_) for x in items):
+            raise ValueError(f"{name}: expected {t} bools (one per tool: {', '.join(tool_names)}) or a list of tool "
+                             f"names, got {value!r}")
+        row = np.array(items, bool)
+    if not row.any():
+        raise ValueError(f"{name}: an episode must offer at least one tool of {', '.join(tool_names)}, got {value!r}")
+    return row
+
+
+def check_task_options(options: Mapping[str, Any], tool_names: tuple[str, ...], lanes: int | None) -> TaskOptions:
+    """The task options of a reset's ``options`` (``TASK_OPTIONS``; absent or None: not given), each checked with an
+    error naming the option, the index and the allowed values (docs/task_options.md):
+
+    - ``preference``: T + 3 finite numbers (one per tool in spec order, then outcome, cost, latency: the
+      ``toolorchestra`` reward's vector for this episode);
+    - ``tools_available``: T bools, or the names of the offered tools (at least one);
+    - ``tool_prices``: T prices in USD per call, each in [0, 1e6] or None (the pool's own figure for that tool), or
+      a dict tool name -> price (the others: the pool's).
+
+    A vector env (``lanes``) takes one value for all lanes or a sequence of ``lanes`` values, one per lane."""
+    t = len(tool_names)
+    out: dict[str, np.ndarray | None] = {}
+    for key in TASK_OPTIONS:
+        value = options.get(key)
+        if value is None:
+            out[key] = None
+            continue
+        if key == "preference":
+            def row(name: str, v: Any) -> np.ndarray:
+                return _real_row(name, v, t + 3, f"one per tool ({', '.join(tool_names)}), then outcome, cost, "
+                                 "latency", -math.inf, math.inf, False)
+
+            def one(items: list) -> bool:
+                return all(isinstance(x, int | float | np.integer | np.floating) for x in items)
+        elif key == "tools_available":
+            def row(name: str, v: Any) -> np.ndarray:
+                return _tool_row(name, v, tool_names)
+
+            def one(items: list) -> bool:
+                return all(isinstance(x, bool | np.bool_ | str) for x in items)
+        else:
+            def row(name: str, v: Any) -> np.ndarray:
+                if isinstance(v, Mapping):
+                    unknown = sorted(str(k) for k in set(v) - set(tool_names))
+                    if unknown:
+                        raise ValueError(f"{name}: unknown tool(s) {unknown}; the tool spec's tools: "
+                                         f"{', '.join(tool_names)}")
+                    v = [v.get(n) for n in tool_names]
+                return _real_row(name, v, t, f"USD per call of each tool ({', '.join(tool_names)}), None: the "
+                                 "pool's", 0.0, PRICE_LIMIT, True)
+
+            def one(items: list) -> bool:
+                return all(x is None or isinstance(x, int | float | np.integer | np.floating) for x in items)
+        name = f"options[{key!r}]"
+        if isinstance(value, np.ndarray) and value.ndim == 2:
+            value = list(value)
+        if _per_lane(value, lanes, one):
+            out[key] = np.stack([row(f"{name}[{i}]", v) for i, v in enumerate(value)])
+        else:
+            out[key] = np.repeat(row(name, value)[None], 1 if lanes is None else lanes, axis=0)
+    return TaskOptions(**out)

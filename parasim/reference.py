@@ -41,6 +41,14 @@ def group_minmax_normalize(values: np.ndarray, group_id: np.ndarray) -> np.ndarr
     return out
 
 
+def preference_vectors(batch: TrajectoryBatch, cfg: RewardConfig) -> np.ndarray:
+    """ToolOrchestra's preference vector of every row, [N, T + 3]: the row's own (``batch.preference``) where it has
+    one (``has_preference``), else the config's (pref_tools, pref_outcome, pref_cost, pref_latency)."""
+    config = np.array([*cfg.pref_tools, cfg.pref_outcome, cfg.pref_cost, cfg.pref_latency])
+    own = batch.has_preference[:, None] != 0
+    return np.where(own, np.asarray(batch.preference, np.float64), config[None, :])
+
+
 def reward_components(batch: TrajectoryBatch, cfg: RewardConfig) -> dict[str, np.ndarray]:
     """Every component of ``cfg``'s formula; ``total`` is their sum."""
     n = len(batch)
@@ -60,10 +68,11 @@ def reward_components(batch: TrajectoryBatch, cfg: RewardConfig) -> dict[str, np
     elif cfg.formula == "toolorchestra":
         feats = np.column_stack([batch.tool_counts, o, -batch.usd, -batch.latency_s])
         norm = group_minmax_normalize(feats, batch.group_id) * correct[:, None]
-        c["tools"] = norm[:, :-3] @ np.asarray(cfg.pref_tools)
-        c["outcome"] = cfg.pref_outcome * norm[:, -3]
-        c["cost"] = cfg.pref_cost * norm[:, -2]
-        c["latency"] = cfg.pref_latency * norm[:, -1]
+        prefs = preference_vectors(batch, cfg)
+        c["tools"] = np.array([norm[i, :-3] @ prefs[i, :-3] for i in range(n)]).reshape(n)
+        c["outcome"] = prefs[:, -3] * norm[:, -3]
+        c["cost"] = prefs[:, -2] * norm[:, -2]
+        c["latency"] = prefs[:, -1] * norm[:, -1]
     elif cfg.formula == "xrouter":
         c["outcome"] = o.copy()
         c["cost"] = -o * np.minimum(cfg.usd_scale * batch.usd, cfg.max_cost_penalty)

@@ -9,7 +9,10 @@ o >= correct_threshold):
   + w_cost*soft(cost_units, c_tar), soft = DAPO's soft budget (0 to target, linear to -1 at
   budget_max_factor x target, -1 beyond).
 * ``toolorchestra``: 0 unless correct; else P . normalized([tool_counts, o, -usd, -latency_s]) with each
-  feature min-max normalized within the trajectory's group (0 where it is constant in the group).
+  feature min-max normalized within the trajectory's group (0 where it is constant in the group). P is the
+  trajectory's own preference vector (the batch's ``preference`` row: the episode's, e.g. from the env's
+  ``preference`` reset option or ``task_options="random"``, docs/task_options.md) where it has one, else the
+  config's (pref_tools, pref_outcome, pref_cost, pref_latency). The other formulas ignore ``preference``.
 * ``xrouter``: o * (1 - min(usd_scale*usd, max_cost_penalty)).
 * ``router_r1``: format_reward if a round broke the format or no final answer was given; else
   (1 - alpha_cost)*o + alpha_cost*correct*(1 - clip((sqrt(usd) - lo)/(hi - lo), 0, 1)), lo/hi fixed or

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from parasim import reference
-from parasim.batch import TrajectoryBatch
+from parasim.batch import BatchValidationError, TrajectoryBatch
 from parasim.protocol.schema import NUM_TOOLS
 from parasim.reward_config import FORMULA_FIELDS, FORMULAS
 from parasim.rewards import (
@@ -36,6 +36,14 @@ def random_batch(rng: np.random.Generator, n: int, n_groups: int, binary: bool =
     )
 
 
+def with_row_preferences(rng: np.random.Generator, batch: TrajectoryBatch, share: float) -> TrajectoryBatch:
+    """``batch`` with a random preference vector on about ``share`` of its rows (the others none: NaN)."""
+    n, t = len(batch), batch.num_tools
+    prefs = rng.uniform(-1, 1, (n, t + 3))
+    prefs[rng.random(n) >= share] = np.nan
+    return batch.replace(preference=prefs)
+
+
 def random_config(rng: np.random.Generator, formula: str) -> RewardConfig:
     base = PRESETS[formula]
     draws = {
@@ -60,13 +68,76 @@ def assert_matches_reference(batch: TrajectoryBatch, cfg: RewardConfig) -> None:
 
 @SETTINGS
 @given(seed=st.integers(0, 2**32 - 1), n=st.integers(0, 80), n_groups=st.integers(1, 12),
-       formula=st.sampled_from(FORMULAS), binary=st.booleans(), sort_groups=st.booleans())
-def test_core_matches_reference(seed, n, n_groups, formula, binary, sort_groups):
+       formula=st.sampled_from(FORMULAS), binary=st.booleans(), sort_groups=st.booleans(),
+       row_prefs=st.sampled_from([0.0, 0.5, 1.0]))
+def test_core_matches_reference(seed, n, n_groups, formula, binary, sort_groups, row_prefs):
     rng = np.random.default_rng(seed)
     batch = random_batch(rng, n, n_groups, binary)
+    if row_prefs:  # some or all rows carry their own preference vector (toolorchestra reads it, the rest ignore it)
+        batch = with_row_preferences(rng, batch, row_prefs)
     if sort_groups:  # sorted runs take toolorchestra's single-pass path, other layouts the group table
         batch = batch.subset(np.argsort(batch.group_id, kind="stable"))
     assert_matches_reference(batch, random_config(rng, formula))
+
+
+@pytest.mark.parametrize("layout", ["shuffled", "sorted"])
+def test_a_row_vector_equal_to_the_configs_scores_as_none(layout):
+    """A row whose preference vector is the config's own gets bit for bit the reward of a row without one, in
+    every component, on both normalization paths and in a grid; rows with other vectors change only their own."""
+    rng = np.random.default_rng(5)
+    batch = random_batch(rng, 3_000, 200)
+    if layout == "sorted":
+        batch = batch.subset(np.argsort(batch.group_id, kind="stable"))
+    cfg = random_config(rng, "toolorchestra")
+    own = np.array([*cfg.pref_tools, cfg.pref_outcome, cfg.pref_cost, cfg.pref_latency])
+    same = batch.replace(preference=np.tile(own, (len(batch), 1)))
+    none = compute_rewards(batch, cfg).as_dict()
+    for name, values in compute_rewards(same, cfg).as_dict().items():
+        np.testing.assert_array_equal(values, none[name], err_msg=name)
+    np.testing.assert_array_equal(compute_rewards_grid(same, [cfg, "paramanager"]),
+                                  compute_rewards_grid(batch, [cfg, "paramanager"]))
+    other = same.preference.copy()
+    other[::7] = rng.uniform(0, 2, (len(other[::7]), other.shape[1]))  # every 7th row its own vector
+    changed = compute_rewards(same.replace(preference=other), cfg).total
+    np.testing.assert_array_equal(np.delete(changed, np.s_[::7]), np.delete(none["total"], np.s_[::7]))
+    assert not np.array_equal(changed[::7], none["total"][::7])
+
+
+def test_row_vectors_weigh_their_own_features_and_other_formulas_ignore_them():
+    batch = TrajectoryBatch.from_arrays(
+        outcome=[1.0, 1.0, 1.0, 1.0], usd=[0.1, 0.3, 0.1, 0.3], latency_s=[5.0, 1.0, 5.0, 1.0], group_id=[1, 1, 2, 2],
+        preference=[[0.0] * NUM_TOOLS + [1.0, 1.0, 0.0], [np.nan] * (NUM_TOOLS + 3),
+                    [0.0] * NUM_TOOLS + [0.0, 0.0, 1.0], [0.0] * NUM_TOOLS + [0.0, 0.0, 1.0]])
+    cfg = PRESETS["toolorchestra"].replace(pref_outcome=0.0, pref_cost=0.0, pref_latency=2.0)
+    r = compute_rewards(batch, cfg)
+    # row 0: its own vector, cost only (the cheaper of its group: 1); row 1: the config's, latency x 2 (faster: 1)
+    np.testing.assert_allclose(r.total, [1.0, 2.0, 0.0, 1.0])
+    np.testing.assert_allclose(r.cost, [1.0, 0.0, 0.0, 0.0])
+    plain = batch.replace(preference=np.full((4, NUM_TOOLS + 3), np.nan))
+    for name in ("paramanager", "xrouter", "router_r1"):
+        np.testing.assert_array_equal(compute_rewards(batch, name).total, compute_rewards(plain, name).total)
+
+
+def test_the_flag_decides_which_rows_have_a_vector_and_the_core_checks_the_width():
+    from parasim import _core
+    from parasim.rewards import _param_rows
+
+    rng = np.random.default_rng(3)
+    batch = with_row_preferences(rng, random_batch(rng, 500, 40), 0.3)
+    assert batch.has_preference.sum() > 0 and not batch.preference[batch.has_preference == 0].any()
+    flagged_off = batch.replace(has_preference=np.zeros(len(batch), np.uint8))  # vectors kept, none flagged
+    plain = TrajectoryBatch.from_arrays(**{k: v for k, v in batch.as_dict().items()
+                                           if k not in ("preference", "has_preference")})
+    np.testing.assert_array_equal(compute_rewards(flagged_off, "toolorchestra").total,
+                                  compute_rewards(plain, "toolorchestra").total)
+    with pytest.raises(BatchValidationError, match=r"has_preference\[0\] = 1: preference\[0\] is NaN"):
+        TrajectoryBatch.from_arrays(outcome=[1.0], preference=[[np.nan] * 10], has_preference=[1])
+    with pytest.raises(BatchValidationError, match=r"preference\[0, 3\] = nan: a row must be all finite"):
+        TrajectoryBatch.from_arrays(outcome=[1.0], preference=[[0.0] * 3 + [np.nan] * 7])
+    params = _param_rows(batch, [PRESETS["toolorchestra"]])
+    with pytest.raises(ValueError, match=r"preference: expected shape \(N, 10\)"):
+        _core.score_rewards({**batch.as_dict(), "preference": np.zeros((len(batch), 7))}, params,
+                            np.empty((1, len(batch))))
 
 
 @pytest.mark.parametrize("layout", ["shuffled", "sorted", "one_long_group"])
@@ -78,6 +149,7 @@ def test_presets_match_reference_on_a_threaded_batch(name, layout):
     elif layout == "one_long_group":  # longer than a run the single-pass path takes
         batch = TrajectoryBatch(**{**batch.as_dict(), "group_id": np.zeros(len(batch), np.int64)})
     assert_matches_reference(batch, PRESETS[name])
+    assert_matches_reference(with_row_preferences(np.random.default_rng(2), batch, 0.5), PRESETS[name])
 
 
 def test_grid_equals_one_config_at_a_time():

@@ -293,3 +293,34 @@ def test_async_vector_env_of_real_envs(server):
         assert info["trajectory"]["group_id"].tolist() == [1, 1]  # each sub-env's first episode since seeded
     finally:
         venv.close()
+
+
+def test_task_options_offer_a_tool_subset_at_episode_prices_with_real_tools(backend, server):
+    """The reset options of docs/task_options.md in real mode: an unoffered tool is masked and its call is
+    INVALID_TOOL without a request; an episode price replaces the engine's USD of the tool's calls; the drawn options
+    (``task_options="random"``) follow the reset seed, as in the simulator."""
+    import httpx
+
+    from parasim.sim.state import episode_tools
+
+    env = _make(backend)
+    names = env.unwrapped.source.spec.names
+    reasoner, ensemble = names[Tool.STANDARD_REASONER], names[Tool.ENSEMBLE_SOLVER]
+    obs, _ = env.reset(seed=0, options={"tools_available": [n for n in names if n != reasoner],
+                                        "tool_prices": {ensemble: 0.5}})
+    assert obs["action_mask"][2 + Tool.STANDARD_REASONER] == 0 and obs["action_mask"][2 + Tool.ENSEMBLE_SOLVER] == 1
+    before = httpx.get(f"{server}/stats").json()["requests"]
+    obs, _, _, _, info = env.step(_act([0, 0, 0]))
+    assert obs["last_status"][0] == Status.INVALID_TOOL and info["calls"] == []
+    assert httpx.get(f"{server}/stats").json()["requests"] == before
+    obs, _, _, _, info = env.step(_act([4, 2, 0]))  # the ensemble on "split": its engine USD is replaced
+    assert info["results"][0].status is Status.OK and obs["budget"][2] == 0.5
+    obs, _, term, _, info = env.step(_act(stop=1))
+    assert term and info["trajectory"]["usd"] >= 0.5 and info["trajectory"]["has_preference"] == 0
+    drawn = _make(backend, task_options="random")
+    tools = []
+    for _ in range(2):
+        drawn.reset(seed=7, options={"preference": list(range(len(names) + 3))})
+        tools.append(episode_tools(drawn.unwrapped.source.lanes, len(names)))
+    assert all(np.array_equal(a, b, equal_nan=True) for a, b in zip(*tools, strict=True))
+    assert tools[0].preference[0].tolist() == list(range(len(names) + 3)) and np.isfinite(tools[0].price_usd).all()

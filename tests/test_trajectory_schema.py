@@ -125,7 +125,9 @@ def _numpy_rows(sim: Simulator, idx: np.ndarray) -> dict[str, np.ndarray]:
     return {"outcome": st_f[:, F_OUTCOME], "format_violations": st_i[:, I_FMT], "ended_with_final": st_i[:, I_FINAL],
             "rounds": st_i[:, I_ROUND], "tool_calls": st_i[:, I_CALLS], "distinct_tools": (counts > 0).sum(1),
             "tool_counts": counts, "tokens": st_f[:, F_TOKENS], "cost_units": st_f[:, F_COST], "usd": st_f[:, F_USD],
-            "latency_s": st_f[:, F_LAT], "group_id": st_i[:, I_EPISODE], "role_id": np.zeros(len(idx))}
+            "latency_s": st_f[:, F_LAT], "group_id": st_i[:, I_EPISODE],
+            "preference": np.nan_to_num(sim.lane_records["preference"][idx]),
+            "has_preference": ~np.isnan(sim.lane_records["preference"][idx, 0]), "role_id": np.zeros(len(idx))}
 
 
 def test_gather_writes_every_field_in_its_schema_dtype(sim: Simulator) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from parasim.env_options import check_episode_options, check_int
+from parasim.env_options import check_episode_options, check_int, check_task_option_mode
 from parasim.harness import with_harness
 from parasim.pools import PoolSpec, load_pool
 from parasim.protocol.schema import Status
@@ -50,7 +50,16 @@ from parasim.sim.kernel import (
     TASK_ROW,
 )
 from parasim.sim.rng import seed_state
-from parasim.sim.state import ObsBuffers, SimState, action_nvec, allocate_lanes, allocate_obs, lane_views
+from parasim.sim.state import (
+    EpisodeTools,
+    ObsBuffers,
+    SimState,
+    action_nvec,
+    allocate_lanes,
+    allocate_obs,
+    episode_tools,
+    lane_views,
+)
 from parasim.sim.step import reset_lanes, step_lanes, step_lanes_parallel
 from parasim.sim.tables import (
     E_MAX_ROUNDS,
@@ -62,6 +71,7 @@ from parasim.sim.tables import (
     build_tables,
     kernel_params,
 )
+from parasim.sim.task_options import option_stream, preference_fields, set_lane_options
 from parasim.tasks import TaskSuite, load_suite
 
 PARALLEL_MIN_LANES = 1024
@@ -71,15 +81,19 @@ __all__ = ["NUM_TARGETS", "TARGET_CARRY", "TARGET_QUESTION", "TARGET_VERIFY", "O
 
 
 class Simulator:
-    """N lanes of episodes on one pool and task suite, stepped by one compiled call."""
+    """N lanes of episodes on one pool and task suite, stepped by one compiled call.
+
+    ``task_options``: None, or "random" to draw each episode's tool subset, tool prices and preference vector
+    (``parasim.sim.task_options``); ``reset`` also takes them per lane, and ``episode_tools`` shows them."""
 
     def __init__(self, pool: str | PoolSpec = "paramanager", suite: str | TaskSuite = "paramanager",
                  num_lanes: int = 1, *, max_rounds: int = 12, max_parallel: int = 4, serial: bool = False,
                  token_budget: float | None = None, threads: bool = False,
-                 harness: dict[str, Any] | None = None) -> None:
+                 harness: dict[str, Any] | None = None, task_options: str | None = None) -> None:
         max_rounds, max_parallel, serial, token_budget = check_episode_options(max_rounds, max_parallel, serial,
                                                                                token_budget)
         num_lanes = check_int("num_lanes", num_lanes, 1, 2**31 - 1)
+        opts_mode = check_task_option_mode(task_options)
         self.pool = with_harness(load_pool(pool), harness)  # the generation cap and sampling setting of the env
         self.suite = load_suite(suite)
         self.num_lanes = int(num_lanes)
@@ -102,6 +116,7 @@ class Simulator:
         # the kernels' trailing arguments, built once: the arrays are allocated here and only ever written in
         # place, and re-unpacking named tuples per step was a visible share of a one-lane step
         params, rows = kernel_params(self.tables, self.env, self.slots)
+        params[0]["task_opts"] = opts_mode  # "random": every episode draws its task options (docs/task_options.md)
         self.params = params  # the kernels' parameter record (read-only by convention: they read it every step)
         self._kernel_args = (*self._lanes, rows, self.tables.row_cdf, params, *self.obs)
         self._all_lanes = np.ones(self.num_lanes, np.uint8)
@@ -110,10 +125,13 @@ class Simulator:
         self._step = step_lanes_parallel if threads and self.num_lanes >= PARALLEL_MIN_LANES else step_lanes
 
     def seed(self, seeds: np.ndarray | list[int], lanes: np.ndarray | None = None) -> None:
-        """Start the random stream of each lane (all lanes, or ``lanes``) from its seed; episodes count from 1."""
+        """Start the random streams of each lane (all lanes, or ``lanes``) from its seed: its calls' and its drawn task
+        options' (``task_options="random"``); episodes count from 1."""
         idx = np.arange(self.num_lanes) if lanes is None else np.asarray(lanes)
+        records = self._lanes.lanes
         for i, s in zip(idx, seeds, strict=False):
             self.state.rng[i] = seed_state(int(s))
+            records["opt_rng"][i] = option_stream(int(s))
             self.state.st_i[i, I_EPISODE] = 0
 
     @property
@@ -137,7 +155,8 @@ class Simulator:
         return {"task_index": st_i[lanes, I_ROW].copy(), "benchmark": st_i[lanes, I_BENCH].copy()}
 
     def reset(self, mask: np.ndarray | None = None, task_index: np.ndarray | None = None,
-              task_seeds: np.ndarray | None = None) -> None:
+              task_seeds: np.ndarray | None = None, preference: np.ndarray | None = None,
+              tools_available: np.ndarray | None = None, tool_prices: np.ndarray | None = None) -> None:
         """Draw new tasks for the lanes in ``mask`` (all lanes by default).
 
         ``task_index`` (int[N], suite rows) fixes each reset lane's task; None draws it
@@ -146,6 +165,11 @@ class Simulator:
         play the identical task while their tool calls still draw from their own streams; None takes them from
         the lane's stream. Entries of lanes outside ``mask`` are ignored; both apply to this reset only (later
         resets, autoresets included, draw by weight from the lane's stream).
+
+        ``preference`` (float64[N, T + 3]), ``tools_available`` (bool[N, T]) and ``tool_prices`` (float64[N, T], USD
+        per call, NaN: the pool's figure) are the episodes' task options (``parasim.sim.task_options``; validated by
+        ``parasim.env_options.check_task_options``), for this reset only like the task; each None leaves that
+        option to the simulator's ``task_options`` (drawn with "random", else none).
         """
         m = self._all_lanes if mask is None else np.asarray(mask, np.uint8)
         task = self.state.task
@@ -162,6 +186,14 @@ class Simulator:
             task[:, TASK_KEYED] = 1
             for i in np.flatnonzero(m):
                 self.state.task_rng[i] = seed_state(int(task_seeds[i]))
+        if preference is not None or tools_available is not None or tool_prices is not None:
+            t = self.num_tools
+            for name, value, width in (("preference", preference, t + 3), ("tools_available", tools_available, t),
+                                       ("tool_prices", tool_prices, t)):
+                if value is not None and np.shape(value) != (self.num_lanes, width):
+                    raise ValueError(f"{name}: expected shape ({self.num_lanes}, {width}), got {np.shape(value)} "
+                                     "(parasim.env_options.check_task_options builds it from a reset option)")
+            set_lane_options(self._lanes.lanes, np.flatnonzero(m), preference, tools_available, tool_prices)
         reset_lanes(m, *self._kernel_args)
         task[:, TASK_ROW], task[:, TASK_KEYED] = -1, 0
         self.done[m != 0] = 0
@@ -194,8 +226,15 @@ class Simulator:
             "tokens": st_f[..., F_TOKENS].copy(), "cost_units": st_f[..., F_COST].copy(),
             "usd": st_f[..., F_USD].copy(), "latency_s": st_f[..., F_LAT].copy(),
             "group_id": st_i[..., I_EPISODE].copy(),  # the lane's episode number since it was seeded
+            **preference_fields(self._lanes.lanes["preference"][lanes]),
             "role_id": np.zeros(np.shape(st_i[..., 0]), np.int32),
         }
+
+    def episode_tools(self, lanes: Any = slice(None)) -> EpisodeTools:
+        """The current episodes' task options per lane (copies): the tools each offers (``available`` bool[n, T]),
+        their USD per call (``price_usd`` float64[n, T], NaN: the pool's figure) and the preference vector
+        (``preference`` float64[n, T + 3], NaN: none), for a manager's prompt or observation (docs/task_options.md)."""
+        return episode_tools(np.atleast_1d(self._lanes.lanes[lanes]), self.num_tools)
 
     def last_round(self, lane: int = 0) -> list[dict[str, Any]]:
         """Per-call results of the lane's last round, one dict per slot that held a call (slot order).

@@ -8,6 +8,8 @@ against ``parasim.trajectory_schema.FIELDS``), so a field added to the schema ca
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from numba import njit
 
@@ -17,10 +19,12 @@ from parasim.trajectory_schema import new_rows
 
 @njit(cache=True, boundscheck=True)  # a bad lane raises IndexError, as NumPy indexing would
 def gather_trajectories(idx, lanes, outcome, format_violations, ended_with_final, rounds, tool_calls, distinct_tools,
-                        tool_counts, tokens, cost_units, usd, latency_s, group_id, role_id):
+                        tool_counts, tokens, cost_units, usd, latency_s, group_id, preference, has_preference,
+                        role_id):
     """Row ``j`` of each output array from the record of lane ``idx[j]`` (casts as NumPy's ``astype``).
 
-    ``group_id`` is the lane's episode number since it was seeded; ``role_id`` 0 (the simulator plays one role).
+    ``group_id`` is the lane's episode number since it was seeded; ``preference`` the episode's preference vector
+    (the lane's NaN, none, becomes zeros with ``has_preference`` 0); ``role_id`` 0 (the simulator plays one role).
     """
     num_tools = tool_counts.shape[1]
     for j in range(idx.shape[0]):
@@ -41,6 +45,10 @@ def gather_trajectories(idx, lanes, outcome, format_violations, ended_with_final
         usd[j] = st_f[F_USD]
         latency_s[j] = st_f[F_LAT]
         group_id[j] = st_i[I_EPISODE]
+        own = not math.isnan(lane.preference[0])
+        for f in range(preference.shape[1]):
+            preference[j, f] = lane.preference[f] if own else 0.0
+        has_preference[j] = own
         role_id[j] = 0
 
 

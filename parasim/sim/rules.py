@@ -149,6 +149,16 @@ def slot_rule(tt, tool, model, target, slot, allowed, nm, has_lead, tokens, toke
 
 
 @njit(cache=True, inline="always")
+def lane_rule(tt, off, tool, model, target, slot, allowed, nm, has_lead, tokens, token_budget):
+    """``slot_rule`` within the episode's tool subset (``off``: the lane's ``tools_off`` bits): a call of a tool the
+    episode does not offer is INVALID_TOOL, as one of an unknown tool (``RULE_UNKNOWN_TOOL``, the first rule)."""
+    rule = slot_rule(tt, tool, model, target, slot, allowed, nm, has_lead, tokens, token_budget)
+    if rule != RULE_UNKNOWN_TOOL and (off >> tool) & 1:
+        return RULE_UNKNOWN_TOOL
+    return rule
+
+
+@njit(cache=True, inline="always")
 def rule_status(rule):
     """``RULE_STATUS[rule]`` as a branch chain (no tuple indexing in the hot loop)."""
     if rule == RULE_RUNS:
@@ -216,11 +226,11 @@ def begin_episode(L, i, last_status, P, row, R, z):
 
 
 @njit(cache=True, inline="always")
-def plan_slot(i, k, last_status, call_i, call_f, actions, tt, allowed, nm, has_lead, ctx, budget):
+def plan_slot(i, k, last_status, call_i, call_f, actions, tt, allowed, nm, has_lead, ctx, budget, off):
     """Phase (a) for slot ``k`` of lane ``i`` (the tool table ``tt``, ``allowed`` slots, ``nm`` pool models, the
-    round-start lead and context, the token budget): its outcome record cleared, and its status (``NO_CALL`` for an
-    empty slot, tool value T, a protocol status, or ``PENDING`` for a call that runs) written to
-    ``last_status[i, k]`` and returned with the slot's (tool, model, target)."""
+    round-start lead and context, the token budget, the episode's unoffered tools ``off``): its outcome record
+    cleared, and its status (``NO_CALL`` for an empty slot, tool value T, a protocol status, or ``PENDING`` for a
+    call that runs) written to ``last_status[i, k]`` and returned with the slot's (tool, model, target)."""
     call_i[i, k, C_KIND] = OUT_NONE
     call_i[i, k, C_ANSWER] = -1
     for c in range(NUM_CALL_F):
@@ -229,7 +239,7 @@ def plan_slot(i, k, last_status, call_i, call_f, actions, tt, allowed, nm, has_l
     if tool == tt.shape[0]:
         status = NO_CALL
     else:
-        status = rule_status(slot_rule(tt, tool, model, target, k, allowed, nm, has_lead, ctx, budget))
+        status = rule_status(lane_rule(tt, off, tool, model, target, k, allowed, nm, has_lead, ctx, budget))
     last_status[i, k] = status
     return status, tool, model, target
 
@@ -241,7 +251,7 @@ def plan_round(L, i, last_status, call_i, call_f, P, actions):
     ctx = L.st_f[F_TOKENS]
     allowed, budget = int(P.env[E_SLOTS]), P.env[E_TOKEN_BUDGET]
     for k in range(P.slots):
-        plan_slot(i, k, last_status, call_i, call_f, actions, P.tt, allowed, P.nm, lead >= 0, ctx, budget)
+        plan_slot(i, k, last_status, call_i, call_f, actions, P.tt, allowed, P.nm, lead >= 0, ctx, budget, L.tools_off)
     return lead, ctx
 
 
@@ -405,12 +415,19 @@ def write_obs(i, L, last_status, P, o_task, o_round, o_budget, o_cand, o_evid, o
     has_lead = 1 if distinct > 0 else 0
     # the mask's static part (stop, models, empty slots, slots past max_parallel) is written once at
     # allocation (``static_action_mask``); only the entries that depend on a leading answer change (the reviewer
-    # tools', the carry and verify targets)
+    # tools', the carry and verify targets), and the tools' entries when the episode's tool subset changes
+    off = L.tools_off
+    rewrite = off != L.mask_off
+    L.mask_off = off
     j = 2
     for k in range(P.slots):
         if k < allowed:
+            if rewrite:
+                for t in range(num_tools):
+                    o_mask[i, j + t] = 1 - ((off >> t) & 1)
             for r in range(P.num_reviewers):
-                o_mask[i, j + P.reviewers[r]] = has_lead
+                rv = P.reviewers[r]
+                o_mask[i, j + rv] = has_lead & (1 - ((off >> rv) & 1))
         jt = j + num_tools + 1 + P.nm
         o_mask[i, jt + 1] = has_lead
         o_mask[i, jt + 2] = has_lead

@@ -49,26 +49,28 @@ from parasim.sim.rules import (
     call_row,
     end_episode,
     lane_lead,
+    lane_rule,
     plan_slot,
     round_end,
     round_start,
     slot_call,
-    slot_rule,
 )
 from parasim.sim.tables import E_SERIAL, E_SLOTS, E_TOKEN_BUDGET, MM_REPLICAS
+from parasim.sim.task_options import begin_options
 
 _EXEC = int(Status.EXEC_ERR)
 
 
 @njit(cache=True, inline="always")
-def server_load(actions, i, mm, P, allowed, has_lead, ctx, budget):
+def server_load(actions, i, mm, P, allowed, has_lead, ctx, budget, off):
     """Concurrent requests on one server of model row ``mm`` in lane ``i``'s round: the round's slots that run with
-    that row (the rules' plan, read without its side effects), spread over the model's replicas, ceil(n / R)."""
+    that row (the rules' plan, read without its side effects; ``off``: the episode's unoffered tools), spread over
+    the model's replicas, ceil(n / R)."""
     n = 0
     for k in range(P.slots):
         tool, model, target = slot_call(actions, i, k)
-        if tool != P.tt.shape[0] and call_row(P.tt, tool, model, P.nm) == mm and slot_rule(
-                P.tt, tool, model, target, k, allowed, P.nm, has_lead, ctx, budget) == RULE_RUNS:
+        if tool != P.tt.shape[0] and call_row(P.tt, tool, model, P.nm) == mm and lane_rule(
+                P.tt, off, tool, model, target, k, allowed, P.nm, has_lead, ctx, budget) == RULE_RUNS:
             n += 1
     return math.ceil(n / P.mm[mm, MM_REPLICAS])
 
@@ -121,7 +123,8 @@ def reset_lane(L, i, last_status, rows, row_cdf, P):
     ``L.task`` is the lane's task request (``TASK_ROW``: suite row or -1 = drawn by weight; ``TASK_KEYED``: 1 =
     the task's own draws, its row when drawn, difficulty, preferred wrong answers and model effects, come from the
     task stream ``L.task_rng``, so lanes with equal requests play the identical task). Those draws then leave the
-    lane's own stream untouched, so its tool randomness stays its own.
+    lane's own stream untouched, so its tool randomness stays its own. Then the episode's task options
+    (``parasim.sim.task_options.begin_options``: given, drawn from their own stream, or none).
     """
     keyed = L.task[TASK_KEYED] != 0
     s = L.task_rng if keyed else L.rng
@@ -134,6 +137,7 @@ def reset_lane(L, i, last_status, rows, row_cdf, P):
     s = draw_model_effects(s, R.nans, R.dcdf, P.nm, P.mm, L.pref, L.effect)
     if not keyed:
         L.rng = s
+    begin_options(L, P, keyed)
 
 
 @njit(cache=True, inline="always")
@@ -142,7 +146,8 @@ def step_lane(L, i, last_status, call_i, call_f, R, P, actions):
     isolated parallel calls, recorded per slot in ``last_status[i]``, ``call_i[i]`` and ``call_f[i]``; the round
     limit ends the episode. The rules' phases run slot by slot, plan -> simulated call -> account, so that a call's
     outcome stays in registers (a separate pass per phase over the slots cost ~10% of a step); calls see only the
-    round-start lead and context, so the order of phases changes no result."""
+    round-start lead and context, so the order of phases changes no result. A call of a tool the episode prices
+    (``L.priced``) costs that price in USD instead of the pool's figure."""
     if actions[i, 0] == 1:
         sim_finish(L, R, P, 1)
         return
@@ -154,21 +159,25 @@ def step_lane(L, i, last_status, call_i, call_f, R, P, actions):
     has_lead = lead >= 0
     ctx = st_f[F_TOKENS]
     allowed, budget, serial = int(env[E_SLOTS]), env[E_TOKEN_BUDGET], env[E_SERIAL] != 0
+    off, priced = L.tools_off, L.priced
     s = L.rng
     round_lat, round_tokens, n_calls, bad = round_start(P, actions, i)
     load_row, load = -1, 1.0  # the last server load counted: slots to one model (the usual round) count it once
     for k in range(P.slots):
         status, tool, model, target = plan_slot(i, k, last_status, call_i, call_f, actions, P.tt, allowed, nm,
-                                                has_lead, ctx, budget)
+                                                has_lead, ctx, budget, off)
         if status == NO_CALL:
             continue
         kind, answer, tok_out, lat, usd, cost = OUT_NONE, -1, 0.0, 0.0, 0.0, 0.0
         if status == PENDING:
             mm = call_row(P.tt, tool, model, nm)
             if not serial and mm != load_row:
-                load_row, load = mm, server_load(actions, i, mm, P, allowed, has_lead, ctx, budget)
+                load_row, load = mm, server_load(actions, i, mm, P, allowed, has_lead, ctx, budget, off)
             s, status, kind, answer, tok_out, lat, usd, cost = sim_call(
                 L, i, k, call_i, call_f, R, P, s, tool, model, target, lead, ctx, nans, bench, dom, z, qtok, load)
+            if (priced >> tool) & 1:
+                usd = L.price[tool]
+                call_f[i, k, C_USD] = usd
             last_status[i, k] = status
         round_lat, round_tokens, n_calls, bad = account_slot(L, R, P, status, tool, model, kind, answer, tok_out, lat,
                                                              usd, cost, serial, bench, dom, round_lat, round_tokens,

@@ -40,9 +40,14 @@ TASK_FEATURES = 8  # domain one-hot (4), free-form, multiple-choice, options / 1
 
 @cache
 def lane_dtype(num_tools: int) -> np.dtype:
-    """One lane's record for T = ``num_tools`` tools, the fields every step touches first."""
+    """One lane's record for T = ``num_tools`` tools, the fields every step touches first. The episode's task
+    options (``parasim.sim.rules.begin_options``; docs/task_options.md) are two bit masks beside the stream, which
+    every call reads (0 / 0: every tool offered at the pool's price), and, at the end, what only a reset or a priced
+    call reads: the prices, the preference vector, the options' own stream and the next reset's requests."""
     return np.dtype([
         ("rng", np.uint64),  # the episode's random stream
+        ("tools_off", np.int64),  # bit t set: the episode does not offer tool t (its calls are INVALID_TOOL)
+        ("priced", np.int64),  # bit t set: a call of tool t costs price[t] USD this episode
         ("st_i", np.int64, (NUM_I,)),
         ("st_f", np.float64, (NUM_F,)),
         ("counts_t", np.int32, (num_tools,)),  # calls per tool
@@ -56,6 +61,11 @@ def lane_dtype(num_tools: int) -> np.dtype:
         ("ev", np.float64, (NUM_ANSWERS, NUM_EVIDENCE)),  # score, support, flags, confirms per answer
         ("task", np.int64, (2,)),  # the next reset's task: suite row (-1 = drawn by weight), keyed flag
         ("task_rng", np.uint64),  # start of the task stream of keyed lanes
+        ("mask_off", np.int64),  # the tools_off the lane's action mask shows (``write_obs`` rewrites it on change)
+        ("price", np.float64, (num_tools,)),  # USD per call of each priced tool this episode
+        ("preference", np.float64, (num_tools + 3,)),  # the episode's toolorchestra vector, NaN: none
+        ("opt_rng", np.uint64),  # the stream of drawn task options (``task_options="random"``) of unkeyed lanes
+        ("opt_req", np.int64),  # the next reset's given options (``REQ_*`` bits): those are kept, not drawn
     ], align=True)
 
 
@@ -80,6 +90,24 @@ class SimState(NamedTuple):
     call_f: np.ndarray  # float64[N, K, 5] last round, per slot: tokens in, tokens out, latency, USD, cost units
     task: np.ndarray  # int64[N, 2] the next reset's task: suite row (-1 = drawn by weight), keyed flag
     task_rng: np.ndarray  # uint64[N] start of the task stream of keyed lanes
+
+
+class EpisodeTools(NamedTuple):
+    """Each lane's task options for its current episode (``episode_tools``; docs/task_options.md): what a manager's
+    prompt would tell it about the tools it has and what the user wants."""
+
+    available: np.ndarray  # bool[N, T] the tools the episode offers (calls of the others are INVALID_TOOL)
+    price_usd: np.ndarray  # float64[N, T] USD per call of each tool this episode; NaN: the pool's own figure
+    preference: np.ndarray  # float64[N, T + 3] toolorchestra's vector (tools, outcome, cost, latency); NaN: none
+
+
+def episode_tools(lanes: np.ndarray, num_tools: int) -> EpisodeTools:
+    """Copies of the episode options of the lane records ``lanes`` (``lane_dtype(num_tools)``; the simulator's, or the
+    real-tools source's one lane)."""
+    bits = np.int64(1) << np.arange(num_tools, dtype=np.int64)
+    priced = (lanes["priced"][:, None] & bits) != 0
+    return EpisodeTools(available=(lanes["tools_off"][:, None] & bits) == 0,
+                        price_usd=np.where(priced, lanes["price"], np.nan), preference=lanes["preference"].copy())
 
 
 class ObsBuffers(NamedTuple):
@@ -179,6 +207,7 @@ def allocate_lanes(n: int, slots: int, num_tools: int) -> LaneArrays:
     lanes = np.zeros(n, lane_dtype(num_tools))
     lanes["arrival"] = -1
     lanes["task"][:, TASK_ROW] = -1
+    lanes["preference"] = np.nan
     return LaneArrays(lanes, np.full((n, slots), NUM_STATUSES, np.int8), np.full((n, slots, 2), -1, np.int8),
                       np.zeros((n, slots, NUM_CALL_F)))
 

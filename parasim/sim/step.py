@@ -19,9 +19,10 @@ from numba import njit, prange, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from parasim.sim.kernel import F_LAT, F_USD, I_DONE, I_ROW
+from parasim.sim.kernel import F_LAT, F_USD, I_DONE, I_ROW, TASK_KEYED
 from parasim.sim.rules import apply_round, begin_episode, end_episode, plan_round, write_obs
 from parasim.sim.sim_source import reset_lane, step_lane
+from parasim.sim.task_options import begin_options
 
 # No division in the kernels can have a zero divisor (polynomial denominators > 0, 1 + exp(-x) >= 1, a timed-out
 # latency > 0, constants), so NumPy's error model gives the same results without Python's zero checks and their
@@ -110,11 +111,13 @@ def step_lanes_parallel(actions, reset_first, done, lanes, last_status, call_i, 
 @njit(cache=True, error_model=ERROR_MODEL)
 def begin_one(lanes, last_status, call_i, call_f, rows, params, row, z, o_task, o_round, o_budget, o_cand, o_evid,
               o_tools, o_status, o_last, o_mask):
-    """Begin lane 0's episode on row ``row`` of ``rows`` with difficulty ``z`` and write its observation."""
+    """Begin lane 0's episode on row ``row`` of ``rows`` with difficulty ``z`` and its task options
+    (``begin_options``; keyed by the lane's task stream when ``L.task`` says so) and write its observation."""
     lanes, last_status, rows = borrowed(lanes), borrowed(last_status), borrowed(rows)
     P = params[0]
     L = lanes[0]
     begin_episode(L, 0, last_status, P, row, rows[row], z)
+    begin_options(L, P, L.task[TASK_KEYED] != 0)
     write_obs(0, L, last_status, P, o_task, o_round, o_budget, o_cand, o_evid, o_tools, o_status, o_last, o_mask)
 
 

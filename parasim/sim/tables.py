@@ -60,7 +60,8 @@ def params_dtype(num_tools: int) -> np.dtype:
     tables transposed so that the columns a call reads are adjacent (tm[tool, model, k], md[model, domain, k],
     ...), padded to MAX_MODELS; then the tools the rules look up by behaviour (``direct``: the first agent solver,
     whose bonus the manager's own direct answer gets; ``reviewers``: the reviewer tools, whose action-mask entry
-    needs a leading answer, the first ``num_reviewers`` entries)."""
+    needs a leading answer, the first ``num_reviewers`` entries); last, how episodes get their task options
+    (``task_opts``: ``parasim.sim.task_options.OPTS_*``)."""
     t = num_tools
     return np.dtype([
         ("nm", np.int64),  # pool models (row nm of the model tables is the manager)
@@ -78,6 +79,7 @@ def params_dtype(num_tools: int) -> np.dtype:
         ("direct", np.int64),
         ("num_reviewers", np.int64),
         ("reviewers", np.int64, (t,)),
+        ("task_opts", np.int64),  # what an episode without given task options gets (``parasim.sim.task_options``)
     ], align=True)
 
 
