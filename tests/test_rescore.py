@@ -30,6 +30,29 @@ def test_parquet_round_trip(tmp_path):
         np.testing.assert_array_equal(getattr(back, name), getattr(b, name), err_msg=name)
 
 
+def test_preferences_and_other_tool_counts_round_trip_and_old_files_read_as_none(tmp_path):
+    """Every schema field is stored, per-episode preference vectors included (the toolorchestra reward of a rescore
+    must be the episodes' own), the tool count is the file's (a 9-tool spec), and a file written before the
+    preference fields existed reads as rows without one."""
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(1)
+    n, tools = 16, 9
+    pref = np.where(rng.random((n, 1)) < 0.5, rng.uniform(0, 1, (n, tools + 3)), np.nan)
+    b = TrajectoryBatch.from_arrays(num_tools=tools, outcome=rng.integers(0, 2, n).astype(float),
+                                    tool_counts=rng.integers(0, 3, (n, tools)), preference=pref)
+    path = rescore.write_parquet(b, tmp_path / "p.parquet")
+    back = rescore.read_parquet(path)
+    assert back.num_tools == tools
+    for name in rescore.FIELDS:
+        np.testing.assert_array_equal(getattr(back, name), getattr(b, name), err_msg=name)
+    assert back.has_preference.sum() == np.isfinite(pref[:, 0]).sum() > 0
+    table = pq.read_table(path).drop(["preference", "has_preference"])
+    pq.write_table(table, tmp_path / "old.parquet")
+    old = rescore.read_parquet(tmp_path / "old.parquet")
+    assert not old.has_preference.any() and not old.preference.any()
+
+
 def test_missing_column_is_named(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq

@@ -1,7 +1,8 @@
 """Re-score stored trajectories under a grid of reward configs with one batched core call.
 
 Trajectories are Parquet, one row per trajectory, one column per ``TrajectoryBatch`` field
-(``tool_counts`` a list column of ``NUM_TOOLS`` ints). The grid crosses reward options like a sweep
+(``tool_counts`` and ``preference`` list columns, one entry per tool of the batch's tool spec, ``preference``
+three more: see ``parasim.trajectory_schema``). The grid crosses reward options like a sweep
 grid (``--grid c_tar=4,8 --grid w_div=0,1``); all configs are scored by ONE
 ``compute_rewards_grid`` call, which is what makes millions of trajectories times dozens of configs
 a matter of seconds. The report says how the mean reward moves and how the ranking of trajectories
@@ -20,13 +21,15 @@ import numpy as np
 from parasim.batch import TrajectoryBatch
 from parasim.protocol.schema import NUM_TOOLS
 from parasim.rewards import FORMULA_FIELDS, RewardConfig, compute_rewards_grid, preset
+from parasim.trajectory_schema import FIELD, FIELDS
 
-FIELDS = ("outcome", "format_violations", "ended_with_final", "rounds", "tool_calls", "distinct_tools",
-          "tool_counts", "tokens", "cost_units", "usd", "latency_s", "group_id", "role_id")
+# fields older trajectory files may lack: the ids default to 0 (one group, one role), no row has a preference
+OPTIONAL_FIELDS = ("group_id", "role_id", "preference", "has_preference")
 
 
 def write_parquet(batch: TrajectoryBatch, path: str | Path) -> Path:
-    """Store a batch as Parquet, one row per trajectory (what ``evaluate`` and ``parasim train`` dump)."""
+    """Store a batch as Parquet, one row per trajectory and one column per ``TRAJECTORY_FIELDS`` entry (the per-tool
+    fields as list columns): what ``evaluate`` and ``parasim train`` dump."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -40,7 +43,8 @@ def write_parquet(batch: TrajectoryBatch, path: str | Path) -> Path:
 
 
 def read_parquet(path: str | Path) -> TrajectoryBatch:
-    """Load a Parquet file of trajectories; missing optional ids default to 0, others are errors."""
+    """Load a Parquet file of trajectories (its tool count is ``tool_counts``'s width); missing ``OPTIONAL_FIELDS``
+    take their defaults, any other missing field is an error."""
     import pyarrow.parquet as pq
 
     if not Path(path).is_file():
@@ -51,18 +55,21 @@ def read_parquet(path: str | Path) -> TrajectoryBatch:
     for name in FIELDS:
         if name not in table.column_names:
             if name in ("group_id", "role_id"):
-                arrays[name] = np.zeros(n, dtype=np.int64 if name == "group_id" else np.int32)
-                continue
-            raise ValueError(f"{path}: column {name!r} missing (TrajectoryBatch fields: {', '.join(FIELDS)})")
+                arrays[name] = np.zeros(n, dtype=FIELD[name].dtype)
+            elif name not in OPTIONAL_FIELDS:
+                raise ValueError(f"{path}: column {name!r} missing (TrajectoryBatch fields: {', '.join(FIELDS)})")
+            continue
         col = table.column(name)
-        if name == "tool_counts":
-            counts = np.asarray(col.to_pylist(), dtype=np.int32).reshape(n, -1)
-            if counts.shape[1] != NUM_TOOLS:
-                raise ValueError(f"{path}: tool_counts has {counts.shape[1]} columns, expected NUM_TOOLS={NUM_TOOLS}")
-            arrays[name] = counts
+        if FIELD[name].per_tool:
+            rows = col.to_pylist()
+            widths = {len(r) for r in rows}
+            if len(widths) > 1:
+                raise ValueError(f"{path}: {name} rows have different lengths {sorted(widths)}")
+            arrays[name] = np.asarray(rows, dtype=FIELD[name].dtype).reshape(n, -1)
         else:
             arrays[name] = col.to_numpy()
-    return TrajectoryBatch.from_arrays(**arrays)
+    num_tools = arrays["tool_counts"].shape[1] if "tool_counts" in arrays else NUM_TOOLS
+    return TrajectoryBatch.from_arrays(num_tools=num_tools, **arrays)
 
 
 def parse_axes(specs: Sequence[str]) -> list[tuple[str, list[str]]]:
