@@ -50,9 +50,10 @@ Observation, a Dict of arrays (C = 4 candidates, S = 7 statuses, ``parasim.proto
     order (stop 2, then per slot tool T+1, model M, target 3); 1 = allowed.
   - with ``descriptors=True`` only: ``models`` float32[M, 13] and ``tools`` float32[T, 5], the pool's model and tool
     descriptors in [0, 1] (price, speed, time to first token, published accuracy per domain, context window; tool
-    kind and cost; ``parasim.descriptors``), the same values every step (they describe the pool, not the episode;
-    copies, as every key is, since Gymnasium's users keep observations), so a policy that scores their rows can act
-    on a pool it was not trained on. Off by default: the keys cost nothing then.
+    kind and cost; ``parasim.descriptors``), the same values every step (they describe the pool, not the episode,
+    except that an episode with its own tool prices, ``tool_prices`` or ``task_options="random"``, shows them in the
+    tools' ``usd_per_call`` column; copies, as every key is, since Gymnasium's users keep observations), so a policy
+    that scores their rows can act on a pool it was not trained on. Off by default: the keys cost nothing then.
 
 Reset options (``reset(options={...})``), for trainers that play one task several times (GRPO groups):
   - ``task_index`` (int in ``[0, num_tasks)``): play the suite's task at that index (row of the suite: a
@@ -62,6 +63,9 @@ Reset options (``reset(options={...})``), for trainers that play one task severa
     difficulty, the models' preferred wrong answers) from a stream started from this seed instead of the
     episode's stream, so equal ``task_index`` / ``task_seed`` give the identical task (same question features,
     same hidden difficulty) while the tool calls keep drawing from the env's own stream (seeded as usual).
+  - ``preference`` (T + 3 numbers: tools, outcome, cost, latency), ``tools_available`` (T bools or tool names)
+    and ``tool_prices`` (USD per call, per tool or a name -> price dict): the episode's ToolOrchestra-style task
+    options (docs/task_options.md); the constructor option ``task_options="random"`` draws them per episode.
   Like any reset option they apply to this reset's episode only (a later ``reset()`` without them draws by
   weight again, as Gymnasium's vector envs' autoresets do). ``env.unwrapped.num_tasks`` (the suite's rows) and
   ``env.unwrapped.task_weights()`` (their sampling probabilities) let trainers sample task indices as the env
@@ -90,7 +94,7 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.envs.registration import EnvSpec
 
-from parasim.descriptors import Descriptors, descriptor_spaces, pool_descriptors
+from parasim.descriptors import Descriptors, descriptor_spaces, episode_tool_rows, pool_descriptors
 from parasim.env_options import check_bool, check_episode_options, check_option_keys, check_seed
 from parasim.envs.call_source import CallSource, SimSource
 from parasim.envs.render import Board, check_render_mode, ending_text, new_history, render_board
@@ -99,7 +103,7 @@ from parasim.protocol.schema import NUM_STATUSES
 from parasim.sim import Simulator
 from parasim.sim.gather import trajectory_fields
 from parasim.sim.kernel import CAND_FEATURES, NUM_CANDIDATES
-from parasim.sim.state import TASK_FEATURES
+from parasim.sim.state import TASK_FEATURES, episode_tools
 from parasim.tasks import load_suite
 
 REAL_TOOLS_HINT = (
@@ -231,6 +235,7 @@ class ParaOrchEnv(gym.Env):
         self._suite, self._descriptors = suite, None
         # the pool's descriptor rows, constant over episodes (copied into each observation only when asked for)
         self._constant_obs: dict[str, np.ndarray] = {}
+        self._episode_prices = task_options == "random"  # episodes can have their own tool prices
         if descriptors:
             d = self.descriptors
             self._constant_obs = {"models": d.models, "tools": d.tools}
@@ -294,6 +299,7 @@ class ParaOrchEnv(gym.Env):
             if seed is None and self.tools == "sim":  # the simulator's streams need a start; an engine has its own
                 seed = int(self.np_random.integers(2**62))
         info = self.source.reset(seed, options)
+        self._episode_prices = self._episode_prices or "tool_prices" in options
         self._seeded = self._seeded or seed is not None
         self._started = True
         self._done = False
@@ -329,6 +335,9 @@ class ParaOrchEnv(gym.Env):
         obs = {k: v.copy() for k, v in self._obs_views}
         if self._constant_obs:
             obs.update({k: v.copy() for k, v in self._constant_obs.items()})
+            if self._episode_prices:  # the episode may have its own tool prices (task options)
+                price = episode_tools(self.source.lanes[self._lane], int(self.source.nvec[1]) - 1).price_usd
+                obs["tools"] = episode_tool_rows(self.descriptors.tools, price)[0]
         return obs
 
     def task_weights(self) -> np.ndarray:

@@ -47,7 +47,7 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from parasim.descriptors import pool_descriptors
+from parasim.descriptors import episode_tool_rows, pool_descriptors
 from parasim.env_options import check_bool, check_lane_seeds, check_option_keys, check_seed
 from parasim.envs.call_source import RESET_OPTIONS, task_options
 from parasim.envs.paraorch import (
@@ -113,6 +113,9 @@ class ParaOrchVectorEnv(VectorEnv):
         self.num_tasks = self.sim.num_tasks
         self.model_names: tuple[str, ...] = tuple(self.sim.pool.model_names[:-1])
         self.descriptors = pool_descriptors(self.sim.pool, self.sim.suite)
+        # per-lane tool rows once episodes can have their own prices (drawn, or given at a reset): until then the
+        # pool's rows, one broadcast every step
+        self._episode_prices = task_options == "random"
         self._constant_obs: dict[str, np.ndarray] = {} if not with_descriptors else {
             k: np.broadcast_to(v, (self.num_envs, *v.shape))
             for k, v in (("models", self.descriptors.models), ("tools", self.descriptors.tools))}
@@ -137,6 +140,7 @@ class ParaOrchVectorEnv(VectorEnv):
                 raise ValueError(f"options['reset_mask']: expected a bool array of shape ({self.num_envs},), "
                                  f"got dtype {mask.dtype} shape {mask.shape}")
         task = task_options(options, self.num_tasks, self.num_envs, self.sim.pool.tools.names)
+        self._episode_prices = self._episode_prices or "tool_prices" in options
         if seeds is None and not self._seeded:
             first = self._initial_seed if self._initial_seed is not None else int(self.np_random.integers(2**62))
             seeds = [first + i for i in range(self.num_envs)]
@@ -194,6 +198,10 @@ class ParaOrchVectorEnv(VectorEnv):
         obs = self.sim.observation() if lane is None else self.sim.observation(lane)
         if self._constant_obs:
             obs.update({k: v if lane is None else v[lane] for k, v in self._constant_obs.items()})
+            if self._episode_prices:  # episodes may have their own tool prices: the tool rows are per lane
+                rows = slice(None) if lane is None else lane
+                tools = episode_tool_rows(self.descriptors.tools, self.sim.episode_tools(rows).price_usd)
+                obs["tools"] = tools if lane is None else tools[0]
         return obs
 
     def task_weights(self) -> np.ndarray:

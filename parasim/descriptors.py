@@ -19,7 +19,8 @@ option ``descriptors=True`` (keys ``models`` and ``tools``); this module is thei
 
 ``tools`` float32[T, F_t], one row per tool of the pool's tool spec, columns ``TOOL_FEATURES``: ``agent`` /
 ``basic`` (kind one-hot), ``cost_units``, ``usd_per_call``, ``usd_per_s`` (``PoolSpec.cost_units`` / ``usd_call``
-/ ``usd_s``).
+/ ``usd_s``); an episode with its own tool prices (task options) shows those in ``usd_per_call``
+(``episode_tool_rows``); the tools it does not offer are masked in ``action_mask``.
 
 Scaling: every non-negative quantity ``x`` with a unit is squashed as ``x / (x + ref)``, its own reference
 ``REFERENCES`` (a typical value, which maps to 0.5): monotone, about linear around the typical values and
@@ -110,6 +111,18 @@ def pool_descriptors(pool: PoolSpec, suite: TaskSuite, model_names: Sequence[str
     out.models.flags.writeable = False
     out.tools.flags.writeable = False
     return out
+
+
+def episode_tool_rows(tools: np.ndarray, price_usd: np.ndarray) -> np.ndarray:
+    """The ``tools`` rows of n episodes, float32[n, T, F_t]: the pool's rows ``tools`` with each episode's own USD
+    per call (``price_usd`` float[n, T], NaN: the pool's figure; ``parasim.sim.state.episode_tools``) in the
+    ``usd_per_call`` column, so an episode priced by its task options (docs/task_options.md) shows the manager the
+    prices it pays, as ToolOrchestra's prompt lists them."""
+    rows = np.repeat(np.asarray(tools, np.float32)[None], len(price_usd), axis=0)
+    col = TOOL_FEATURES.index("usd_per_call")
+    priced = np.isfinite(price_usd)
+    rows[..., col] = np.where(priced, squash(np.where(priced, price_usd, 0.0), "usd_per_call"), rows[..., col])
+    return rows
 
 
 def descriptor_spaces(num_models: int, num_tools: int) -> dict[str, spaces.Box]:

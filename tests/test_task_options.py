@@ -248,3 +248,26 @@ def test_random_mode_changes_nothing_of_the_calls_streams():
         if k not in ("preference", "has_preference"):
             np.testing.assert_array_equal(a[k], b[k], err_msg=k)
     assert not a["has_preference"].any() and b["has_preference"].all()
+
+
+def test_descriptors_show_the_episode_tool_prices() -> None:
+    """With descriptors, the ``tools`` rows' usd_per_call column is the episode's own price where it has one (a
+    given reset option, or drawn by task_options="random"), the pool's elsewhere; the vector env's lane equals the
+    single env seeded alike."""
+    from parasim.descriptors import TOOL_FEATURES, squash
+
+    col = TOOL_FEATURES.index("usd_per_call")
+    env = gym.make("ParaOrch-v0", descriptors=True)
+    pool_rows, _ = env.reset(seed=0)
+    obs, _ = env.reset(seed=0, options={"tool_prices": {"search": 0.05}})
+    search = env.unwrapped.sim.pool.tools.names.index("search")
+    assert obs["tools"][search, col] == pytest.approx(squash(np.float64(0.05), "usd_per_call"))
+    others = np.arange(len(obs["tools"])) != search
+    np.testing.assert_array_equal(obs["tools"][others], pool_rows["tools"][others])
+    vec = gym.make_vec("ParaOrch-v0", num_envs=3, vectorization_mode="vector_entry_point", descriptors=True,
+                       task_options="random")
+    lanes, _ = vec.reset(seed=1)
+    single = gym.make("ParaOrch-v0", descriptors=True, task_options="random")
+    for i in range(3):
+        np.testing.assert_array_equal(single.reset(seed=1 + i)[0]["tools"], lanes["tools"][i])
+    assert not np.array_equal(lanes["tools"][0], lanes["tools"][1])  # drawn per episode
