@@ -381,6 +381,9 @@ def make_source(tools: str, engine: Any, *, pool: Any, suite: Any, max_rounds: i
     if engine is None:
         raise NotImplementedError(f"ParaOrch-v0 with tools='real' needs engine=, the real-tools backend of its "
                                   f"episodes: {REAL_TOOLS_HINT}. Use tools='sim' for the simulator.")
+    if harness is not None:
+        raise ValueError("harness: simulated tools only; real tools' generation cap and sampling are the endpoint "
+                         "map's max_tokens and temperature (parasim.real.endpoints)")
     max_rounds, max_parallel, serial, token_budget = check_episode_options(max_rounds, max_parallel, serial,
                                                                            token_budget)
     from parasim.envs.real_source import RealSource  # real tools' dependencies load only for them

@@ -305,3 +305,5 @@ def test_harness_option_caps_the_simulated_calls() -> None:
     assert info["trajectory"]["format_violations"] == 0
     with pytest.raises(ValueError, match="harness: simulated tools only"):
         ParaOrchTextEnv(tools="real", engine=_FakeEngine(), harness={"max_output_tokens": 8})
+    with pytest.raises(ValueError, match="harness: simulated tools only"):  # and the structured env alike
+        gym.make("ParaOrch-v0", tools="real", engine=_FakeEngine(), harness={"max_output_tokens": 8})
