@@ -3,7 +3,9 @@
 A ``TrainConfig`` is the reward (a core ``RewardConfig``, by preset plus overrides), the environment
 options and each trainer's hyperparameter dataclass (kept at the top of its own file, CleanRL style).
 Any field is addressable as ``section.field`` or, when unambiguous, by its plain name (``c_tar=8``,
-``grpo.learning_rate=1e-3``, ``max_parallel=1``), so a grid axis is just a name and a list of strings. Every
+``grpo.learning_rate=1e-3``, ``max_parallel=1``), so a grid axis is just a name and a list of strings. A pool
+parameter is addressable as ``pool.<path>`` (``pool.interaction.sd=0.5``): each such key is one override in
+``env.pool_set`` (``parasim.pool_overrides``), checked against the pool when the config is validated. Every
 value is declared and checked through ``parasim.config_fields``, with a message naming the field, the
 value and its allowed range.
 
@@ -30,6 +32,8 @@ from parasim.config_fields import (
     validate,
 )
 from parasim.env_options import ROUND_LIMIT
+from parasim.pool_overrides import PREFIX as POOL_PREFIX
+from parasim.pool_overrides import check_path, format_set, load_with_set, parse_set, with_override
 from parasim.rewards import PRESETS, RewardConfig
 from parasim.training.evaluate import EvalConfig, check_eval_pool
 from parasim.training.expert import ExpertConfig
@@ -49,6 +53,8 @@ class EnvConfig:
     max_parallel: int = opt(4, lo=1, hi=4, help="calls per round (1 = the serial ablation)")
     serial: bool = opt(False, help="calls of a round run one after another (latency sums)")
     token_budget: float = opt(0.0, lo=0.0, hi=1e9, help="calls past this trajectory length are refused (0 = none)")
+    pool_set: str = opt("", help="overrides of the pool's parameters, PATH=VALUE;PATH=VALUE (parasim.pool_overrides); "
+                                 "the keys pool.PATH=VALUE add to it")
 
 
 SECTIONS: dict[str, type] = {
@@ -59,6 +65,8 @@ SECTIONS: dict[str, type] = {
     "grpo": GRPOConfig,
     "eval": EvalConfig,
 }
+
+POOL_SECTION = "pool"  # the section ``resolve`` gives a ``pool.<path>`` key: an override in ``env.pool_set``
 
 # Settings renamed so that both trainers use one name (the LLM trainer's); the old names are errors for a release.
 RENAMED: dict[str, str] = {
@@ -117,6 +125,11 @@ def _check_cross(cfg: TrainConfig) -> None:
     except ValueError:
         raise ConfigError(f"env.pool = {cfg.env.pool!r}: must be a shipped pool ({', '.join(shipped_pools())}) "
                           "or a pool JSON file") from None
+    if cfg.env.pool_set.strip():
+        try:
+            load_with_set(cfg.env.pool, cfg.env.pool_set)
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
     suites = [("env.suite", cfg.env.suite)] + [("eval.suites", s.strip()) for s in cfg.eval.suites.split(",")
                                                if s.strip()]
     for where, suite in suites:
@@ -145,7 +158,10 @@ def addressable_names() -> dict[str, tuple[str, str]]:
 
 
 def resolve(name: str) -> tuple[str, str]:
-    """Map a grid or CLI name to (section, field); errors list the near matches and ambiguities."""
+    """Map a grid or CLI name to (section, field); errors list the near matches and ambiguities. A pool key
+    ``pool.<path>`` maps to (``"pool"``, path), one target per path, so two paths are two options."""
+    if name.strip().startswith(POOL_PREFIX):  # a pool parameter: its path, which may hold '-' (model names)
+        return POOL_SECTION, check_path(name.strip()[len(POOL_PREFIX):], f"option {name.strip()!r}")
     names = addressable_names()
     key = name.strip().replace("-", "_")
     if key in names:
@@ -161,10 +177,18 @@ def resolve(name: str) -> tuple[str, str]:
 
 
 def apply_overrides(cfg: TrainConfig, overrides: Mapping[str, Any]) -> TrainConfig:
-    """Return ``cfg`` with overrides applied; a reward preset switch is applied before reward fields."""
+    """Return ``cfg`` with overrides applied; a reward preset switch is applied before reward fields, and
+    ``env.pool_set`` (which replaces the set) before the ``pool.<path>`` keys that add to it."""
     resolved = [(resolve(k), k, v) for k, v in overrides.items()]
-    resolved.sort(key=lambda item: item[0] != ("", "reward_preset"))
+    resolved.sort(key=lambda item: (item[0] != ("", "reward_preset"), item[0][0] == POOL_SECTION))
     for (sec, name), raw_name, value in resolved:
+        if sec == POOL_SECTION:
+            try:
+                pool_set = with_override(cfg.env.pool_set, name, value)
+            except ValueError as err:
+                raise ConfigError(f"{raw_name}: {err}") from None
+            cfg = dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, pool_set=pool_set))
+            continue
         if sec == "":
             value = check(spec_of(TrainConfig, name), value, raw_name, text=True)
             cfg = dataclasses.replace(cfg, **{name: value})
@@ -176,6 +200,11 @@ def apply_overrides(cfg: TrainConfig, overrides: Mapping[str, Any]) -> TrainConf
             section = section.replace(**{name: value})  # the core parses and range-checks its own fields
         else:
             value = check(spec_of(SECTIONS[sec], name), value, f"{sec}.{name}", text=True)
+            if (sec, name) == ("env", "pool_set"):  # canonical, so that the same overrides are the same env
+                try:
+                    value = format_set(parse_set(value))
+                except ValueError as err:
+                    raise ConfigError(str(err)) from None
             section = dataclasses.replace(section, **{name: value})
         cfg = dataclasses.replace(cfg, **{sec: section})
     return cfg
@@ -259,6 +288,9 @@ def options_table(extra: Iterable[tuple[str, ...]] = ()) -> str:
     rows += describe(RewardConfig, "reward", shown)
     for sec, cls in SECTIONS.items():
         rows += describe(cls, sec, shown)
+    rows.append(("pool.PATH", "pool value", "-", "what parasim.pools.parse_pool allows there",
+                 "one pool parameter (pool.interaction.sd, pool.models.GPT-OSS-20B.latency.concurrency_slope, "
+                 "pool.protocol.max_output_tokens, pool.tools.python.bonus.math): an override in env.pool_set"))
     rows += list(extra)
     note = ("Each option is also SECTION.NAME (reward.c_tar, grpo.steps); use it with --set NAME=VALUE, "
             "--grid NAME=V1,V2 or a --config file.\n")

@@ -38,9 +38,13 @@ def derive_seed(seed: int, *tags: Any) -> int:
 def make_envs(env_cfg: Any, num_envs: int, reward: RewardConfig) -> gym.vector.VectorEnv:
     """The batched env for an ``EnvConfig`` (every field is an env keyword; ``token_budget`` 0 = none) that scores
     its episodes under ``reward`` in ``info["reward_components"]``. Trainers score episodes themselves
-    (``Rollout.rewards``), since the lanes of a population's env belong to members with rewards of their own."""
+    (``Rollout.rewards``), since the lanes of a population's env belong to members with rewards of their own.
+    ``pool_set`` is not an env keyword: the env gets the pool with those overrides applied (``env_pool``)."""
+    from parasim.pool_overrides import env_pool
+
     kwargs = asdict(env_cfg)
     kwargs["token_budget"] = kwargs["token_budget"] or None
+    kwargs["pool"] = env_pool(kwargs["pool"], kwargs.pop("pool_set", ""))
     return gym.make_vec("ParaOrch-v0", num_envs=num_envs, vectorization_mode="vector_entry_point", reward=reward,
                         **kwargs)
 
