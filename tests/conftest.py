@@ -1,5 +1,6 @@
-"""Fixtures shared by the real-tools test modules: the scripted OpenAI-compatible server on loopback
-(``tests/fake_server.py``, one per module) and a backend over it, reset to its scripted defaults per test."""
+"""Fixtures shared by test modules: the scripted OpenAI-compatible server on loopback (``tests/fake_server.py``, one
+per module) and a backend over it, reset to its scripted defaults per test, for the real-tools modules; one torch
+thread for the training modules that compare floats across runs."""
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -23,3 +24,16 @@ def backend(server: str) -> Iterator[RealToolBackend]:
     _control(server)
     with RealToolBackend(_emap(server)) as b:
         yield b
+
+
+@pytest.fixture
+def one_torch_thread() -> Iterator[None]:
+    """Torch on one thread for the test (restored after): the training tests compare a population's floats with a
+    member's alone, and a multi-threaded reduction order could differ between the two. Imported here, not at the
+    top, so that modules without torch do not load it."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

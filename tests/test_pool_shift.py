@@ -38,12 +38,7 @@ TINY = {"grpo.steps": "3", "grpo.tasks_per_step": "6", "grpo.group_size": "4", "
 TIMING = {"sft_s", "grpo_s", "eval_s", "env_steps_per_s"}
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _random_action(rng: np.random.Generator, obs: dict, nvec: np.ndarray) -> np.ndarray:

@@ -31,12 +31,7 @@ MEMBERS = [
 TIMING = {"sft_s", "grpo_s", "eval_s", "env_steps_per_s"}
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _cfgs():
