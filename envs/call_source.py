@@ -39,7 +39,7 @@ class ResetTask(NamedTuple):
     tool_prices: np.ndarray | None
 
 
-def task_options(options: dict[str, Any] | None, num_tasks: int, lanes: int | None,
+def reset_task(options: dict[str, Any] | None, num_tasks: int, lanes: int | None,
                  tool_names: tuple[str, ...] = ()) -> ResetTask:
     """``options["task_index"]`` and ``options["task_seed"]`` validated (None where absent): int arrays of shape [1]
     for a single env (``lanes`` None), [lanes] for a vector env; and the task options of the pool's tools
@@ -59,7 +59,7 @@ def task_options(options: dict[str, Any] | None, num_tasks: int, lanes: int | No
         out.append(arr.reshape(-1).astype(np.int64))
     given = {k: v for k, v in (options or {}).items() if k in TASK_OPTIONS and v is not None}
     if given and not tool_names:
-        raise ValueError(f"options: {', '.join(sorted(given))} need the pool's tool names (task_options(..., "
+        raise ValueError(f"options: {', '.join(sorted(given))} need the pool's tool names (reset_task(..., "
                          "tool_names=sim.pool.tools.names))")
     return ResetTask(out[0], out[1], *check_task_options(given, tool_names, lanes))
 
@@ -136,7 +136,7 @@ class SimSource:
         return self.sim.task_weights()
 
     def reset(self, seed: int | None, options: dict[str, Any]) -> dict[str, Any]:
-        task = task_options(options, self.num_tasks, None, self.sim.pool.tools.names)
+        task = reset_task(options, self.num_tasks, None, self.sim.pool.tools.names)
         if seed is not None:
             self.sim.seed([seed])
         self.sim.reset(None, *task)

@@ -49,7 +49,7 @@ from gymnasium.vector.utils import batch_space
 
 from parasim.descriptors import episode_tool_rows, pool_descriptors
 from parasim.env_options import check_bool, check_lane_seeds, check_option_keys, check_seed
-from parasim.envs.call_source import RESET_OPTIONS, task_options
+from parasim.envs.call_source import RESET_OPTIONS, reset_task
 from parasim.envs.paraorch import (
     make_simulator,
     observation_space,
@@ -139,7 +139,7 @@ class ParaOrchVectorEnv(VectorEnv):
             if mask.shape != (self.num_envs,) or mask.dtype != np.bool_:
                 raise ValueError(f"options['reset_mask']: expected a bool array of shape ({self.num_envs},), "
                                  f"got dtype {mask.dtype} shape {mask.shape}")
-        task = task_options(options, self.num_tasks, self.num_envs, self.sim.pool.tools.names)
+        task = reset_task(options, self.num_tasks, self.num_envs, self.sim.pool.tools.names)
         self._episode_prices = self._episode_prices or "tool_prices" in options
         if seeds is None and not self._seeded:
             first = self._initial_seed if self._initial_seed is not None else int(self.np_random.integers(2**62))
