@@ -166,7 +166,7 @@ class RealSource:
         if task_seed is not None:  # the drawn task options are the task's, as the simulator keys them
             self.lanes["task_rng"][0] = seed_state(check_seed(task_seed, "options['task_seed']"))
             self.lanes["task"][0, TASK_KEYED] = 1
-        set_lane_options(self.lanes, np.zeros(1, np.int64), *opts)
+        set_lane_options(self.lanes, self.params, np.zeros(1, np.int64), *opts)
         begin_one(*self._state, self.rows, self.params, 0, float(self.rows["z"][0]), *self.obs)
         self.lanes["task"][0, TASK_KEYED] = 0
         return {"task": view}

@@ -193,7 +193,8 @@ class Simulator:
                 if value is not None and np.shape(value) != (self.num_lanes, width):
                     raise ValueError(f"{name}: expected shape ({self.num_lanes}, {width}), got {np.shape(value)} "
                                      "(parasim.env_options.check_task_options builds it from a reset option)")
-            set_lane_options(self._lanes.lanes, np.flatnonzero(m), preference, tools_available, tool_prices)
+            set_lane_options(self._lanes.lanes, self.params, np.flatnonzero(m), preference, tools_available,
+                             tool_prices)
         reset_lanes(m, *self._kernel_args)
         task[:, TASK_ROW], task[:, TASK_KEYED] = -1, 0
         self.done[m != 0] = 0

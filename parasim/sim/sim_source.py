@@ -13,6 +13,8 @@ import math
 
 from numba import njit
 
+from parasim.env_options import SLOT_LIMIT
+from parasim.pools import MAX_MODELS
 from parasim.protocol.schema import Status
 from parasim.sim.kernel import (
     C_ANSWER,
@@ -43,13 +45,11 @@ from parasim.sim.kernel import (
 from parasim.sim.rng import uniform_from
 from parasim.sim.rules import (
     PENDING,
-    RULE_RUNS,
     account_slot,
     begin_episode,
     call_row,
     end_episode,
     lane_lead,
-    lane_rule,
     plan_slot,
     round_end,
     round_start,
@@ -61,17 +61,26 @@ from parasim.sim.task_options import begin_options
 _EXEC = int(Status.EXEC_ERR)
 
 
+# A round's concurrent requests per model row, counted while it is planned: 5 bits per row (a count is at most
+# SLOT_LIMIT = 16 calls), rows 0..11 in one int64 and 12..MAX_MODELS in a second, so the counts stay in registers.
+_ROW_BITS, _ROWS_PER_WORD = 5, 12
+assert SLOT_LIMIT < 1 << _ROW_BITS and MAX_MODELS + 1 <= 2 * _ROWS_PER_WORD
+
+
 @njit(cache=True, inline="always")
-def server_load(actions, i, mm, P, allowed, has_lead, ctx, budget, off):
-    """Concurrent requests on one server of model row ``mm`` in lane ``i``'s round: the round's slots that run with
-    that row (the rules' plan, read without its side effects; ``off``: the episode's unoffered tools), spread over
-    the model's replicas, ceil(n / R)."""
-    n = 0
-    for k in range(P.slots):
-        tool, model, target = slot_call(actions, i, k)
-        if tool != P.tt.shape[0] and call_row(P.tt, tool, model, P.nm) == mm and lane_rule(
-                P.tt, off, tool, model, target, k, allowed, P.nm, has_lead, ctx, budget) == RULE_RUNS:
-            n += 1
+def count_request(lo, hi, mm):
+    """The per-row request counts (``lo``, ``hi``) with one more request on model row ``mm``."""
+    if mm < _ROWS_PER_WORD:
+        return lo + (1 << (_ROW_BITS * mm)), hi
+    return lo, hi + (1 << (_ROW_BITS * (mm - _ROWS_PER_WORD)))
+
+
+@njit(cache=True, inline="always")
+def server_load(lo, hi, mm, P):
+    """Concurrent requests on one server of model row ``mm`` this round: the round's calls that run with that row
+    (``count_request`` over the planned slots), spread over the model's replicas, ceil(n / R)."""
+    word, shift = (lo, mm) if mm < _ROWS_PER_WORD else (hi, mm - _ROWS_PER_WORD)
+    n = (word >> (_ROW_BITS * shift)) & ((1 << _ROW_BITS) - 1)
     return math.ceil(n / P.mm[mm, MM_REPLICAS])
 
 
@@ -144,9 +153,10 @@ def reset_lane(L, i, last_status, rows, row_cdf, P):
 def step_lane(L, i, last_status, call_i, call_f, R, P, actions):
     """One manager turn of lane ``i`` with simulated tools: ``final_answer`` (stop flag 1), or a round of up to K
     isolated parallel calls, recorded per slot in ``last_status[i]``, ``call_i[i]`` and ``call_f[i]``; the round
-    limit ends the episode. The rules' phases run slot by slot, plan -> simulated call -> account, so that a call's
-    outcome stays in registers (a separate pass per phase over the slots cost ~10% of a step); calls see only the
-    round-start lead and context, so the order of phases changes no result. A call of a tool the episode prices
+    limit ends the episode. Phase (a) plans every slot first, counting the calls that run per model row, so that a
+    call's server load is known when it runs (``server_load``); then each slot's simulated call and its accounting
+    run together, so that the call's outcome stays in registers. Calls see only the round-start lead and context,
+    so the order of phases changes no result. A call of a tool the episode prices
     (``L.priced``) costs that price in USD instead of the pool's figure."""
     if actions[i, 0] == 1:
         sim_finish(L, R, P, 1)
@@ -161,18 +171,21 @@ def step_lane(L, i, last_status, call_i, call_f, R, P, actions):
     allowed, budget, serial = int(env[E_SLOTS]), env[E_TOKEN_BUDGET], env[E_SERIAL] != 0
     off, priced = L.tools_off, L.priced
     s = L.rng
-    round_lat, round_tokens, n_calls, bad = round_start(P, actions, i)
-    load_row, load = -1, 1.0  # the last server load counted: slots to one model (the usual round) count it once
+    lo, hi = 0, 0  # the round's requests per model row
     for k in range(P.slots):
-        status, tool, model, target = plan_slot(i, k, last_status, call_i, call_f, actions, P.tt, allowed, nm,
-                                                has_lead, ctx, budget, off)
+        status, tool, model, _target = plan_slot(i, k, last_status, call_i, call_f, actions, P.tt, allowed, nm,
+                                                 has_lead, ctx, budget, off)
+        if status == PENDING:
+            lo, hi = count_request(lo, hi, call_row(P.tt, tool, model, nm))
+    round_lat, round_tokens, n_calls, bad = round_start(P, actions, i)
+    for k in range(P.slots):
+        status = last_status[i, k]
         if status == NO_CALL:
             continue
+        tool, model, target = slot_call(actions, i, k)
         kind, answer, tok_out, lat, usd, cost = OUT_NONE, -1, 0.0, 0.0, 0.0, 0.0
         if status == PENDING:
-            mm = call_row(P.tt, tool, model, nm)
-            if not serial and mm != load_row:
-                load_row, load = mm, server_load(actions, i, mm, P, allowed, has_lead, ctx, budget, off)
+            load = 1.0 if serial else server_load(lo, hi, call_row(P.tt, tool, model, nm), P)
             s, status, kind, answer, tok_out, lat, usd, cost = sim_call(
                 L, i, k, call_i, call_f, R, P, s, tool, model, target, lead, ctx, nans, bench, dom, z, qtok, load)
             if (priced >> tool) & 1:

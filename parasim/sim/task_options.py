@@ -29,8 +29,12 @@ from parasim.sim.rng import seed_state, uniform_from
 
 # bits of a lane's ``opt_req``: options given for its next reset, kept instead of drawn or cleared
 REQ_PREFERENCE, REQ_TOOLS, REQ_PRICES = 1, 2, 4
-# ``task_opts`` of the parameter record: what an episode without given options gets
-OPTS_NONE, OPTS_RANDOM = 0, 1
+# ``task_opts`` of the parameter record: what an episode without given options gets. OPTS_NONE: no reset of these
+# lanes was ever given options either, so every lane has none and ``begin_options`` has nothing to keep or clear (it
+# returns without touching the record's option fields: reading them at every reset cost 6% of a 4,096-lane step);
+# the first reset given options (``set_lane_options``) turns OPTS_NONE into OPTS_GIVEN: none drawn, given ones kept
+# for their episode and cleared after it.
+OPTS_NONE, OPTS_RANDOM, OPTS_GIVEN = 0, 1, 2
 TASK_OPTION_MODES = {None: OPTS_NONE, "random": OPTS_RANDOM}
 OFFER_P = 0.75  # probability that a drawn episode offers a tool
 PRICE_LO, PRICE_HI = 1e-4, 1e-1  # USD per call: the range of a drawn price (log-uniform)
@@ -48,6 +52,8 @@ def begin_options(L, P, keyed):
     """The task options of the episode lane record ``L`` begins: the ones its reset was given (``L.opt_req``) stay;
     the others are drawn (``P.task_opts`` = OPTS_RANDOM; the whole draw is made either way, so a given option does not
     shift the stream) or cleared (every tool offered at the pool's price, no preference vector)."""
+    if P.task_opts == OPTS_NONE:
+        return
     req = L.opt_req
     L.opt_req = 0
     t = L.price.shape[0]
@@ -87,14 +93,16 @@ def begin_options(L, P, keyed):
             L.preference[f] = math.nan
 
 
-def set_lane_options(lanes: np.ndarray, idx: np.ndarray, preference: np.ndarray | None,
+def set_lane_options(lanes: np.ndarray, params: np.ndarray, idx: np.ndarray, preference: np.ndarray | None,
                      tools_available: np.ndarray | None, tool_prices: np.ndarray | None) -> None:
     """Give lanes ``idx`` of the records ``lanes`` these options for their next reset (``begin_options`` keeps them):
     ``preference`` float64[N, T + 3], ``tools_available`` bool[N, T], ``tool_prices`` float64[N, T] (NaN: the pool's
     price), rows indexed by lane; each None leaves that option to the reset. Values are checked by the caller
-    (``parasim.env_options``)."""
-    if not len(idx):
+    (``parasim.env_options``). The lanes' parameter record ``params`` leaves OPTS_NONE for OPTS_GIVEN."""
+    if not len(idx) or preference is None and tools_available is None and tool_prices is None:
         return
+    if params[0]["task_opts"] == OPTS_NONE:
+        params[0]["task_opts"] = OPTS_GIVEN
     t = lanes.dtype["price"].shape[0]
     bits = np.int64(1) << np.arange(t, dtype=np.int64)
     req = np.zeros(len(idx), np.int64)
