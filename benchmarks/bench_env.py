@@ -22,6 +22,7 @@ from typing import NamedTuple
 import gymnasium as gym
 import numpy as np
 import pytest
+from bench_policy import policy_actions
 
 import parasim  # noqa: F401  (registers the envs)
 from parasim.envs.paraorch import resolve_reward, score_trajectories
@@ -79,16 +80,6 @@ from parasim.sim.tables import (
 from parasim.tasks import FREE_FORM, NUM_ANSWERS
 
 LANES = (1, 64, 1024, 4096)
-STOP_P = 1 / 6  # a policy that runs about five rounds before answering
-
-
-def policy_actions(nvec: np.ndarray, lanes: int, steps: int, seed: int = 0) -> np.ndarray:
-    """Pre-sampled actions [steps, lanes, D]: random calls, stop with prob STOP_P."""
-    rng = np.random.default_rng(seed)
-    acts = rng.integers(0, nvec, size=(steps, lanes, len(nvec)))
-    acts[..., 0] = rng.random((steps, lanes)) < STOP_P
-    acts[..., 3::3] = 0  # fresh-question targets keep most calls valid, as a trained policy would
-    return acts
 
 
 class ReferenceState(NamedTuple):

@@ -21,7 +21,8 @@ from collections.abc import Callable
 import gymnasium as gym
 import numpy as np
 import pytest
-from bench_env import NumpyReferenceEnv, policy_actions
+from bench_env import NumpyReferenceEnv
+from bench_policy import policy_actions
 
 import parasim  # noqa: F401  (registers the envs)
 
