@@ -15,6 +15,7 @@ from parasim.protocol.schema import Status
 from parasim.rewards import PRESETS
 from parasim.sim import Simulator
 from parasim.sim.state import empty_action, set_action_slot
+from parasim.sim.task_options import OPTS_GIVEN, OPTS_NONE
 
 
 @pytest.fixture(scope="module")
@@ -92,6 +93,33 @@ def test_an_unoffered_tool_is_masked_and_its_call_is_invalid_tool():
     fresh, _ = gym.make("ParaOrch-v0").reset(seed=3)
     np.testing.assert_array_equal(obs["action_mask"], fresh["action_mask"])
     assert env.unwrapped.sim.episode_tools().available.all()
+
+
+def test_the_first_reset_with_options_leaves_the_no_options_path_and_later_plain_resets_clear_them():
+    """A simulator never given options skips them at every reset (OPTS_NONE); once a reset is given some it keeps
+    them for that episode and clears them at the next plain reset, autoresets included."""
+    n = 4
+    sim = Simulator("paramanager", "paramanager", n, max_rounds=1)
+    sim.seed(np.arange(n))
+    sim.reset()
+    assert sim.params[0]["task_opts"] == OPTS_NONE
+    with pytest.raises(ValueError, match="Simulator.step: expected actions of shape"):
+        sim.step(_round(sim, 0), np.zeros(n, np.uint8))  # one lane's row for four lanes
+    t = sim.num_tools
+    pref = np.zeros((n, t + 3))
+    pref[:, t] = 1.0
+    prices = np.full((n, t), np.nan)
+    prices[:, 0] = 0.5
+    sim.reset(np.array([1, 1, 0, 0], np.uint8), preference=pref, tool_prices=prices)
+    assert sim.params[0]["task_opts"] == OPTS_GIVEN
+    tools = sim.episode_tools()
+    assert (tools.preference[:2] == pref[:2]).all() and np.isnan(tools.preference[2:]).all()
+    assert (tools.price_usd[:2, 0] == 0.5).all() and np.isnan(tools.price_usd[2:, 0]).all()
+    done = sim.step(np.tile(_round(sim, 0), (n, 1)), np.zeros(n, np.uint8)).copy()  # the round limit ends them
+    assert done.all() and sim.trajectory()["has_preference"].tolist() == [1, 1, 0, 0]
+    sim.step(np.tile(_round(sim, 0), (n, 1)), done)  # NEXT_STEP autoresets: plain episodes again
+    tools = sim.episode_tools()
+    assert np.isnan(tools.preference).all() and np.isnan(tools.price_usd).all()
 
 
 def test_episode_prices_set_each_calls_usd_and_the_trajectorys():

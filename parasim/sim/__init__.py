@@ -113,6 +113,7 @@ class Simulator:
         self.env.flags.writeable = False  # the kernels read a copy in their parameter record (``kernel_params``)
         self.nvec = action_nvec(self.slots, self.pool.num_models, self.num_tools)
         self.done = np.zeros(self.num_lanes, np.uint8)
+        self._action_shape = (self.num_lanes, len(self.nvec))
         # the kernels' trailing arguments, built once: the arrays are allocated here and only ever written in
         # place, and re-unpacking named tuples per step was a visible share of a one-lane step
         params, rows = kernel_params(self.tables, self.env, self.slots)
@@ -207,6 +208,9 @@ class Simulator:
         """
         actions = np.ascontiguousarray(actions, dtype=np.int64)
         reset_first = np.ascontiguousarray(reset_first, dtype=np.uint8)
+        if actions.shape != self._action_shape or reset_first.shape != self.done.shape:
+            raise ValueError(f"Simulator.step: expected actions of shape {self._action_shape} and reset_first of "
+                             f"shape {self.done.shape}, got {actions.shape} and {reset_first.shape}")
         self._step(actions, reset_first, self.done, *self._kernel_args)
         return self.done
 
