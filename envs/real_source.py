@@ -28,6 +28,7 @@ reset still draws the same task. ``pool`` is the prior behind the vote weights a
 """
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from typing import Any
 
@@ -74,7 +75,6 @@ from parasim.tool_spec import ToolDef, ToolSpec
 # with the simulated env (GRPO groups pass it): a real task has no hidden draws for it to key, but it keys the drawn
 # task options (``task_options="random"``) as in the simulator; then the episode's task options (docs/task_options.md)
 REAL_RESET_OPTIONS = ("task", "task_index", "task_seed", *TASK_OPTIONS)
-_RAN = (Status.OK, Status.EXEC_ERR, Status.TIMEOUT, Status.TRUNCATED)  # statuses whose USD the lane accounts
 
 
 def call_answer(call: ToolCall, res: CallResult, spec: ToolSpec) -> str | None:
@@ -140,7 +140,7 @@ class RealSource:
         self.calls: list[ToolCall] = []  # every call sent to the engine, in its order (targets index these)
         self.results: list[CallResult] = []
         self.outcome: Any = None
-        self._price_delta = 0.0  # USD the episode's prices added to the engine's figures (its own accounting)
+        self._engine_takes_prices = "prices" in inspect.signature(engine.run_round).parameters
 
     @property
     def num_tasks(self) -> int:
@@ -158,7 +158,7 @@ class RealSource:
         self.rows = task_row(view, self.engine.task_info(view)["benchmark"],
                              getattr(self.engine.task, "difficulty", None))  # a task object may carry none
         self.ids = AnswerIds(answer_kind(view.domain, len(view.options)), view.options)
-        self.calls, self.results, self.outcome, self._price_delta = [], [], None, 0.0
+        self.calls, self.results, self.outcome = [], [], None
         if seed is not None:
             self.lanes["st_i"][0, I_EPISODE] = 0  # episodes count from 1 after a seed, as the simulator's lanes
             self.lanes["opt_rng"][0] = option_stream(seed)
@@ -169,6 +169,10 @@ class RealSource:
         set_lane_options(self.lanes, self.params, np.zeros(1, np.int64), *opts)
         begin_one(*self._state, self.rows, self.params, 0, float(self.rows["z"][0]), *self.obs)
         self.lanes["task"][0, TASK_KEYED] = 0
+        if self.lanes["priced"][0] and not self._engine_takes_prices:
+            raise ValueError(f"engine: {type(self.engine).__name__}.run_round takes no prices=, so it cannot charge "
+                             "this episode's tool prices (tool_prices or task_options='random'); give it a prices "
+                             "keyword (parasim.protocol.engine.EpisodeEngine.run_round) or leave the prices out")
         return {"task": view}
 
     # ------------------------------------------------------------------------------------------ a turn
@@ -182,7 +186,9 @@ class RealSource:
         slots = np.flatnonzero(last_status[0] == PENDING).tolist()
         calls = [self._tool_call(*self._slot(action, k), lead) for k in slots]
         first = len(self.calls)
-        results = list(self.engine.run_round(calls, action=[int(x) for x in action], slots=slots))
+        prices = self._episode_prices(calls)
+        results = list(self.engine.run_round(calls, action=[int(x) for x in action], slots=slots,
+                                             **({"prices": prices} if prices else {})))
         if len(results) != len(calls):
             raise RuntimeError(f"engine.run_round: expected {len(calls)} results (one per call), got {len(results)}")
         for j, (k, call, res) in enumerate(zip(slots, calls, results)):
@@ -217,12 +223,15 @@ class RealSource:
         call_i[0, k, C_KIND], call_i[0, k, C_ANSWER] = kind, answer
         rec = call_f[0, k]
         rec[C_TOK_IN], rec[C_TOK_OUT], rec[C_LAT] = res.tokens_in, res.tokens_out, res.latency_s
-        rec[C_USD], rec[C_COST] = res.usd, res.cost_units
-        tool = int(call.tool)
-        if (int(self.lanes["priced"][0]) >> tool) & 1:  # the episode's price of the tool replaces the engine's figure
-            rec[C_USD] = float(self.lanes["price"][0, tool])
-            if res.status in _RAN:
-                self._price_delta += float(rec[C_USD]) - float(res.usd)
+        rec[C_USD], rec[C_COST] = res.usd, res.cost_units  # an episode price is the engine's figure (run_round)
+
+    def _episode_prices(self, calls: list[ToolCall]) -> dict[int, float]:
+        """The episode's USD per call (task option ``tool_prices``) of the tools among ``calls`` it prices: the engine
+        puts them in place of its backend's figures (``RealEpisodeEngine.run_round``), so the call log, the engine's
+        trajectory and the lane's accounting carry one figure. Empty when the episode prices none of them."""
+        priced = int(self.lanes["priced"][0])
+        tools = {int(c.tool) for c in calls if (priced >> int(c.tool)) & 1}
+        return {t: float(self.lanes["price"][0, t]) for t in sorted(tools)}
 
     def _tool_call(self, tool: ToolDef, model: int, target: int, lead: int) -> ToolCall:
         """The ``ToolCall`` of a well-formed slot (see the module docstring for what each target means): a basic
@@ -259,9 +268,8 @@ class RealSource:
         termination call's own latency and USD (what the engine counts beyond the calls) end the lane."""
         self.outcome = outcome = self.engine.finish()
         latency = float(self.engine.termination_latency_s)
-        lane_usd = float(self.lanes["st_f"][0, F_USD])
-        engine_usd = lane_usd - self._price_delta  # the calls' USD as the engine counts them
-        usd = max(0.0, float(outcome.trajectory.get("usd", engine_usd)) - engine_usd)
+        lane_usd = float(self.lanes["st_f"][0, F_USD])  # the calls' USD, as the engine counts them
+        usd = max(0.0, float(outcome.trajectory.get("usd", lane_usd)) - lane_usd)
         answer = self.ids.find(outcome.answer) if outcome.answer else -1
         end_one(self.lanes, self._state.last_status, self.params, int(ended_final), answer,
                 1.0 if outcome.correct else 0.0, usd, latency, *self.obs)

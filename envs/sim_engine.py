@@ -21,7 +21,7 @@ import numpy as np
 
 from parasim.envs.paraorch import ParaOrchEnv
 from parasim.protocol.engine import EpisodeEngineBase, EpisodeOutcome, TaskView
-from parasim.protocol.schema import CallResult, Domain, Status, ToolCall
+from parasim.protocol.schema import RAN_STATUSES, CallResult, Domain, Status, ToolCall
 from parasim.sim import NUM_TARGETS, TARGET_CARRY, TARGET_QUESTION, TARGET_VERIFY
 from parasim.sim.kernel import F_QTOK, F_TOKENS, I_DOMAIN, I_EPISODE, I_NANS, leading_answer
 from parasim.sim.rules import (
@@ -39,9 +39,6 @@ from parasim.sim.state import empty_action, set_action_slot
 from parasim.sim.tables import E_SLOTS, E_TOKEN_BUDGET, TT_TIMEOUT
 from parasim.tasks import BENCHMARKS, NUM_ANSWERS
 from parasim.tool_spec import ToolSpec
-
-_SAMPLED = (Status.OK, Status.EXEC_ERR, Status.TIMEOUT, Status.TRUNCATED)
-
 
 # what the manager reads for each rule that rejects a call (the unknown-model reason also lists the models; {tool}:
 # the call's tool, {reviewer}: the call's tool if it reviews, else the spec's first reviewer)
@@ -164,7 +161,7 @@ class SimEpisodeEngine(EpisodeEngineBase):
         results = []
         for (tool, model, target), rec in zip(slot_args, sim.last_round(0)):
             status = rec["status"]
-            if status not in _SAMPLED:
+            if status not in RAN_STATUSES:
                 rule = slot_rule(sim.params[0]["tt"], tool, model, target, rec["slot"], int(sim.env[E_SLOTS]),
                                  len(self.model_names), has_lead, tokens, float(sim.env[E_TOKEN_BUDGET]))
                 results.append(CallResult(status, detail=self._reason(rule, tool)))

@@ -7,6 +7,7 @@ statuses, and a server killed mid-episode.
 """
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 
 import gymnasium as gym
@@ -295,15 +296,47 @@ def test_async_vector_env_of_real_envs(server):
         venv.close()
 
 
-def test_task_options_offer_a_tool_subset_at_episode_prices_with_real_tools(backend, server):
+def test_task_options_offer_a_tool_subset_at_episode_prices_with_real_tools(backend, server, tmp_path):
     """The reset options of docs/task_options.md in real mode: an unoffered tool is masked and its call is
     INVALID_TOOL without a request; an episode price replaces the engine's USD of the tool's calls; the drawn options
     (``task_options="random"``) follow the reset seed, as in the simulator."""
-    import httpx
-
+    from parasim.real.calllog import CallLogger
     from parasim.sim.state import episode_tools
 
-    env = _make(backend)
+    log = tmp_path / "calls.jsonl"
+    with CallLogger(log) as logger:
+        engine = RealEpisodeEngine(backend, [_task()], verifier=_exact, seed=0, logger=logger)
+        _check_task_options(gym.make("ParaOrch-v0", tools="real", engine=engine), server)
+    ensemble_calls = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [(c["tool"], c["usd"]) for c in ensemble_calls] == [("ensemble_solver", 0.5)]  # the log shows the price
+    drawn = _make(backend, task_options="random")
+    names = drawn.unwrapped.source.spec.names
+    tools = []
+    for _ in range(2):
+        drawn.reset(seed=7, options={"preference": list(range(len(names) + 3))})
+        tools.append(episode_tools(drawn.unwrapped.source.lanes, len(names)))
+    assert all(np.array_equal(a, b, equal_nan=True) for a, b in zip(*tools, strict=True))
+    assert tools[0].preference[0].tolist() == list(range(len(names) + 3)) and np.isfinite(tools[0].price_usd).all()
+
+
+class _EngineWithoutPrices(RealEpisodeEngine):
+    """An engine whose ``run_round`` predates episode prices."""
+
+    def run_round(self, calls, *, action=None, slots=None):
+        return super().run_round(calls, action=action, slots=slots)
+
+
+def test_an_engine_that_cannot_charge_episode_prices_is_refused_at_the_reset(backend):
+    engine = _EngineWithoutPrices(backend, [_task()], verifier=_exact, seed=0)
+    env = gym.make("ParaOrch-v0", tools="real", engine=engine)
+    env.reset(seed=0)  # no prices: it plays
+    with pytest.raises(ValueError, match="takes no prices="):
+        env.reset(seed=0, options={"tool_prices": {env.unwrapped.source.spec.names[0]: 0.5}})
+
+
+def _check_task_options(env: gym.Env, server: str) -> None:
+    import httpx
+
     names = env.unwrapped.source.spec.names
     reasoner, ensemble = names[Tool.STANDARD_REASONER], names[Tool.ENSEMBLE_SOLVER]
     obs, _ = env.reset(seed=0, options={"tools_available": [n for n in names if n != reasoner],
@@ -313,14 +346,10 @@ def test_task_options_offer_a_tool_subset_at_episode_prices_with_real_tools(back
     obs, _, _, _, info = env.step(_act([0, 0, 0]))
     assert obs["last_status"][0] == Status.INVALID_TOOL and info["calls"] == []
     assert httpx.get(f"{server}/stats").json()["requests"] == before
-    obs, _, _, _, info = env.step(_act([4, 2, 0]))  # the ensemble on "split": its engine USD is replaced
-    assert info["results"][0].status is Status.OK and obs["budget"][2] == 0.5
+    obs, _, _, _, info = env.step(_act([4, 2, 0]))  # the ensemble on "split": the episode's price, not the engine's
+    res = info["results"][0]
+    assert res.status is Status.OK and res.usd == 0.5 and res.extra["backend_usd"] != 0.5 and obs["budget"][2] == 0.5
     obs, _, term, _, info = env.step(_act(stop=1))
-    assert term and info["trajectory"]["usd"] >= 0.5 and info["trajectory"]["has_preference"] == 0
-    drawn = _make(backend, task_options="random")
-    tools = []
-    for _ in range(2):
-        drawn.reset(seed=7, options={"preference": list(range(len(names) + 3))})
-        tools.append(episode_tools(drawn.unwrapped.source.lanes, len(names)))
-    assert all(np.array_equal(a, b, equal_nan=True) for a, b in zip(*tools, strict=True))
-    assert tools[0].preference[0].tolist() == list(range(len(names) + 3)) and np.isfinite(tools[0].price_usd).all()
+    termination_usd = env.unwrapped.source.engine.backend.termination_usd(env.unwrapped.source.engine.last_synthesis)
+    assert term and info["trajectory"]["usd"] == pytest.approx(0.5 + termination_usd)
+    assert info["trajectory"]["has_preference"] == 0

@@ -74,7 +74,10 @@ class EpisodeEngine(Protocol):
                   slots: Sequence[int] | None = None) -> list[CallResult]:
         """Execute one round of parallel calls (already parsed and validated). The structured env also passes the
         round's ``action`` and each call's ``slot`` in it, for an engine's episode log (``parasim validate-sim``
-        replays them); an engine without a log ignores them."""
+        replays them); an engine without a log ignores them. An episode with its own tool prices (the task option
+        ``tool_prices``) also passes ``prices`` (tool index -> USD per call), which the engine charges for those
+        tools' calls instead of its own figures; only an engine whose ``run_round`` takes ``prices`` can play
+        such episodes (``RealEpisodeEngine`` does)."""
         ...
 
     def finish(self, manager_answer: str | None = None) -> EpisodeOutcome:

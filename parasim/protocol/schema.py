@@ -63,6 +63,9 @@ class Status(enum.IntEnum):
 
 NUM_STATUSES = len(Status)
 PROTOCOL_FAILURES = (Status.FORMAT_ERR, Status.INVALID_TOOL)
+# a call with one of these statuses ran (it occupied its tool, and its tokens, time and USD count); the others are
+# the rules' verdicts, given without a call
+RAN_STATUSES = (Status.OK, Status.EXEC_ERR, Status.TIMEOUT, Status.TRUNCATED)
 
 
 class Domain(enum.IntEnum):

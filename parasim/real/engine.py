@@ -14,7 +14,7 @@ round's action (the structured env) passes it to ``run_round`` with each call's 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -24,6 +24,7 @@ from parasim.protocol.engine import EpisodeEngineBase, EpisodeOutcome, TaskView
 from parasim.protocol.schema import (
     MAX_ROUNDS,
     NUM_TOOLS,
+    RAN_STATUSES,
     CallResult,
     Status,
     Tool,
@@ -130,9 +131,12 @@ class RealEpisodeEngine(EpisodeEngineBase):
         return CallInput(self.task.question, self.task.options, context, _call_seed(self._episode_seed, index))
 
     def run_round(self, calls: Sequence[ToolCall], *, action: Sequence[int] | None = None,
-                  slots: Sequence[int] | None = None) -> list[CallResult]:
+                  slots: Sequence[int] | None = None, prices: Mapping[int, float] | None = None) -> list[CallResult]:
         """Run the calls concurrently; each is verified and logged as it is recorded. ``action`` (the round's
-        MultiDiscrete action) and ``slots`` (each call's slot in it) are only logged, for ``parasim validate-sim``."""
+        MultiDiscrete action) and ``slots`` (each call's slot in it) are only logged, for ``parasim validate-sim``.
+        ``prices`` (tool index -> USD per call) are the episode's own (its ``tool_prices`` task option): a call of
+        such a tool that ran (``RAN_STATUSES``) costs that instead of the backend's figure, which its result keeps
+        in ``extra["backend_usd"]``; the call log and the trajectory then show what the episode paid."""
         if self.task is None:
             raise RuntimeError("run_round before reset")
         if slots is not None and len(slots) != len(calls):
@@ -147,6 +151,10 @@ class RealEpisodeEngine(EpisodeEngineBase):
         else:
             results = self.backend.run_round(calls, [self._input(c, first + i) for i, c in enumerate(calls)])
         for i, (call, result) in enumerate(zip(calls, results)):
+            price = (prices or {}).get(int(call.tool))
+            if price is not None and result.status in RAN_STATUSES:
+                result.extra["backend_usd"] = result.usd
+                result.usd = float(price)
             self._record(call, result, first + i, round_index, None if slots is None else int(slots[i]))
         self.round_latency.append(max((r.latency_s for r in results), default=0.0))
         return results
