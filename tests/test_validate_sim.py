@@ -59,6 +59,39 @@ def _real_episodes(backend, log: Path) -> None:
             assert done and "correct" in info
 
 
+def test_episode_prices_are_logged_and_charged_by_the_replay(backend, tmp_path: Path):
+    """A real episode with its own tool prices logs them (the call's USD and the episode's ``tool_prices``), and
+    the replay charges the same prices: its simulated USD is the price of each ensemble call that ran."""
+    from dataclasses import replace
+
+    from parasim.pools import load_pool
+    from parasim.validation.logs import read_logs
+    from parasim.validation.replay import replay
+
+    log = tmp_path / "logs" / "calls.jsonl"
+    with CallLogger(log) as logger:
+        engine = RealEpisodeEngine(backend, [_task()], logger=logger, verifier=_exact, seed=0)
+        env = gym.make("ParaOrch-v0", tools="real", engine=engine, max_parallel=K, max_rounds=4)
+        for episode, prices in enumerate(({"ensemble_solver": 0.25}, None)):
+            env.reset(seed=episode, options={"tool_prices": prices})
+            env.step(np.array([0, *_slots((4, 2, 0))], np.int64))
+            assert env.step(np.array([1, *_slots()], np.int64))[2]
+    logged = [json.loads(line) for line in episodes_path(log).read_text().splitlines()]
+    assert logged[0]["tool_prices"] == {"ensemble_solver": 0.25} and "tool_prices" not in logged[1]
+    assert json.loads(log.read_text().splitlines()[0])["usd"] == 0.25
+    episodes = read_logs(log.parent).episodes
+    assert episodes[0].tool_prices == ((int(Tool.ENSEMBLE_SOLVER), 0.25),) and episodes[1].tool_prices == ()
+    pool = load_pool("paramanager")
+    models = {"good": 0, "other": 1, "split": 2}
+
+    def usd(eps) -> np.ndarray:
+        return replay(eps, pool, models, replicas=16, seed=0, slots=K, serial=False, token_budget=None).metrics.usd
+
+    priced, plain = usd(episodes), usd(tuple(replace(e, tool_prices=()) for e in episodes))
+    assert set(np.round(priced[0], 12)) <= {0.0, 0.25} and (priced[0] == 0.25).any()
+    assert not np.allclose(priced[0], plain[0]) and np.array_equal(priced[1], plain[1])
+
+
 def test_real_env_logs_episodes_and_validate_sim_reports_them(backend, tmp_path: Path, capsys):
     log = tmp_path / "logs" / "calls.jsonl"
     _real_episodes(backend, log)

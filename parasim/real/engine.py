@@ -79,6 +79,7 @@ class RealEpisodeEngine(EpisodeEngineBase):
         self.results: list[CallResult] = []
         self.round_latency: list[float] = []
         self._rounds_log: list[dict[str, Any]] = []  # per round: its calls' indices and, if given, its action
+        self._prices: dict[str, float] = {}
         self._episode = -1
         self.last_synthesis: Synthesis | None = None  # how the last final answer was reached, and its cost
         self._episode_seed = 0
@@ -120,6 +121,7 @@ class RealEpisodeEngine(EpisodeEngineBase):
         self._episode = self.logger.new_episode() if self.logger is not None else self._episode + 1
         self.calls, self.results, self.round_latency = [], [], []
         self._rounds_log = []
+        self._prices: dict[str, float] = {}  # the episode's own price of each tool it called (``run_round``)
         return self.task.view()
 
     def _input(self, call: ToolCall, index: int) -> CallInput:
@@ -152,6 +154,8 @@ class RealEpisodeEngine(EpisodeEngineBase):
             results = self.backend.run_round(calls, [self._input(c, first + i) for i, c in enumerate(calls)])
         for i, (call, result) in enumerate(zip(calls, results)):
             price = (prices or {}).get(int(call.tool))
+            if price is not None:
+                self._prices[call.tool.wire_name] = float(price)
             if price is not None and result.status in RAN_STATUSES:
                 result.extra["backend_usd"] = result.usd
                 result.usd = float(price)
@@ -205,7 +209,8 @@ class RealEpisodeEngine(EpisodeEngineBase):
     def episode_record(self, synthesis: Synthesis, correct: bool, manager_answered: bool) -> dict[str, Any]:
         """The episode log's line for the finished episode (schema: docs/validate_sim.md): the task, the models
         the actions' model dimension indexes, per round its calls (indices into the call log's ``call_index``)
-        and action, the final answer, its verdict and the termination call's cost."""
+        and action, the final answer, its verdict and the termination call's cost; and, for an episode with its own
+        tool prices, the price of each tool it called (``tool_prices``, which the replay charges too)."""
         assert self.task is not None
         task = self.task
         return {
@@ -215,7 +220,7 @@ class RealEpisodeEngine(EpisodeEngineBase):
             "synthesis_status": synthesis.status.name, "manager_answer": manager_answered,
             "termination_latency_s": round(float(synthesis.latency_s), 6),
             "termination_usd": float(self.backend.termination_usd(synthesis)),
-        }
+        } | ({"tool_prices": dict(self._prices)} if self._prices else {})
 
     def _trajectory(self, correct: bool, synthesis: Synthesis, ended_with_final: bool) -> dict[str, Any]:
         """The episode's trajectory record: outcome, rounds, calls per tool (final_answer is no tool call) and the

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from parasim.calibration.calls import CallTable, calls_from_records
+from parasim.calibration.calls import TOOLS, CallTable, calls_from_records
 from parasim.jsonl import iter_json_objects
 from parasim.protocol.schema import Domain
 from parasim.real.calllog import EPISODES_SUFFIX, episodes_path
@@ -64,6 +64,7 @@ class LoggedEpisode:
     models: tuple[str, ...]  # the ids the action's model dimension indexes
     rounds: tuple[LoggedRound, ...]
     correct: bool
+    tool_prices: tuple[tuple[int, float], ...] = ()  # (tool, USD per call) of the tools the episode priced itself
 
 
 @dataclass(frozen=True)
@@ -210,7 +211,23 @@ def _episode(where: str, rec: dict[str, Any], calls: dict[int, tuple[str, int]],
         rounds.append(LoggedRound(tuple(logged), action))
     return LoggedEpisode(where, rec["task_id"], rec["benchmark"], int(Domain[domain.upper()]), options,
                          math.nan if difficulty is None else float(difficulty), tuple(models), tuple(rounds),
-                         rec["correct"])
+                         rec["correct"], _tool_prices(rec, where))
+
+
+def _tool_prices(rec: dict[str, Any], where: str) -> tuple[tuple[int, float], ...]:
+    """The episode's own tool prices (``tool_prices``: tool name -> USD per call, absent: none), by tool index."""
+    given = rec.get("tool_prices", {})
+    if not isinstance(given, dict):
+        raise LogError(f"{where}.tool_prices: expected an object of tool name -> USD per call, got {given!r}")
+    out = []
+    for name, price in given.items():
+        if name not in TOOLS:
+            raise LogError(f"{where}.tool_prices: unknown tool {name!r}; expected one of {sorted(TOOLS)}")
+        usd = _number(given, name, f"{where}.tool_prices")
+        if usd > 1e6:
+            raise LogError(f"{where}.tool_prices.{name}: expected a number in [0, 1e6], got {price!r}")
+        out.append((int(TOOLS[name]), usd))
+    return tuple(sorted(out))
 
 
 def read_logs(path: str | Path) -> Logs:

@@ -193,7 +193,12 @@ def replay(episodes: tuple[LoggedEpisode, ...], pool: PoolSpec, models: dict[str
     sim.seed([_stream_seed(seed, "lane", i) for i in range(n)])
     task_seeds = np.array([_stream_seed(seed, "task", suite.task_ids[task_row[e]], r)
                            for e, r in zip(lane_episode, replica)], np.int64)
-    sim.reset(task_index=task_row[lane_episode], task_seeds=task_seeds)
+    prices = np.full((n, sim.num_tools), np.nan)  # each episode's own tool prices (its log's), else the pool's
+    for i, e in enumerate(episodes):
+        for tool, usd in e.tool_prices:
+            prices[i * replicas:(i + 1) * replicas, tool] = usd
+    sim.reset(task_index=task_row[lane_episode], task_seeds=task_seeds,
+              tool_prices=prices if any(e.tool_prices for e in episodes) else None)
     out = EpisodeMetrics.zeros(n, num_models)
     rounds = np.array([len(e.rounds) for e in episodes])[lane_episode]
     keep = np.zeros(n, np.uint8)
