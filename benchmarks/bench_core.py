@@ -18,12 +18,12 @@ import numpy as np
 import pytest
 import torch
 
-from parasim import reference
-from parasim.advantages import group_advantages
-from parasim.batch import TrajectoryBatch
-from parasim.masks import broadcast_to_tokens, loss_mask_from_spans
 from parasim.protocol.schema import NUM_TOOLS
-from parasim.rewards import PRESETS, compute_rewards, compute_rewards_grid
+from parasim.scoring import reference
+from parasim.scoring.advantages import group_advantages
+from parasim.scoring.batch import TrajectoryBatch
+from parasim.scoring.masks import broadcast_to_tokens, loss_mask_from_spans
+from parasim.scoring.rewards import PRESETS, compute_rewards, compute_rewards_grid
 
 G = 8
 EPS = 1e-6

@@ -25,7 +25,7 @@ import pytest
 from bench_policy import policy_actions
 
 import parasim  # noqa: F401  (registers the envs)
-from parasim.envs.paraorch import resolve_reward, score_trajectories
+from envs.paraorch import resolve_reward, score_trajectories
 from parasim.protocol.schema import NUM_TOOLS, Status, Tool
 from parasim.sim import Simulator
 from parasim.sim.kernel import (
@@ -77,7 +77,7 @@ from parasim.sim.tables import (
     TT_USD_CALL,
     TT_USD_S,
 )
-from parasim.tasks import FREE_FORM, NUM_ANSWERS
+from parasim.tasks.suites import FREE_FORM, NUM_ANSWERS
 
 LANES = (1, 64, 1024, 4096)
 
@@ -302,7 +302,7 @@ PHASES = ("Simulator.step (compiled kernel)", "Simulator.trajectory (gather)", "
 def profile_vector(lanes: int, steps: int) -> dict[str, float]:
     """CPU seconds per env step of the vector env's phases: the Simulator calls it makes and the reward scoring,
     timed by wrapping them on this env's instances, and the rest of its ``step`` (Python: masks, infos)."""
-    import parasim.envs.paraorch as paraorch
+    import envs.paraorch as paraorch
 
     env = gym.make_vec("ParaOrch-v0", num_envs=lanes, vectorization_mode="vector_entry_point")
     env.reset(seed=0)

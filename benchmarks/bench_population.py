@@ -24,10 +24,10 @@ from pathlib import Path
 
 import torch
 
-from parasim.training.config import make_config
-from parasim.training.policy import PolicyStack
-from parasim.training.population import build_policy
-from parasim.training.rollout import (
+from training.config import make_config
+from training.policy import PolicyStack
+from training.population import build_policy
+from training.rollout import (
     Block,
     collect_blocks,
     derive_seed,

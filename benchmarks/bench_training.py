@@ -19,12 +19,12 @@ import time
 import numpy as np
 import torch
 
-from parasim.rewards import compute_rewards
-from parasim.training import grpo, sweep
-from parasim.training.config import make_config
-from parasim.training.pipeline import build_policy
-from parasim.training.rollout import collect, make_envs
-from parasim.training.sft import SFTConfig, train_sft
+from parasim.scoring.rewards import compute_rewards
+from training import grpo, sweep
+from training.config import make_config
+from training.pipeline import build_policy
+from training.rollout import collect, make_envs
+from training.sft import SFTConfig, train_sft
 
 torch.set_num_threads(1)
 CFG = make_config()

@@ -7,7 +7,7 @@ from the lane record by ``parasim.sim.gather.trajectory_fields``) and renders:
 
   - ``SimSource`` (``tools="sim"``): a one-lane ``Simulator``, whose one compiled step runs plan -> simulated
     calls -> apply, exactly as each lane of the vector env does.
-  - ``RealSource`` (``tools="real"``, ``parasim.envs.real_source``): the same plan and apply, with the calls run
+  - ``RealSource`` (``tools="real"``, ``envs.real_source``): the same plan and apply, with the calls run
     on a ``RealEpisodeEngine`` in between.
 """
 from __future__ import annotations
@@ -17,14 +17,14 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
-from parasim.env_options import TASK_OPTIONS, check_task_options
-from parasim.envs.render import RoundRecord, SimRound, sim_round
+from envs.render import RoundRecord, SimRound, sim_round
+from parasim.config.env_options import TASK_OPTIONS, check_task_options
 from parasim.sim import Simulator
 from parasim.sim.kernel import I_ROUND
 from parasim.sim.state import ObsBuffers
 
 # the simulated env's reset options (the vector env adds reset_mask): the task, then the episode's task options
-# (``parasim.env_options.TASK_OPTIONS``: preference vector, tool subset, tool prices; docs/task_options.md)
+# (``parasim.config.env_options.TASK_OPTIONS``: preference vector, tool subset, tool prices; docs/task_options.md)
 RESET_OPTIONS = ("task_index", "task_seed", *TASK_OPTIONS)
 
 
@@ -43,8 +43,8 @@ def reset_task(options: dict[str, Any] | None, num_tasks: int, lanes: int | None
                  tool_names: tuple[str, ...] = ()) -> ResetTask:
     """``options["task_index"]`` and ``options["task_seed"]`` validated (None where absent): int arrays of shape [1]
     for a single env (``lanes`` None), [lanes] for a vector env; and the task options of the pool's tools
-    ``tool_names`` (``parasim.env_options.check_task_options``: one row per lane, one for a single env). Bad values
-    are caller bugs and raise."""
+    ``tool_names`` (``parasim.config.env_options.check_task_options``: one row per lane, one for a single env). Bad
+    values are caller bugs and raise."""
     out = []
     for key, high in (("task_index", num_tasks), ("task_seed", 2**63)):
         value = (options or {}).get(key)

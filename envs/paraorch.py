@@ -12,15 +12,15 @@ Options (``gym.make("ParaOrch-v0", **options)``): ``pool`` (shipped name, JSON p
 "paramanager"), ``token_budget`` (None: calls made once the trajectory holds this many tokens get
 BUDGET_EXCEEDED), ``seed`` (None: seed used by the first ``reset()`` without a seed), ``tools`` ("sim" or "real"),
 ``engine`` (with ``tools="real"`` only: a ``parasim.real.engine.RealEpisodeEngine``; the episodes then run
-on real tools with the same spaces and the same compiled rules, see ``parasim.envs.real_source``), ``harness``
+on real tools with the same spaces and the same compiled rules, see ``envs.real_source``), ``harness``
 (None, or a dict: ``max_output_tokens`` replaces the pool's generation cap; ``temperature`` / ``reasoning_effort``
-must be the pool's calibrated setting: ``parasim.harness.with_harness``; simulated tools only), ``descriptors``
-(False: True adds the observation keys ``models`` and ``tools``, ``parasim.descriptors``).
-One class for both: the env holds a call source (``parasim.envs.call_source``), and the rules of a round
+must be the pool's calibrated setting: ``parasim.pools.harness.with_harness``; simulated tools only), ``descriptors``
+(False: True adds the observation keys ``models`` and ``tools``, ``parasim.pools.descriptors``).
+One class for both: the env holds a call source (``envs.call_source``), and the rules of a round
 (``parasim.sim.rules``) are the same compiled functions whichever source answers the calls.
 
 Action, ``MultiDiscrete(nvec)`` with ``nvec = [2] + [T + 1, M, 3] * K`` (T = the pool's tools, 7 with the default
-tool spec, ``parasim.tool_spec``; M = pool models):
+tool spec, ``parasim.tools.spec``; M = pool models):
   - ``a[0]``: stop flag, 1 = ``final_answer`` (the slots are then ignored), 0 = run a round.
   - slot k (``a[1 + 3k : 4 + 3k]``): tool (index in the pool's tool spec, 0..T-1, the ``Tool`` value for the
     default spec; T = empty slot), model (pool model index; ignored by the basic tools such as python and search,
@@ -50,7 +50,7 @@ Observation, a Dict of arrays (C = 4 candidates, S = 7 statuses, ``parasim.proto
     order (stop 2, then per slot tool T+1, model M, target 3); 1 = allowed.
   - with ``descriptors=True`` only: ``models`` float32[M, 13] and ``tools`` float32[T, 5], the pool's model and tool
     descriptors in [0, 1] (price, speed, time to first token, published accuracy per domain, context window; tool
-    kind and cost; ``parasim.descriptors``), the same values every step (they describe the pool, not the episode,
+    kind and cost; ``parasim.pools.descriptors``), the same values every step (they describe the pool, not the episode,
     except that an episode with its own tool prices, ``tool_prices`` or ``task_options="random"``, shows them in the
     tools' ``usd_per_call`` column; copies, as every key is, since Gymnasium's users keep observations), so a policy
     that scores their rows can act on a pool it was not trained on. Off by default: the keys cost nothing then.
@@ -71,17 +71,17 @@ Reset options (``reset(options={...})``), for trainers that play one task severa
   ``env.unwrapped.task_weights()`` (their sampling probabilities) let trainers sample task indices as the env
   would; ``env.unwrapped.model_names`` names the action's model indices.
 
-Render (``render_mode``, ``parasim.envs.render``): ``"ansi"`` returns the episode board as text (task, rounds
+Render (``render_mode``, ``envs.render``): ``"ansi"`` returns the episode board as text (task, rounds
 used and left, the calls of the last rounds with tool, model, target, status and result, the candidates, the
 evidence, the budgets used), ``"rgb_array"`` the same board as a uint8[H, W, 3] image of a fixed size per env. The
 env records the calls only with a render mode set. ``action_masks()`` returns the current ``action_mask`` as bool,
-sb3-contrib's MaskablePPO convention; ``parasim.envs.action_masks.tuple_mask`` gives Gymnasium's per-dimension
+sb3-contrib's MaskablePPO convention; ``envs.action_masks.tuple_mask`` gives Gymnasium's per-dimension
 masks for ``action_space.sample(mask=...)``.
 
 Info: on the terminal step ``reward_components`` (every component of the reward result, including
 ``total``), ``trajectory`` (the TrajectoryBatch fields of the episode; ``group_id`` is the episode's
 number since the env was seeded), ``task_index`` (the suite row played) and ``benchmark`` (its benchmark,
-an index into ``parasim.tasks.BENCHMARKS``); empty otherwise.
+an index into ``parasim.tasks.suites.BENCHMARKS``); empty otherwise.
 """
 from __future__ import annotations
 
@@ -94,17 +94,17 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.envs.registration import EnvSpec
 
-from parasim.descriptors import Descriptors, descriptor_spaces, episode_tool_rows, pool_descriptors
-from parasim.env_options import check_bool, check_episode_options, check_option_keys, check_seed
-from parasim.envs.call_source import CallSource, SimSource
-from parasim.envs.render import Board, check_render_mode, ending_text, new_history, render_board
-from parasim.envs.render_modes import RENDER_FPS, RENDER_MODES
+from envs.call_source import CallSource, SimSource
+from envs.render import Board, check_render_mode, ending_text, new_history, render_board
+from envs.render_modes import RENDER_FPS, RENDER_MODES
+from parasim.config.env_options import check_bool, check_episode_options, check_option_keys, check_seed
+from parasim.pools.descriptors import Descriptors, descriptor_spaces, episode_tool_rows, pool_descriptors
 from parasim.protocol.schema import NUM_STATUSES
 from parasim.sim import Simulator
 from parasim.sim.gather import trajectory_fields
 from parasim.sim.kernel import CAND_FEATURES, NUM_CANDIDATES
 from parasim.sim.state import TASK_FEATURES, episode_tools
-from parasim.tasks import load_suite
+from parasim.tasks.suites import load_suite
 
 REAL_TOOLS_HINT = (
     "build the engine over an OpenAI-compatible endpoint per pool model, e.g. engine = "
@@ -115,7 +115,7 @@ REAL_TOOLS_HINT = (
 def make_simulator(tools: str, num_lanes: int, *, pool: Any, suite: Any, max_rounds: int, max_parallel: int,
                    serial: bool, token_budget: float | None, threads: bool = False,
                    harness: dict[str, Any] | None = None, task_options: str | None = None) -> Simulator:
-    """The compiled simulator behind the simulated envs (real tools run through ``parasim.envs.real_source``)."""
+    """The compiled simulator behind the simulated envs (real tools run through ``envs.real_source``)."""
     if tools == "real":
         raise ValueError("tools='real': the compiled simulator runs simulated tools only; real tools need one "
                          f"engine per env ({REAL_TOOLS_HINT}; several such envs vectorize with "
@@ -135,7 +135,7 @@ def dict_observation_space(slots: int, max_rounds: float, nvec: np.ndarray, desc
     """The Dict observation space for K = ``slots`` call slots, R rounds and the action sizes ``nvec`` (whose tool
     dimension, T + 1, gives the tool count T, and whose model dimension the model count M); the simulated and the
     real-tools env share it, so a policy trained on one runs on the other. ``descriptors`` adds the ``models`` and
-    ``tools`` keys (``parasim.descriptors``)."""
+    ``tools`` keys (``parasim.pools.descriptors``)."""
     inf = np.inf
     f32 = np.float32
     num_tools = int(nvec[1]) - 1
@@ -167,7 +167,7 @@ def check_action(action: Any, nvec: np.ndarray) -> np.ndarray:
 
 def resolve_reward(reward: Any) -> Any:
     """A RewardConfig from a config or preset name (validated at construction, not at the first episode)."""
-    from parasim.rewards import resolve_config
+    from parasim.scoring.rewards import resolve_config
 
     return resolve_config(reward)
 
@@ -207,7 +207,7 @@ def terminal_step_info(comps: dict[str, np.ndarray], traj: dict[str, np.ndarray]
 
 class ParaOrchEnv(gym.Env):
     """ParaOrch-v0 (see the module docstring for options, action layout and observation keys): the episode's rules
-    over a call source (``parasim.envs.call_source``), simulated or real tools."""
+    over a call source (``envs.call_source``), simulated or real tools."""
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": list(RENDER_MODES), "render_fps": RENDER_FPS}
 
@@ -256,7 +256,7 @@ class ParaOrchEnv(gym.Env):
 
     @property
     def descriptors(self) -> Descriptors:
-        """The pool's model and tool descriptors (``parasim.descriptors``; the ``models`` / ``tools`` observation
+        """The pool's model and tool descriptors (``parasim.pools.descriptors``; the ``models`` / ``tools`` observation
         keys with ``descriptors=True``): the simulator's pool and suite, or the real-tools prior pool's entries of
         the engine's model ids."""
         if self._descriptors is None:
@@ -386,7 +386,7 @@ def make_source(tools: str, engine: Any, *, pool: Any, suite: Any, max_rounds: i
                          "map's max_tokens and temperature (parasim.real.endpoints)")
     max_rounds, max_parallel, serial, token_budget = check_episode_options(max_rounds, max_parallel, serial,
                                                                            token_budget)
-    from parasim.envs.real_source import RealSource  # real tools' dependencies load only for them
+    from envs.real_source import RealSource  # real tools' dependencies load only for them
 
     return RealSource(engine, pool=pool, suite=suite, max_rounds=max_rounds, max_parallel=max_parallel,
                       serial=serial, token_budget=token_budget, task_options=task_options)

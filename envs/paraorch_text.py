@@ -24,7 +24,7 @@ its own ``{"role": "tool", "tool_call_id": "call_<id>", "name": <tool>, "content
 with the turn's notes (rounds left, repairs, responses not shown), so that user and assistant turns alternate
 as strict templates require. The manager's turn is its text as written (an assistant message with ``content``
 only), since that is what the model generated and the parser reads. ``render_conversation`` is the one
-rendering function for both forms; the SFT data (``parasim.training.llm.data``) render through it too. The
+rendering function for both forms; the SFT data (``training.llm.data``) render through it too. The
 observation extends the previous one for templates that render a conversation's prefix as a prefix (ChatML-like
 templates do; templates that rewrite earlier turns, e.g. by dropping reasoning, do not).
 ``render_mode="ansi"``: ``render()`` returns the observation, the conversation as text (Gymnasium's ansi mode).
@@ -76,7 +76,7 @@ probabilities the engine draws tasks with by itself (uniform over a real engine'
 Info: on reset ``task`` (the TaskView), ``messages`` and ``task_index`` / ``benchmark``; on the terminal step
 ``reward_components``, ``trajectory``, ``answer``, ``correct``, ``final_answer_text``, ``messages``, and
 ``task_index`` / ``benchmark`` as ParaOrch-v0 names them (the task played and its index in
-``parasim.tasks.BENCHMARKS``; for real engines see ``EpisodeEngineBase.task_info``).
+``parasim.tasks.suites.BENCHMARKS``; for real engines see ``EpisodeEngineBase.task_info``).
 
 ``end_episode()`` ends a running episode at once as one that never answered, for a trainer whose token limit cut
 the manager off: the termination model answers from the evidence so far, no round or format violation is added,
@@ -108,8 +108,8 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from parasim.env_options import check_episode_options
-from parasim.envs.paraorch import resolve_reward
+from envs.paraorch import resolve_reward
+from parasim.config.env_options import check_episode_options
 from parasim.protocol.engine import EpisodeEngine, TaskView, check_engine
 from parasim.protocol.parser import ParsedRound, parse_tool_calls
 from parasim.protocol.schema import (
@@ -122,7 +122,7 @@ from parasim.protocol.schema import (
     ToolCall,
 )
 from parasim.protocol.tool_schema import render_system_prompt, tool_list
-from parasim.tool_spec import ToolSpec, default_tool_spec
+from parasim.tools.spec import ToolSpec, default_tool_spec
 
 CHARSET = "\t\n\r" + "".join(map(chr, range(0x20, 0xD800))) + "".join(map(chr, range(0xE000, 0xFFFE)))
 _ALLOWED = frozenset(CHARSET)
@@ -260,8 +260,8 @@ def load_tokenizer(tokenizer: Any, chat_template: str | None) -> Any:
 
 def describe_models(pool: Any) -> dict[str, str]:
     """One line per pool model for the system prompt: published accuracies, price and speed ({} if no pool)."""
-    from parasim.pools import load_pool
-    from parasim.tasks import BENCHMARKS
+    from parasim.pools.pool import load_pool
+    from parasim.tasks.suites import BENCHMARKS
 
     try:
         spec = load_pool(pool)
@@ -283,7 +283,7 @@ def engine_tool_spec(engine: EpisodeEngine, pool: Any) -> ToolSpec:
     simulator engine's pool, a real engine's backend's pool), else the ``pool`` option's, else the default spec."""
     if engine.tools is not None:
         return engine.tools
-    from parasim.pools import load_pool
+    from parasim.pools.pool import load_pool
 
     try:
         return load_pool(pool).tools
@@ -341,7 +341,7 @@ class ParaOrchTextEnv(gym.Env[str, str]):
         if tools == "sim":
             if engine is not None:
                 raise ValueError("engine: only with tools='real'; tools='sim' builds the simulator engine itself")
-            from parasim.envs.sim_engine import SimEpisodeEngine
+            from envs.sim_engine import SimEpisodeEngine
 
             engine = SimEpisodeEngine(pool, suite, max_rounds=max_rounds, max_parallel=max_parallel, serial=serial,
                                       reward=reward, token_budget=token_budget, seed=seed, harness=harness)

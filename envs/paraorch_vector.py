@@ -1,7 +1,7 @@
 """ParaOrch-v0 as a batched VectorEnv: every lane stepped by one compiled call.
 
 Created by ``gym.make_vec("ParaOrch-v0", num_envs=N)`` (the registration's ``vector_entry_point``).
-Observation, action and reward are those of ``ParaOrchEnv`` (see ``parasim.envs.paraorch``), batched.
+Observation, action and reward are those of ``ParaOrchEnv`` (see ``envs.paraorch``), batched.
 
 Seeding contract: ``reset(seed=s)`` starts lane ``i`` from seed ``s + i`` (a list of seeds gives each
 lane its own), exactly as ``SyncVectorEnv`` seeds its sub-envs; each lane has its own random stream, and
@@ -27,14 +27,14 @@ this env equal to it; a GRPO collection plays one episode per lane and resets wi
 ``num_tasks`` and ``task_weights()`` give the valid indices and the weights the env itself samples them with.
 
 Render and masks: with ``render_mode`` ``"ansi"`` or ``"rgb_array"``, ``render()`` returns a tuple with each lane's
-board (``parasim.envs.render``), as Gymnasium's vector envs return one frame per sub-env; the lanes' calls are
+board (``envs.render``), as Gymnasium's vector envs return one frame per sub-env; the lanes' calls are
 recorded only then (a Python loop over the lanes per step: for watching a few lanes, not for training at scale).
 ``action_masks()`` returns every lane's ``action_mask`` as bool[N, sum(nvec)].
 
-Descriptors: ``descriptors=True`` adds ``models`` [N, M, F_m] and ``tools`` [N, T, F_t] (``parasim.descriptors``): one
-read-only broadcast of the pool's rows over the lanes, the same arrays every step, so they cost no copy per step at
-any number of lanes (read-only, so no caller can change what another step holds); ``descriptors`` (the attribute)
-holds the rows whether or not the observation carries them.
+Descriptors: ``descriptors=True`` adds ``models`` [N, M, F_m] and ``tools`` [N, T, F_t]
+(``parasim.pools.descriptors``): one read-only broadcast of the pool's rows over the lanes, the same arrays every
+step, so they cost no copy per step at any number of lanes (read-only, so no caller can change what another step
+holds); ``descriptors`` (the attribute) holds the rows whether or not the observation carries them.
 """
 from __future__ import annotations
 
@@ -47,17 +47,15 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from parasim.descriptors import episode_tool_rows, pool_descriptors
-from parasim.env_options import check_bool, check_lane_seeds, check_option_keys, check_seed
-from parasim.envs.call_source import RESET_OPTIONS, reset_task
-from parasim.envs.paraorch import (
+from envs.call_source import RESET_OPTIONS, reset_task
+from envs.paraorch import (
     make_simulator,
     observation_space,
     resolve_reward,
     sim_ending,
     terminal_info,
 )
-from parasim.envs.render import (
+from envs.render import (
     Board,
     SimRound,
     check_render_mode,
@@ -65,7 +63,9 @@ from parasim.envs.render import (
     render_board,
     sim_round,
 )
-from parasim.envs.render_modes import RENDER_FPS, RENDER_MODES
+from envs.render_modes import RENDER_FPS, RENDER_MODES
+from parasim.config.env_options import check_bool, check_lane_seeds, check_option_keys, check_seed
+from parasim.pools.descriptors import episode_tool_rows, pool_descriptors
 
 
 def _masked(values: dict[str, np.ndarray], lanes: np.ndarray, n: int) -> dict[str, np.ndarray]:

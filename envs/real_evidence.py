@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from parasim.pools import MAX_MODELS, PoolSpec, reliability
+from parasim.pools.pool import MAX_MODELS, PoolSpec, reliability
 from parasim.protocol.engine import TaskView
 from parasim.protocol.schema import Domain
 from parasim.real.backend import approx_tokens
 from parasim.sim.tables import ROW_DTYPE, SimTables, answer_log_odds_offset, kernel_params
-from parasim.tasks import FREE_FORM, NUM_ANSWERS
+from parasim.tasks.suites import FREE_FORM, NUM_ANSWERS
 from parasim.tools.verify import (
     AnswerKind,
     extract_choice,

@@ -2,7 +2,7 @@
 
 The episode's rules are the simulator's own compiled functions (``parasim.sim.rules`` through the one-lane entry
 points of ``parasim.sim.step``) over a one-lane state, the parameter record of the engine's model ids and the row
-record of the task (``parasim.envs.real_evidence``). A round: ``plan_one`` gives each slot its protocol status or
+record of the task (``envs.real_evidence``). A round: ``plan_one`` gives each slot its protocol status or
 lets it run and returns the round-start leading answer; this module builds the ``ToolCall`` of each runnable slot,
 the engine runs them concurrently, and each ``CallResult`` becomes the slot's outcome record (status, kind, answer
 id, tokens, latency, USD, cost units); ``apply_one`` then scores the evidence, does the accounting and writes the
@@ -14,7 +14,7 @@ observation. The model dimension indexes the engine's ``model_names`` (its endpo
   - ``python`` (a basic ``code_exec`` tool) runs the last program in the trajectory (the carried call's with
     target 1), else the question text, which fails as code: a structured manager cannot write programs; ``search``
     and any other basic tool (a user's function) get the question (with the leading answer for target 1).
-Tools are the pool's tool spec's (``parasim.tool_spec``): what a slot becomes and what its result means depend on
+Tools are the pool's tool spec's (``parasim.tools.spec``): what a slot becomes and what its result means depend on
 the tool's kind and behaviour, so a user's verifier (behaviour ``reviewer``) flags or confirms as critical_reviewer
 does.
 A result's answer is the agent's ``extra["answer"]`` (also a basic tool's, when its tool gives one), else
@@ -34,10 +34,10 @@ from typing import Any
 
 import numpy as np
 
-from parasim.env_options import TASK_OPTIONS, check_seed, check_task_option_mode, check_task_options
-from parasim.envs.real_evidence import AnswerIds, answer_kind, real_params, task_row
-from parasim.envs.render import CallRecord, RoundRecord, model_label
-from parasim.pools import load_pool
+from envs.real_evidence import AnswerIds, answer_kind, real_params, task_row
+from envs.render import CallRecord, RoundRecord, model_label
+from parasim.config.env_options import TASK_OPTIONS, check_seed, check_task_option_mode, check_task_options
+from parasim.pools.pool import load_pool
 from parasim.protocol.engine import EpisodeEngine, TaskView, check_engine
 from parasim.protocol.schema import CallResult, Status, ToolCall
 from parasim.real import prompts
@@ -68,8 +68,8 @@ from parasim.sim.state import action_nvec, action_slot, allocate_lanes, allocate
 from parasim.sim.step import apply_one, begin_one, end_one, plan_one
 from parasim.sim.tables import E_MAX_ROUNDS, E_SERIAL, E_SLOTS, E_TOKEN_BUDGET, NUM_ENV_PARAMS, build_tables
 from parasim.sim.task_options import option_stream, set_lane_options
-from parasim.tasks import load_suite
-from parasim.tool_spec import ToolDef, ToolSpec
+from parasim.tasks.suites import load_suite
+from parasim.tools.spec import ToolDef, ToolSpec
 
 # reset options: a task (or its dict) to play, or an index into the engine's list; ``task_seed`` is taken for parity
 # with the simulated env (GRPO groups pass it): a real task has no hidden draws for it to key, but it keys the drawn

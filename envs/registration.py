@@ -15,11 +15,11 @@ def register_envs() -> None:
         return
     gym.register(
         id="ParaOrch-v0",
-        entry_point="parasim.envs.paraorch:ParaOrchEnv",
-        vector_entry_point="parasim.envs.paraorch_vector:ParaOrchVectorEnv",
+        entry_point="envs.paraorch:ParaOrchEnv",
+        vector_entry_point="envs.paraorch_vector:ParaOrchVectorEnv",
         max_episode_steps=None,
     )
     gym.register(
         id="ParaOrchText-v0",
-        entry_point="parasim.envs.paraorch_text:ParaOrchTextEnv",
+        entry_point="envs.paraorch_text:ParaOrchTextEnv",
     )

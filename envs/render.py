@@ -20,11 +20,11 @@ from typing import Any
 
 import numpy as np
 
-from parasim.envs.render_modes import RENDER_MODES
+from envs.render_modes import RENDER_MODES
 from parasim.protocol.schema import Domain, Status
 from parasim.sim.state import action_slot
-from parasim.tasks import NUM_ANSWERS
-from parasim.tool_spec import ToolSpec, default_tool_spec
+from parasim.tasks.suites import NUM_ANSWERS
+from parasim.tools.spec import ToolSpec, default_tool_spec
 
 SHOWN_ROUNDS = 12  # rounds of calls kept and shown (the default max_rounds)
 TARGET_NAMES = ("question", "carry", "verify")
@@ -65,7 +65,7 @@ class RoundRecord:
 
 @dataclass(frozen=True)
 class Board:
-    """What an env passes to ``render_board``: its observation (see ``parasim.envs.paraorch``) and records."""
+    """What an env passes to ``render_board``: its observation (see ``envs.paraorch``) and records."""
 
     tools: str  # "sim" or "real"
     observation: Mapping[str, np.ndarray]

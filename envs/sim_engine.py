@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from parasim.envs.paraorch import ParaOrchEnv
+from envs.paraorch import ParaOrchEnv
 from parasim.protocol.engine import EpisodeEngineBase, EpisodeOutcome, TaskView
 from parasim.protocol.schema import RAN_STATUSES, CallResult, Domain, Status, ToolCall
 from parasim.sim import NUM_TARGETS, TARGET_CARRY, TARGET_QUESTION, TARGET_VERIFY
@@ -37,8 +37,8 @@ from parasim.sim.rules import (
 )
 from parasim.sim.state import empty_action, set_action_slot
 from parasim.sim.tables import E_SLOTS, E_TOKEN_BUDGET, TT_TIMEOUT
-from parasim.tasks import BENCHMARKS, NUM_ANSWERS
-from parasim.tool_spec import ToolSpec
+from parasim.tasks.suites import BENCHMARKS, NUM_ANSWERS
+from parasim.tools.spec import ToolSpec
 
 # what the manager reads for each rule that rejects a call (the unknown-model reason also lists the models; {tool}:
 # the call's tool, {reviewer}: the call's tool if it reviews, else the spec's first reviewer)
@@ -115,8 +115,8 @@ class SimEpisodeEngine(EpisodeEngineBase):
         return self.env.num_tasks
 
     def task_info(self, view: TaskView | None = None) -> dict[str, int]:
-        """The episode's ``task_index`` (suite row) and ``benchmark`` (index into ``parasim.tasks.BENCHMARKS``): the
-        simulator's own, so ``view`` is not needed."""
+        """The episode's ``task_index`` (suite row) and ``benchmark`` (index into
+        ``parasim.tasks.suites.BENCHMARKS``): the simulator's own, so ``view`` is not needed."""
         del view
         return {k: int(v[0]) for k, v in self.sim.tasks([0]).items()}
 

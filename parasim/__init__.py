@@ -9,22 +9,17 @@ from parasim.lazy_exports import lazy_getattr
 
 __version__ = "0.1.0"
 
-# A source checkout's ``parasim`` (e.g. the working directory when python runs from the checkout root)
-# shadows the installed one, which alone holds the compiled ``_core``: extending the package path lets
-# ``parasim._core`` (and nothing else) come from the installed wheel's copy.
-__path__ = __import__("pkgutil").extend_path(__path__, __name__)
-
 _LAZY: dict[str, str] = {
-    "TrajectoryBatch": "parasim.batch",
-    "RewardConfig": "parasim.rewards",
-    "compute_rewards": "parasim.rewards",
-    "compute_rewards_grid": "parasim.rewards",
-    "group_advantages": "parasim.advantages",
-    "loss_mask_from_spans": "parasim.masks",
-    "loss_normalizers": "parasim.masks",
-    "broadcast_to_tokens": "parasim.masks",
-    "PoolSpec": "parasim.pools",
-    "load_pool": "parasim.pools",
+    "TrajectoryBatch": "parasim.scoring.batch",
+    "RewardConfig": "parasim.scoring.rewards",
+    "compute_rewards": "parasim.scoring.rewards",
+    "compute_rewards_grid": "parasim.scoring.rewards",
+    "group_advantages": "parasim.scoring.advantages",
+    "loss_mask_from_spans": "parasim.scoring.masks",
+    "loss_normalizers": "parasim.scoring.masks",
+    "broadcast_to_tokens": "parasim.scoring.masks",
+    "PoolSpec": "parasim.pools.pool",
+    "load_pool": "parasim.pools.pool",
 }
 
 __all__ = sorted(_LAZY) + ["__version__"]
@@ -34,7 +29,7 @@ __getattr__ = lazy_getattr(__name__, _LAZY, globals())
 
 
 def _register() -> None:
-    from parasim.envs.registration import register_envs
+    from envs.registration import register_envs
 
     register_envs()
 

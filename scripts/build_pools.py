@@ -1,10 +1,10 @@
-"""Builds the shipped pool files (``parasim/pool_files/*.json``) from the published figures written out below.
+"""Builds the shipped pool files (``parasim/pools/files/*.json``) from the published figures written out below.
 
 Run ``python scripts/build_pools.py`` to rewrite the JSON files; a test checks that the committed files equal
 what this script builds, so the figures below are the single source. A developer's generator, not part of the
 installed package.
 Accuracy targets (percent) carry their source key; a model's per-domain skill is the mean of the skills
-solved from its targets in that domain (``parasim.pools.solve_skill``), and is marked assumed when a
+solved from its targets in that domain (``parasim.pools.pool.solve_skill``), and is marked assumed when a
 domain has no target. Values with no published figure are marked "assumed".
 """
 
@@ -16,11 +16,11 @@ from pathlib import Path
 
 import numpy as np
 
-from parasim.harness import solve_capped_skill
-from parasim.pools import DOMAINS, effective_spread, solve_skill
-from parasim.tasks import BENCHMARK_INDEX, BENCHMARKS
+from parasim.pools.harness import solve_capped_skill
+from parasim.pools.pool import DOMAINS, effective_spread, solve_skill
+from parasim.tasks.suites import BENCHMARK_INDEX, BENCHMARKS
 
-OUT = Path(__file__).resolve().parents[1] / "parasim" / "pool_files"
+OUT = Path(__file__).resolve().parents[1] / "parasim" / "pools" / "files"
 
 
 # The v2 call model (docs/simulator.md, "Complementarity and shared wrong answers"), assumed for every model:

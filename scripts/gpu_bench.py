@@ -173,7 +173,7 @@ class OneTurnEnv(gym.Env):
     def __init__(self, prompt_tokens: int, reward: Any = None) -> None:
         """``reward``: the RewardConfig that grpo.py hands every environment; the trainer's core scores the record
         with it, and this environment reports no reward components of its own."""
-        from parasim.envs.paraorch_text import ACTION_MAX_CHARS, CHARSET, ChatText
+        from envs.paraorch_text import ACTION_MAX_CHARS, CHARSET, ChatText
 
         if isinstance(prompt_tokens, bool) or not isinstance(prompt_tokens, int) or prompt_tokens < 1:
             raise ValueError(f"OneTurnEnv.prompt_tokens = {prompt_tokens!r}: must be an integer >= 1")
@@ -318,7 +318,7 @@ print("VLLM_RESULT", json.dumps({{"tokens": n, "seconds": dt, "tokens_per_s": n 
         return json.loads(lines[0].split(" ", 1)[1])
 
     def hf_rollout(self) -> dict[str, Any]:
-        from parasim.training.llm.rollout import HFEngine, SamplingParams
+        from training.llm.rollout import HFEngine, SamplingParams
 
         s, lm, tok = self.shape, self.state["lm"], self.state["tokenizer"]
         lm.eval()
@@ -340,7 +340,7 @@ print("VLLM_RESULT", json.dumps({{"tokens": n, "seconds": dt, "tokens_per_s": n 
                 "seconds_generate": dt, "tokens_per_s": n / dt, "peak_mem_gib": peak_gib()}
 
     def update(self) -> dict[str, Any]:
-        from parasim.training.llm import grpo, runtime
+        from training.llm import grpo, runtime
 
         s, lm = self.shape, self.state["lm"]
         info = runtime.DistInfo(0, 1, 0, self.dev)
@@ -418,7 +418,7 @@ print("VLLM_RESULT", json.dumps({{"tokens": n, "seconds": dt, "tokens_per_s": n 
         return {"trajectories": n, "seq_len": width, **timing, "total_ms": sum(timing.values())}
 
     def grpo_parasim(self) -> dict[str, Any]:
-        from parasim.training.llm import grpo
+        from training.llm import grpo
 
         s = self.shape
         register_bench_env()
@@ -530,7 +530,7 @@ print("VLLM_RESULT", json.dumps({{"tokens": n, "seconds": dt, "tokens_per_s": n 
                 "update_time_parasim_over_trl": ours["update_s"] / theirs["update_s"]}
 
     def env_step(self) -> dict[str, Any]:
-        from parasim.training.llm import grpo
+        from training.llm import grpo
 
         s = self.shape
         run_dir = self.work / "env_step"

@@ -29,8 +29,8 @@ from scipy.optimize import brentq
 from scipy.stats import norm
 
 from parasim.calibration.simulate import simulated_calls
-from parasim.harness import truncation_share
-from parasim.pools import (
+from parasim.pools.harness import truncation_share
+from parasim.pools.pool import (
     PoolSpec,
     accuracy_under_cap,
     load_pool,
@@ -39,7 +39,7 @@ from parasim.pools import (
     read_pool_file,
 )
 from parasim.protocol.schema import Domain, Status, Tool
-from parasim.tasks import BENCHMARK_INDEX, BENCHMARKS, FREE_FORM, SUITES
+from parasim.tasks.suites import BENCHMARK_INDEX, BENCHMARKS, FREE_FORM, SUITES
 
 BEGIN, END = "<!-- stats:begin -->", "<!-- stats:end -->"
 POOLS = ("paramanager", "paramanager_mono", "toolorchestra", "openweight")
@@ -160,7 +160,7 @@ def with_manager_callable(name: str) -> PoolSpec:
 
 def expected_direct(pool: PoolSpec) -> np.ndarray:
     """Expected accuracy [model, benchmark of BENCHES] of one direct standard_reasoner call under the pool's
-    generation cap (z integrated out, truncated calls wrong: ``parasim.pools.accuracy_under_cap``)."""
+    generation cap (z integrated out, truncated calls wrong: ``parasim.pools.pool.accuracy_under_cap``)."""
     idx = [BENCHMARK_INDEX[b] for b in BENCHES]
     return accuracy_under_cap(pool, pool.max_output_tokens)[:-1][:, idx]
 
@@ -240,7 +240,7 @@ def source_table(name: str) -> Table:
 
 def truncation_target(pool: PoolSpec, m: int, bench: str) -> float:
     """The share (%) of direct calls of model ``m`` on ``bench`` that the pool's output-token distribution puts past
-    its generation cap: E_z[P(T > cap | z)], z ~ N(mu_b, sigma_b) (``parasim.harness.truncation_share``)."""
+    its generation cap: E_z[P(T > cap | z)], z ~ N(mu_b, sigma_b) (``parasim.pools.harness.truncation_share``)."""
     b = BENCHMARKS[BENCHMARK_INDEX[bench]]
     z = b.mu + math.sqrt(2.0) * b.sigma * _GH_X
     cut = truncation_share(pool.max_output_tokens, pool.tok_mu[_SR, m, b.domain], pool.tok_alpha[_SR, m],
@@ -480,13 +480,14 @@ def plurality_right(answers: np.ndarray) -> np.ndarray:
 
 
 def suite_table() -> Table:
-    """The benchmarks' task parameters (all assumed, ``parasim.tasks.BENCHMARKS``)."""
+    """The benchmarks' task parameters (all assumed, ``parasim.tasks.suites.BENCHMARKS``)."""
     rows = []
     for b in BENCHES:
         bb = BENCHMARKS[BENCHMARK_INDEX[b]]
         rows.append((b, bb.domain.name.lower(), "free-form" if bb.options == FREE_FORM else bb.options, f"{bb.mu:g}",
                      f"{bb.sigma:g}", f"{bb.zipf_s:g}", f"{bb.question_tokens:g}"))
-    return Table("Task suite", "The `paramanager` suite's benchmarks (equal weights), from `parasim.tasks.BENCHMARKS`; "
+    return Table("Task suite", "The `paramanager` suite's benchmarks (equal weights), from "
+                 "`parasim.tasks.suites.BENCHMARKS`; "
                  "every value is assumed (no public item-level figures).",
                  ("benchmark", "domain", "options", "mu_b", "sigma_b", "Zipf s", "question tokens"), rows)
 

@@ -123,7 +123,7 @@ def _corpus_lines() -> list[str]:
     """The built-in text plus ParaOrchText-v0's system prompt for the shipped ``paramanager`` pool, one line per
     training sample. Merges may span words (no regex pre-split, unlike Qwen's tokenizer), so the long, fixed
     prompt (rules, model cards, JSON tool list) compresses to a few hundred tokens and CPU tests stay fast."""
-    from parasim.envs.paraorch_text import describe_models
+    from envs.paraorch_text import describe_models
     from parasim.protocol.tool_schema import render_system_prompt
 
     return (_CORPUS + render_system_prompt(describe_models("paramanager"))).splitlines(keepends=True)

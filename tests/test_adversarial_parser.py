@@ -51,7 +51,7 @@ def assert_well_formed(parsed: ParsedRound, text: str, models: tuple[str, ...] |
 
 
 def test_corpus_is_deterministic_bounded_and_named() -> None:
-    from parasim.envs.paraorch_text import ACTION_MAX_CHARS
+    from envs.paraorch_text import ACTION_MAX_CHARS
 
     corpus = hostile_texts()
     assert MAX_CHARS == ACTION_MAX_CHARS  # the corpus exercises exactly what the text env accepts

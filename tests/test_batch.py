@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from parasim.batch import FIELDS, BatchValidationError, TrajectoryBatch
 from parasim.protocol.schema import NUM_TOOLS, Tool
+from parasim.scoring.batch import FIELDS, BatchValidationError, TrajectoryBatch
 
 
 def _arrays(n: int = 4) -> dict[str, np.ndarray]:

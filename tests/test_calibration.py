@@ -30,7 +30,7 @@ from parasim.calibration.poolfile import read_raw
 from parasim.calibration.quadrature import Marginal
 from parasim.calibration.runtime import normal_terms
 from parasim.cli import main
-from parasim.pools import load_pool
+from parasim.pools.pool import load_pool
 from parasim.protocol.schema import Tool
 
 

@@ -13,9 +13,9 @@ import pytest
 from tiny_lm import build_tokenizer
 
 import parasim  # noqa: F401  (registers the envs)
-from parasim.envs.paraorch_text import render_chatml, render_conversation
+from envs.paraorch_text import render_chatml, render_conversation
 from parasim.protocol.tool_schema import tool_list
-from parasim.training.llm.data import ROLE_MANAGER, read_jsonl, render_segments, write_jsonl
+from training.llm.data import ROLE_MANAGER, read_jsonl, render_segments, write_jsonl
 
 # Llama 3 style: header tokens per message, tool results as the "ipython" role, the tool list in the system turn.
 LLAMA3 = (

@@ -12,13 +12,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from parasim import config_fields
-from parasim.batch import TrajectoryBatch
 from parasim.cli import main
-from parasim.training import config, rescore
-from parasim.training.llm import grpo as llm_grpo
-from parasim.training.llm import runtime
-from parasim.training.llm import sft as llm_sft
+from parasim.config import fields as config_fields
+from parasim.scoring.batch import TrajectoryBatch
+from training import config, rescore
+from training.llm import grpo as llm_grpo
+from training.llm import runtime
+from training.llm import sft as llm_sft
 
 TINY = ["--set", "grpo.steps=2", "--set", "grpo.tasks_per_step=4", "--set", "grpo.group_size=4",
         "--set", "grpo.minibatches=2", "--set", "expert.episodes=64", "--set", "sft.epochs=1",
@@ -163,7 +163,7 @@ def test_calibrate_and_simulate_log_errors_follow_the_convention(capsys, tmp_pat
 def test_progress_shows_each_phase_with_an_eta():
     from rich.console import Console
 
-    from parasim.training.loggers import Progress
+    from training.loggers import Progress
 
     buf = io.StringIO()
     with Progress(console=Console(file=buf, force_terminal=True, width=120)) as bar:
@@ -180,7 +180,7 @@ def test_progress_shows_each_phase_with_an_eta():
 
 @pytest.mark.timeout(300)
 def test_train_reports_its_phases_in_order(capsys, tmp_path, monkeypatch):
-    from parasim.training import pipeline
+    from training import pipeline
 
     seen: list[tuple[str, int, int]] = []
     real = pipeline.run_pipeline

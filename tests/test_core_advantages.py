@@ -6,8 +6,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from parasim import reference
-from parasim.advantages import METHODS, SCALES, group_advantages
+from parasim.scoring import reference
+from parasim.scoring.advantages import METHODS, SCALES, group_advantages
 
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 NICE = [0.0, 0.25, 0.5, 1.0, -1.0, 2.0]  # values whose sums are exact, so identical groups stay identical

@@ -13,10 +13,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from parasim import _core, reference
-from parasim.advantages import METHODS, group_advantages
-from parasim.batch import BatchValidationError, TrajectoryBatch
-from parasim.masks import broadcast_to_tokens, loss_mask_from_spans, loss_normalizers
-from parasim.reward_config import RewardConfig
+from parasim.scoring.advantages import METHODS, group_advantages
+from parasim.scoring.batch import BatchValidationError, TrajectoryBatch
+from parasim.scoring.masks import broadcast_to_tokens, loss_mask_from_spans, loss_normalizers
+from parasim.scoring.reward_config import RewardConfig
 
 SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 F64_MAX = float(np.finfo(np.float64).max)

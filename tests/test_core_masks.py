@@ -6,8 +6,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from parasim import reference
-from parasim.masks import (
+from parasim.scoring import reference
+from parasim.scoring.masks import (
     LOSS_AGG_MODES,
     broadcast_to_tokens,
     loss_mask_from_spans,

@@ -8,11 +8,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from parasim import reference
-from parasim.batch import BatchValidationError, TrajectoryBatch
 from parasim.protocol.schema import NUM_TOOLS
-from parasim.reward_config import FORMULA_FIELDS, FORMULAS
-from parasim.rewards import (
+from parasim.scoring import reference
+from parasim.scoring.batch import BatchValidationError, TrajectoryBatch
+from parasim.scoring.reward_config import FORMULA_FIELDS, FORMULAS
+from parasim.scoring.rewards import (
     COMPONENTS,
     PRESETS,
     RewardConfig,
@@ -120,7 +120,7 @@ def test_row_vectors_weigh_their_own_features_and_other_formulas_ignore_them():
 
 def test_the_flag_decides_which_rows_have_a_vector_and_the_core_checks_the_width():
     from parasim import _core
-    from parasim.rewards import _param_rows
+    from parasim.scoring.rewards import _param_rows
 
     rng = np.random.default_rng(3)
     batch = with_row_preferences(rng, random_batch(rng, 500, 40), 0.3)
@@ -252,7 +252,7 @@ def test_unknown_preset_and_wrong_batch_type():
 
 
 def test_presets_cite_their_source():
-    from parasim.rewards import PRESET_SOURCES
+    from parasim.scoring.rewards import PRESET_SOURCES
 
     assert "RECONSTRUCTION" in PRESET_SOURCES["paramanager"]
     for name, arxiv in (("toolorchestra", "2511.21689"), ("xrouter", "2510.08439"), ("router_r1", "2506.09033")):

@@ -11,10 +11,10 @@ import numpy as np
 SCRIPT = """
 import sys
 import numpy as np
-from parasim.advantages import group_advantages
-from parasim.batch import TrajectoryBatch
-from parasim.masks import loss_mask_from_spans
-from parasim.rewards import PRESETS, compute_rewards_grid
+from parasim.scoring.advantages import group_advantages
+from parasim.scoring.batch import TrajectoryBatch
+from parasim.scoring.masks import loss_mask_from_spans
+from parasim.scoring.rewards import PRESETS, compute_rewards_grid
 
 rng = np.random.default_rng(7)
 n = 1 << 18

@@ -12,10 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import parasim  # noqa: F401  (registers the envs)
-from parasim.batch import FIELDS as BATCH_FIELDS
 from parasim.protocol.schema import NUM_TOOLS, Status, Tool
-from parasim.rewards import PRESETS
-from parasim.tasks import BENCHMARK_INDEX, load_suite
+from parasim.scoring.batch import FIELDS as BATCH_FIELDS
+from parasim.scoring.rewards import PRESETS
+from parasim.tasks.suites import BENCHMARK_INDEX, load_suite
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 import parasim  # noqa: F401  (registers the envs)
-from parasim.env_options import check_episode_options
-from parasim.envs.paraorch import ParaOrchEnv
+from envs.paraorch import ParaOrchEnv
+from parasim.config.env_options import check_episode_options
 from parasim.protocol.engine import EpisodeEngineBase, EpisodeOutcome, TaskView
 from parasim.sim import Simulator
 

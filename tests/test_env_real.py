@@ -27,15 +27,15 @@ from test_real_backend import (
 )
 
 import parasim  # noqa: F401  (registers the envs)
+from envs.real_evidence import AnswerIds, answer_kind, real_params
 from parasim import TrajectoryBatch, compute_rewards
-from parasim.envs.real_evidence import AnswerIds, answer_kind, real_params
-from parasim.pools import load_pool
+from parasim.pools.pool import load_pool
 from parasim.protocol.engine import EpisodeEngineBase
 from parasim.protocol.schema import NUM_STATUSES, Domain, Status, Tool
 from parasim.real.backend import RealToolBackend
 from parasim.real.engine import RealEpisodeEngine
 from parasim.sim.tables import MD_LLR_CONFIRM, MD_LLR_FLAG, NUM_ENV_PARAMS, build_tables, kernel_params
-from parasim.tasks import BENCHMARK_INDEX, load_suite
+from parasim.tasks.suites import BENCHMARK_INDEX, load_suite
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 EMPTY = [7, 0, 0]

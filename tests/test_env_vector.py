@@ -8,9 +8,9 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from gymnasium.wrappers.vector import RecordEpisodeStatistics
 
 import parasim  # noqa: F401
-from parasim.envs.paraorch_vector import ParaOrchVectorEnv
+from envs.paraorch_vector import ParaOrchVectorEnv
 from parasim.protocol.schema import NUM_TOOLS
-from parasim.tasks import load_suite
+from parasim.tasks.suites import load_suite
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 N = 6

@@ -25,7 +25,7 @@ from parasim.real.backend import CallInput
 from parasim.real.client import Completion
 from parasim.real.engine import RealEpisodeEngine
 from parasim.sim.kernel import F_QTOK, I_BENCH, I_NANS
-from parasim.tasks import BENCHMARKS, NUM_ANSWERS
+from parasim.tasks.suites import BENCHMARKS, NUM_ANSWERS
 
 _RAN = (Status.OK, Status.EXEC_ERR, Status.TIMEOUT, Status.TRUNCATED)
 

@@ -30,7 +30,7 @@ def test_one_turn_env_prompts_have_the_fixed_length_and_records_score(bench: Mod
     from tiny_lm import build_tokenizer
 
     from parasim import TrajectoryBatch, compute_rewards
-    from parasim.rewards import PRESETS
+    from parasim.scoring.rewards import PRESETS
 
     tokenizer = build_tokenizer()
     bench.register_bench_env()

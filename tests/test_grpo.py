@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 import torch
 
-from parasim.advantages import METHODS
 from parasim.cli import main
-from parasim.training import expert, grpo
-from parasim.training.config import make_config
-from parasim.training.pipeline import build_policy, run_pipeline
-from parasim.training.rollout import collect, make_envs
+from parasim.scoring.advantages import METHODS
+from training import expert, grpo
+from training.config import make_config
+from training.pipeline import build_policy, run_pipeline
+from training.rollout import collect, make_envs
 
 TINY = {"grpo.steps": "4", "grpo.tasks_per_step": "8", "grpo.group_size": "4", "grpo.minibatches": "2",
         "grpo.checkpoint_every": "2", "expert.episodes": "128", "sft.epochs": "1", "eval.tasks": "16",
@@ -134,8 +134,8 @@ def test_evaluation_metrics_and_train_cli(tmp_path, capsys):
 def test_env_reward_is_the_sweep_points_reward():
     """A sweep over ``c_tar``: each point's envs score under the point's RewardConfig, so ``info["reward_components"]``
     is the reward GRPO trains on (scored once, by the env), and points with different ``c_tar`` score differently."""
-    from parasim.rewards import compute_rewards
-    from parasim.training.sweep import expand
+    from parasim.scoring.rewards import compute_rewards
+    from training.sweep import expand
 
     scored = {}
     for point in expand([("c_tar", ["4", "16"])], seeds=[0], fixed=TINY):
@@ -157,7 +157,7 @@ def test_env_reward_is_the_sweep_points_reward():
 def test_batch_dependent_formulas_are_scored_over_the_rollouts_groups():
     """ToolOrchestra min-max normalizes within a group: the env, which sees one episode, cannot give the training
     reward, so the trainer scores the rollout's groups in one core call."""
-    from parasim.rewards import PRESETS, compute_rewards
+    from parasim.scoring.rewards import PRESETS, compute_rewards
 
     cfg = make_config("default", {**TINY, "reward_preset": "toolorchestra"})
     assert cfg.reward.batch_dependent and not PRESETS["paramanager"].batch_dependent

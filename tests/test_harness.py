@@ -1,4 +1,4 @@
-"""The deployment and harness model (parasim.harness): where models are served, the generation cap, truncation."""
+"""The deployment and harness model (parasim.pools.harness): where models are served, the generation cap, truncation."""
 from __future__ import annotations
 
 import copy
@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from parasim.calibration.simulate import simulated_calls
-from parasim.env_options import check_harness
-from parasim.harness import capped_accuracy, solve_capped_skill, truncation_share, with_harness
-from parasim.pools import PoolError, accuracy_under_cap, load_pool, parse_pool, read_pool_file
+from parasim.config.env_options import check_harness
+from parasim.pools.harness import capped_accuracy, solve_capped_skill, truncation_share, with_harness
+from parasim.pools.pool import PoolError, accuracy_under_cap, load_pool, parse_pool, read_pool_file
 from parasim.protocol.schema import NUM_STATUSES, PROTOCOL_FAILURES, Status, Tool
 from parasim.sim import Simulator
 from parasim.sim.kernel import C_LAT, C_TOK_OUT, I_FMT
@@ -18,7 +18,7 @@ from parasim.sim.tables import TM_LAT_BASE, TM_LAT_PER_TOK, TT_TIMEOUT
 
 
 def _raw(name: str = "paramanager") -> dict:
-    return copy.deepcopy(read_pool_file(f"parasim/pool_files/{name}.json")[0])
+    return copy.deepcopy(read_pool_file(f"parasim/pools/files/{name}.json")[0])
 
 
 def test_truncated_is_appended_and_is_a_tool_failure() -> None:

@@ -3,8 +3,8 @@
 Read from the source with ``ast`` (module-level and function-level imports alike, since a lazy import is still a
 dependency), so that a cycle is caught before it bites at import time. The root package is left out as a target:
 every module imports it first anyway, as its parent, and its names resolve lazily (PEP 562) from their modules.
-``parasim.reference`` is the plain NumPy oracle that the C++ core is tested against: if the library used it, a bug
-there would be in both sides of a test.
+``parasim.scoring.reference`` is the plain NumPy oracle that the C++ core is tested against: if the library used it, a
+bug there would be in both sides of a test.
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ((ROOT / "parasim", "parasim"), (ROOT / "envs", "parasim.envs"), (ROOT / "training", "parasim.training"))
+PACKAGES = ((ROOT / "parasim", "parasim"), (ROOT / "envs", "envs"), (ROOT / "training", "training"))
 
 
 def _modules() -> dict[str, Path]:
@@ -98,11 +98,12 @@ def test_the_cycle_finder_finds_cycles() -> None:
 
 
 def test_the_library_never_imports_the_oracle() -> None:
-    importers = sorted(m for m, deps in _graph().items() if "parasim.reference" in deps)
+    importers = sorted(m for m, deps in _graph().items() if "parasim.scoring.reference" in deps)
     assert importers == []
-    code = ("import sys, parasim, gymnasium as gym; import parasim.rewards, parasim.advantages, parasim.masks; "
-            "import parasim.training.grpo, parasim.envs.paraorch_vector; gym.make('ParaOrch-v0').reset(seed=0); "
-            "print('parasim.reference' in sys.modules)")
+    code = ("import sys, parasim, gymnasium as gym; "
+            "import parasim.scoring.rewards, parasim.scoring.advantages, parasim.scoring.masks; "
+            "import training.grpo, envs.paraorch_vector; gym.make('ParaOrch-v0').reset(seed=0); "
+            "print('parasim.scoring.reference' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "False"

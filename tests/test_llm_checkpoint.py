@@ -18,9 +18,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from tiny_lm import build_tiny_lm  # noqa: E402
 
-from parasim.config_fields import ConfigError  # noqa: E402
-from parasim.training.llm import runtime  # noqa: E402
-from parasim.training.llm.data import write_jsonl  # noqa: E402
+from parasim.config.fields import ConfigError  # noqa: E402
+from training.llm import runtime  # noqa: E402
+from training.llm.data import write_jsonl  # noqa: E402
 
 CPU = torch.device("cpu")
 
@@ -96,7 +96,7 @@ def test_resume_with_more_ranks_than_saved_names_the_world_size(tiny: Path, tmp_
 def _torchrun_sft(args: list[str], cwd: Path) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           "-m", "parasim.training.llm.sft", *args]
+           "-m", "training.llm.sft", *args]
     proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 

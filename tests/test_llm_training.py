@@ -22,8 +22,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from tiny_lm import build_tiny_lm  # noqa: E402
 
-from parasim.training.llm import grpo, runtime, sft  # noqa: E402
-from parasim.training.llm.data import (  # noqa: E402
+from training.llm import grpo, runtime, sft  # noqa: E402
+from training.llm.data import (  # noqa: E402
     ROLE_ENV,
     ROLE_MANAGER,
     TokenTrajectory,
@@ -32,8 +32,8 @@ from parasim.training.llm.data import (  # noqa: E402
     token_mask,
     write_jsonl,
 )
-from parasim.training.llm.expert_data import generate  # noqa: E402
-from parasim.training.llm.rollout import Generation, parse_completion_choice, reset_for_group  # noqa: E402
+from training.llm.expert_data import generate  # noqa: E402
+from training.llm.rollout import Generation, parse_completion_choice, reset_for_group  # noqa: E402
 
 FAKE_SERVER = Path(__file__).with_name("fake_server.py")  # the scripted OpenAI-compatible server (a test tool)
 
@@ -138,7 +138,7 @@ def test_config_file_and_overrides(tmp_path: Path) -> None:
 def test_stream_appends_only_new_env_text_and_keeps_generated_ids(tokenizer) -> None:
     """The env may show the manager's turn differently from the raw sample (U+FFFD for characters outside its
     charset, an end-of-turn the sample lacked); the stream still holds the sampled ids and only new env text."""
-    from parasim.training.llm.rollout import Stream
+    from training.llm.rollout import Stream
 
     eos = tokenizer.eos_token_id
     obs0 = "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n"
@@ -187,7 +187,7 @@ def test_reset_for_group_shares_the_task_through_reset_options() -> None:
 
 def test_reset_for_group_gives_real_engines_a_task_index() -> None:
     """Engines with a task list (RealEpisodeEngine) get an in-range int task_index drawn from the task seed."""
-    from parasim.envs.paraorch_text import ParaOrchTextEnv
+    from envs.paraorch_text import ParaOrchTextEnv
     from parasim.protocol.engine import EpisodeEngineBase, EpisodeOutcome, TaskView
 
     class Engine(EpisodeEngineBase):
@@ -459,7 +459,7 @@ def _torchrun(module: str, args: list[str], cwd: Path, timeout: int = 240) -> su
 def test_fsdp2_two_processes_match_single_process_sft(tiny: Path, sft_data: Path, tmp_path: Path) -> None:
     flags = ["--model_path", str(tiny), "--data", str(sft_data), "--total_steps", "2", "--batch_size", "4",
              "--micro_batch_size", "1", "--learning_rate", "3e-3", "--save_every", "1"]
-    _torchrun("parasim.training.llm.sft", [*flags, "--output_dir", str(tmp_path / "fsdp")], tmp_path)
+    _torchrun("training.llm.sft", [*flags, "--output_dir", str(tmp_path / "fsdp")], tmp_path)
     single = sft.main(runtime.parse_config(sft.SFTArgs, [*flags, "--output_dir", str(tmp_path / "one")]))
     sharded = runtime.latest_checkpoint(tmp_path / "fsdp" / "checkpoints") / "model"
     ws, wf = _weights(single), _weights(sharded)
@@ -480,7 +480,7 @@ def test_fsdp2_two_processes_match_single_process_sft(tiny: Path, sft_data: Path
                                                           "--output_dir", str(tmp_path / "fsdp")]))
     assert resumed.parent.name == "step_00000003"
     # GRPO under FSDP2: records gathered over ranks for group advantages, HF rollout copies synced after the update
-    _torchrun("parasim.training.llm.grpo", [
+    _torchrun("training.llm.grpo", [
         "--model_path", str(sharded), "--output_dir", str(tmp_path / "grpo"), "--total_steps", "1",
         "--tasks_per_step", "2", "--group_size", "2", "--max_tokens", "700", "--max_turn_tokens", "16",
         "--minibatch_size", "4", "--micro_batch_size", "2", "--dump_rollouts", "true", "--kl_coef", "0.05",
@@ -500,8 +500,8 @@ def test_a_cut_off_episode_is_scored_by_the_env_as_the_trainer_scores_it(tokeniz
     import gymnasium as gym
 
     from parasim import TrajectoryBatch, compute_rewards
-    from parasim.rewards import PRESETS
-    from parasim.training.llm.rollout import RolloutConfig, collect
+    from parasim.scoring.rewards import PRESETS
+    from training.llm.rollout import RolloutConfig, collect
 
     block = tokenizer('<tool_call>\n{"name": "search", "arguments": {"query": "x"}}\n</tool_call>')["input_ids"]
 

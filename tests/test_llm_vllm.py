@@ -18,8 +18,8 @@ import pytest
 import torch
 from tiny_lm import build_tiny_lm
 
-from parasim.training.llm import grpo, runtime
-from parasim.training.llm.data import ROLE_MANAGER
+from training.llm import grpo, runtime
+from training.llm.data import ROLE_MANAGER
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from parasim.training.loggers import MetricLoggers, parse_loggers, verl_names
+from training.loggers import MetricLoggers, parse_loggers, verl_names
 
 
 def _steps(path: Path) -> list[int]:
@@ -69,7 +69,7 @@ def test_a_fresh_run_replaces_an_old_log(tmp_path):
 def test_llm_trainer_step_log_resumes_without_duplicates(tmp_path):
     import torch
 
-    from parasim.training.llm.runtime import DistInfo, StepLog
+    from training.llm.runtime import DistInfo, StepLog
 
     info = DistInfo(0, 1, 0, torch.device("cpu"))
     log = StepLog(tmp_path, "grpo_metrics", "jsonl", info, resume_step=None, echo=False)
@@ -90,7 +90,7 @@ def test_llm_trainer_step_log_resumes_without_duplicates(tmp_path):
 def test_small_trainer_resume_step_is_the_checkpoints(tmp_path):
     import torch
 
-    from parasim.training.pipeline import grpo_resume_step
+    from training.pipeline import grpo_resume_step
 
     assert grpo_resume_step(tmp_path) is None
     torch.save({"step": 4, "history": []}, tmp_path / "grpo.pt")

@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from parasim.protocol.schema import NUM_STATUSES
-from parasim.training.policy import ManagerPolicy, PolicyConfig, obs_to_tensor
-from parasim.training.sft import SFTConfig, train_sft
+from training.policy import ManagerPolicy, PolicyConfig, obs_to_tensor
+from training.sft import SFTConfig, train_sft
 
 K, TOOLS, MODELS, TARGETS = 2, 8, 3, 5
 NVEC = [2] + [TOOLS, MODELS, TARGETS] * K

@@ -1,4 +1,4 @@
-"""Pool overrides (``parasim.pool_overrides``): paths into the pool JSON, the parser's errors, the sweep keys
+"""Pool overrides (``parasim.pools.overrides``): paths into the pool JSON, the parser's errors, the sweep keys
 ``pool.<path>``, the env receiving the overridden pool, and a sweep over a pool parameter end to end."""
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 
 from parasim.calibration.simulate import simulated_calls
-from parasim.pool_overrides import apply_set, env_pool, format_set, load_with_set, parse_set
-from parasim.pools import PoolError, accuracy_under_cap, load_pool, read_pool_file
+from parasim.pools.overrides import apply_set, env_pool, format_set, load_with_set, parse_set
+from parasim.pools.pool import PoolError, accuracy_under_cap, load_pool, read_pool_file
 from parasim.protocol.schema import Status, Tool
-from parasim.rewards import PRESETS
-from parasim.training import config, sweep
-from parasim.training.population import population_key
-from parasim.training.rollout import make_envs
+from parasim.scoring.rewards import PRESETS
+from training import config, sweep
+from training.population import population_key
+from training.rollout import make_envs
 
 GPT_OSS = 2  # row of GPT-OSS-20B in the paramanager pool
 
@@ -62,9 +62,9 @@ def test_group_shorthand_globs_and_specific_models_apply_broad_first():
 def test_the_same_value_gives_the_shipped_pool_and_tau_keeps_the_accuracy_targets():
     base = load_pool("paramanager")
     assert _arrays_equal(load_with_set("paramanager", "interaction.sd=1.0"), base)
-    raw, _ = read_pool_file("parasim/pool_files/paramanager.json")
+    raw, _ = read_pool_file("parasim/pools/files/paramanager.json")
     assert apply_set(raw, {"interaction.sd": "0.2"}) != raw and raw == read_pool_file(
-        "parasim/pool_files/paramanager.json")[0]  # a copy: the parsed file is left as read
+        "parasim/pools/files/paramanager.json")[0]  # a copy: the parsed file is left as read
     for tau in ("0", "2"):
         spec = load_with_set("paramanager", f"interaction.sd={tau}")
         assert not np.array_equal(spec.skill, base.skill)  # skills are re-solved...
@@ -93,7 +93,7 @@ def test_bad_paths_and_values_are_refused_naming_them(pool_set, match):
 
 
 def test_optional_keys_the_schema_defines_may_be_added():
-    raw, _ = read_pool_file("parasim/pool_files/paramanager.json")
+    raw, _ = read_pool_file("parasim/pools/files/paramanager.json")
     del raw["models"][1]["interaction"], raw["models"][1]["errors"]["affinity"]
     out = apply_set(raw, {"interaction.sd": "0.3", "errors.affinity": "0.1"})
     assert out["models"][1]["interaction"] == {"sd": 0.3, "source": "assumed"}

@@ -15,23 +15,23 @@ import pytest
 import torch
 
 import parasim  # noqa: F401  (registers ParaOrch-v0)
-from parasim.config_fields import ConfigError, validate
-from parasim.descriptors import MODEL_FEATURES, TOOL_FEATURES, pool_descriptors
-from parasim.envs.action_masks import tuple_mask
-from parasim.pools import DEFAULT_CONTEXT_TOKENS, PoolError, load_pool
+from envs.action_masks import tuple_mask
+from parasim.config.fields import ConfigError, validate
+from parasim.pools.descriptors import MODEL_FEATURES, TOOL_FEATURES, pool_descriptors
+from parasim.pools.pool import DEFAULT_CONTEXT_TOKENS, PoolError, load_pool
 from parasim.protocol.engine import EpisodeEngineBase, EpisodeOutcome, TaskView
-from parasim.tasks import BENCHMARKS, load_suite
-from parasim.tool_spec import TOOL_SPEC_DIR
-from parasim.training import report
-from parasim.training.config import make_config
-from parasim.training.evaluate import check_eval_pool, evaluate
-from parasim.training.pipeline import run_pipeline
-from parasim.training.policy import ManagerPolicy, PolicyConfig, PolicyStack
-from parasim.training.population import build_policy, run_population
-from parasim.training.rollout import collect, make_envs
+from parasim.tasks.suites import BENCHMARKS, load_suite
+from parasim.tools.spec import TOOL_SPEC_DIR
+from training import report
+from training.config import make_config
+from training.evaluate import check_eval_pool, evaluate
+from training.pipeline import run_pipeline
+from training.policy import ManagerPolicy, PolicyConfig, PolicyStack
+from training.population import build_policy, run_population
+from training.rollout import collect, make_envs
 
 POOLS = ("paramanager", "paramanager_mono", "toolorchestra")
-POOL_FILE = Path(__file__).resolve().parents[1] / "parasim" / "pool_files" / "paramanager.json"
+POOL_FILE = Path(__file__).resolve().parents[1] / "parasim" / "pools" / "files" / "paramanager.json"
 TINY = {"grpo.steps": "3", "grpo.tasks_per_step": "6", "grpo.group_size": "4", "grpo.minibatches": "2",
         "grpo.checkpoint_every": "2", "expert.episodes": "96", "sft.epochs": "2", "sft.batch_size": "64",
         "eval.tasks": "12", "eval.k": "2", "policy.hidden": "24", "policy.model_head": "descriptor"}

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from parasim.pools import (
+from parasim.pools.pool import (
     KNOWN_SOURCES,
     POOL_DIR,
     PoolError,
@@ -25,7 +25,7 @@ from parasim.pools import (
     solve_skill,
 )
 from parasim.protocol.schema import NUM_DOMAINS, NUM_TOOLS, Tool
-from parasim.tasks import BENCHMARKS, NUM_BENCHMARKS, SUITES, load_suite, load_tasks
+from parasim.tasks.suites import BENCHMARKS, NUM_BENCHMARKS, SUITES, load_suite, load_tasks
 
 
 def _raw(name: str = "paramanager") -> dict:
@@ -68,7 +68,7 @@ def test_solved_skills_reproduce_targets_exactly(name):
     assert has.sum() >= 5
     uncapped = has & np.isinf(pool.accuracy_cap)
     np.testing.assert_allclose(acc[uncapped], pool.accuracy_target[uncapped], atol=1e-9)
-    # targets published under a generation cap: truncated calls count wrong at that cap (parasim.harness)
+    # targets published under a generation cap: truncated calls count wrong at that cap (parasim.pools.harness)
     at_card = accuracy_under_cap(pool, pool.accuracy_cap)
     np.testing.assert_allclose(at_card[has], pool.accuracy_target[has], atol=1e-6)
     assert np.all(acc[has & ~uncapped] > pool.accuracy_target[has & ~uncapped])  # the cap cost them accuracy
@@ -184,7 +184,7 @@ def test_task_file_errors_name_line_and_field(tmp_path, line, message):
 
 
 def test_assumed_parameters_are_listed():
-    from parasim.pools import assumed_parameters
+    from parasim.pools.pool import assumed_parameters
 
     listed = assumed_parameters("paramanager")
     assert "models[0].anchoring" in listed and "tools.search.cost" not in listed and "models[0].price" not in listed
@@ -194,7 +194,7 @@ def test_assumed_parameters_are_listed():
 def test_openweight_pool_is_the_unseen_pool_it_describes():
     """The pool-shift pool loads, lists what it assumes, cites only known sources, and serves paramanager's manager
     and tools on H200s (GPUs per replica from the checkpoints' sizes), with its targets at their cards' caps."""
-    from parasim.pools import assumed_parameters
+    from parasim.pools.pool import assumed_parameters
 
     pool, train = load_pool("openweight"), load_pool("paramanager")
     raw = _raw("openweight")

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 import torch
 
-from parasim.training import sweep
-from parasim.training.config import make_config
-from parasim.training.pipeline import run_pipeline
-from parasim.training.policy import ManagerPolicy, MemberAdam, PolicyConfig, PolicyStack, clip_member_grads
-from parasim.training.population import population_key, run_population, split_population
+from training import sweep
+from training.config import make_config
+from training.pipeline import run_pipeline
+from training.policy import ManagerPolicy, MemberAdam, PolicyConfig, PolicyStack, clip_member_grads
+from training.population import population_key, run_population, split_population
 
 TINY = {"grpo.steps": "3", "grpo.tasks_per_step": "6", "grpo.group_size": "4", "grpo.minibatches": "2",
         "grpo.checkpoint_every": "2", "expert.episodes": "96", "sft.epochs": "2", "sft.batch_size": "64",

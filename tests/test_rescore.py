@@ -6,10 +6,10 @@ import json
 import numpy as np
 import pytest
 
-from parasim.batch import TrajectoryBatch
 from parasim.cli import main
-from parasim.rewards import compute_rewards
-from parasim.training import rescore
+from parasim.scoring.batch import TrajectoryBatch
+from parasim.scoring.rewards import compute_rewards
+from training import rescore
 
 
 def _batch(n: int = 400, seed: int = 0) -> TrajectoryBatch:

@@ -8,10 +8,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from parasim import _core, reference
-from parasim.batch import BatchValidationError, TrajectoryBatch
 from parasim.protocol.schema import MAX_TOOLS
-from parasim.reward_config import FORMULA_FIELDS, FORMULAS
-from parasim.rewards import COMPONENTS, PRESETS, RewardConfig, compute_rewards, compute_rewards_grid
+from parasim.scoring.batch import BatchValidationError, TrajectoryBatch
+from parasim.scoring.reward_config import FORMULA_FIELDS, FORMULAS
+from parasim.scoring.rewards import COMPONENTS, PRESETS, RewardConfig, compute_rewards, compute_rewards_grid
 
 SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -18,9 +18,9 @@ from gymnasium.utils.passive_env_checker import env_render_passive_checker
 from test_env_real import _make as _real  # the real-tools env over the scripted server (tests/conftest.py)
 
 import parasim  # noqa: F401  (registers the envs)
-from parasim.envs.action_masks import tuple_mask
-from parasim.envs.paraorch import ParaOrchEnv
-from parasim.envs.render import COLUMNS, FIXED_LINES, SHOWN_ROUNDS, Board, board_lines, ending_text, render_board
+from envs.action_masks import tuple_mask
+from envs.paraorch import ParaOrchEnv
+from envs.render import COLUMNS, FIXED_LINES, SHOWN_ROUNDS, Board, board_lines, ending_text, render_board
 from parasim.protocol.schema import Tool
 
 pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"), pytest.mark.timeout(120)]

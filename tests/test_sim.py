@@ -5,12 +5,12 @@ import numpy as np
 import pytest
 
 from parasim.calibration.simulate import CALL_FIELDS, simulated_calls
-from parasim.pools import load_pool
+from parasim.pools.pool import load_pool
 from parasim.protocol.schema import NUM_TOOLS, Status, Tool
 from parasim.sim import TARGET_CARRY, TARGET_QUESTION, TARGET_VERIFY, Simulator
 from parasim.sim.kernel import EMPTY_SLOT, F_Z, I_ROW, NO_CALL
 from parasim.sim.rng import seed_state
-from parasim.tasks import BENCHMARK_INDEX
+from parasim.tasks.suites import BENCHMARK_INDEX
 
 SR, CR, CODE, ENS, PY = (int(Tool.STANDARD_REASONER), int(Tool.CRITICAL_REVIEWER), int(Tool.CODE_REASONER),
                          int(Tool.ENSEMBLE_SOLVER), int(Tool.PYTHON))
@@ -201,7 +201,7 @@ def test_threaded_step_equals_the_serial_loop():
 
 
 def test_trajectory_fields_satisfy_the_batch_contract():
-    from parasim.batch import TrajectoryBatch
+    from parasim.scoring.batch import TrajectoryBatch
 
     sim = Simulator("paramanager", "paramanager", 32, max_rounds=2)
     sim.seed(np.arange(32))

@@ -3,7 +3,7 @@
 Policy: one direct standard_reasoner call by model m on the question, whose answer is scored; and, for the
 manager, final_answer at once (the termination model then answers itself), whose episode outcome is. It must
 match each (model, benchmark) target of the pool file, corrected from its published setting to the env's
-generation cap (``parasim.pools.accuracy_under_cap``; a truncated call has no answer), within 2 points.
+generation cap (``parasim.pools.pool.accuracy_under_cap``; a truncated call has no answer), within 2 points.
 12,000 episodes per target put the standard error at <= 0.46 points, so the test fails on a real
 miscalibration, not on noise.
 """
@@ -12,11 +12,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from parasim.envs.paraorch_vector import ParaOrchVectorEnv
-from parasim.pools import accuracy_under_cap, load_pool, shipped_pools
+from envs.paraorch_vector import ParaOrchVectorEnv
+from parasim.pools.pool import accuracy_under_cap, load_pool, shipped_pools
 from parasim.protocol.schema import NUM_TOOLS, Tool
 from parasim.sim.kernel import C_ANSWER, C_KIND, OUT_ANSWER
-from parasim.tasks import BENCHMARKS
+from parasim.tasks.suites import BENCHMARKS
 
 EPISODES = 12_000
 LANES = 4_000

@@ -20,7 +20,7 @@ from types import ModuleType
 import numpy as np
 import pytest
 
-from parasim.pools import KNOWN_SOURCES
+from parasim.pools.pool import KNOWN_SOURCES
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "simulator.md"

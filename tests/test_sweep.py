@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from parasim.cli import main as cli_main
-from parasim.training import config, grpo, report, sft, sweep
-from parasim.training.store import ResultsStore
+from training import config, grpo, report, sft, sweep
+from training.store import ResultsStore
 
 TINY = {"grpo.steps": "2", "grpo.tasks_per_step": "4", "grpo.group_size": "4", "grpo.minibatches": "2",
         "expert.episodes": "64", "sft.epochs": "1", "eval.tasks": "8", "eval.k": "2", "policy.hidden": "32"}

@@ -21,7 +21,7 @@ import pytest
 
 from parasim.cli import main as cli_main
 from parasim.protocol.schema import Tool
-from parasim.training import procgroup, sweep
+from training import procgroup, sweep
 
 TINY = {"grpo.steps": "2", "grpo.tasks_per_step": "4", "grpo.group_size": "4", "grpo.minibatches": "2",
         "expert.episodes": "64", "sft.epochs": "1", "eval.tasks": "8", "eval.k": "2", "policy.hidden": "32"}
@@ -109,7 +109,7 @@ def test_a_bad_point_file_is_quarantined_with_a_warning_and_only_its_point_redon
 
 
 def test_a_result_that_breaks_the_schema_comes_back_as_a_failed_point(monkeypatch):
-    from parasim.training import pipeline
+    from training import pipeline
 
     point = _points("c_tar=4")[0]
     monkeypatch.setattr(pipeline, "run_pipeline", lambda cfg: {**_result(point), "reward": math.inf})

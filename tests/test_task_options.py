@@ -10,9 +10,9 @@ from gymnasium.vector import AutoresetMode
 
 import parasim  # noqa: F401  (registers the envs)
 from parasim import TrajectoryBatch, compute_rewards
-from parasim.env_options import check_task_option_mode, check_task_options
+from parasim.config.env_options import check_task_option_mode, check_task_options
 from parasim.protocol.schema import Status
-from parasim.rewards import PRESETS
+from parasim.scoring.rewards import PRESETS
 from parasim.sim import Simulator
 from parasim.sim.state import empty_action, set_action_slot
 from parasim.sim.task_options import OPTS_GIVEN, OPTS_NONE
@@ -282,7 +282,7 @@ def test_descriptors_show_the_episode_tool_prices() -> None:
     """With descriptors, the ``tools`` rows' usd_per_call column is the episode's own price where it has one (a
     given reset option, or drawn by task_options="random"), the pool's elsewhere; the vector env's lane equals the
     single env seeded alike."""
-    from parasim.descriptors import TOOL_FEATURES, squash
+    from parasim.pools.descriptors import TOOL_FEATURES, squash
 
     col = TOOL_FEATURES.index("usd_per_call")
     env = gym.make("ParaOrch-v0", descriptors=True)

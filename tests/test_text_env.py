@@ -13,10 +13,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import parasim  # noqa: F401  (registers the envs)
-from parasim.envs.paraorch_text import ParaOrchTextEnv, to_charset
+from envs.paraorch_text import ParaOrchTextEnv, to_charset
 from parasim.protocol.engine import EpisodeEngineBase, EpisodeOutcome, TaskView
 from parasim.protocol.schema import MAX_PARALLEL, CallResult, Status, Tool, ToolCall
-from parasim.tasks import BENCHMARK_INDEX
+from parasim.tasks.suites import BENCHMARK_INDEX
 
 EMPTY = len(Tool) - 1  # the structured env's empty-slot tool value (NUM_TOOLS)
 

@@ -11,7 +11,7 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import parasim  # noqa: F401  (registers the envs)
-from parasim.envs.paraorch_text import MAX_ERRORS_SHOWN, ParaOrchTextEnv, render_chatml
+from envs.paraorch_text import MAX_ERRORS_SHOWN, ParaOrchTextEnv, render_chatml
 from parasim.protocol.engine import EpisodeEngineBase, EpisodeOutcome, TaskView
 from parasim.protocol.schema import CallResult, Status, ToolCall
 

@@ -9,13 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from parasim.pools import PoolError, load_pool, reliability, shipped_pools
+from parasim.pools.pool import PoolError, load_pool, reliability, shipped_pools
 from parasim.protocol.schema import NUM_TOOLS, Tool
 from parasim.protocol.tool_schema import TOOL_ARGUMENTS, render_system_prompt, tool_list
 from parasim.real.prompts import SYSTEM_PROMPTS
 from parasim.sim.tables import B_ENSEMBLE, B_REVIEWER, TT_AGENT, TT_BEHAVIOUR, build_tables
-from parasim.tasks import load_suite
-from parasim.tool_spec import (
+from parasim.tasks.suites import load_suite
+from parasim.tools.spec import (
     BEHAVIOURS,
     KINDS,
     TOOL_SPEC_DIR,
@@ -26,7 +26,7 @@ from parasim.tool_spec import (
     resolve_callable,
 )
 
-POOL = Path(__file__).resolve().parents[1] / "parasim" / "pool_files" / "paramanager.json"
+POOL = Path(__file__).resolve().parents[1] / "parasim" / "pools" / "files" / "paramanager.json"
 
 VERIFIER = {
     "name": "verifier", "kind": "agent", "behaviour": "reviewer",

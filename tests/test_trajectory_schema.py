@@ -1,5 +1,5 @@
 """One trajectory schema: the compiled core, TrajectoryBatch, the simulator's gather and the single-episode row
-builders all take their fields from ``parasim.trajectory_schema`` (checked here against each of them)."""
+builders all take their fields from ``parasim.scoring.trajectory_schema`` (checked here against each of them)."""
 from __future__ import annotations
 
 import inspect
@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 
 from parasim import _core
-from parasim.batch import BatchValidationError, TrajectoryBatch, trajectory_record, trajectory_row
 from parasim.protocol.schema import MAX_TOOLS, NUM_TOOLS, Tool
+from parasim.scoring.batch import BatchValidationError, TrajectoryBatch, trajectory_record, trajectory_row
+from parasim.scoring.trajectory_schema import CORE_FIELDS, FIELD, FIELDS, TRAJECTORY_FIELDS, count_tools, new_rows
 from parasim.sim import Simulator
 from parasim.sim.gather import gather_trajectories, lane_selection_fields, trajectory_fields
 from parasim.sim.kernel import F_COST, F_LAT, F_OUTCOME, F_TOKENS, F_USD, I_CALLS, I_EPISODE, I_FINAL, I_FMT, I_ROUND
-from parasim.trajectory_schema import CORE_FIELDS, FIELD, FIELDS, TRAJECTORY_FIELDS, count_tools, new_rows
 
 
 def test_compiled_core_reads_exactly_the_schemas_core_fields() -> None:

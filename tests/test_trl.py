@@ -24,7 +24,7 @@ from parasim.integrations.trl import (  # noqa: E402
     make_reward_func,
     task_dataset,
 )
-from parasim.training.llm.rollout import reset_for_group  # noqa: E402
+from training.llm.rollout import reset_for_group  # noqa: E402
 
 ENV_KWARGS = {"max_rounds": 2}
 FINAL = '<tool_call>\n{"name": "final_answer", "arguments": {"answer": "A"}}\n</tool_call>'

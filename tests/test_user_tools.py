@@ -13,12 +13,12 @@ from user_tools import EXPLODER, SLEEPER, UNIT_CONVERTER, VERIFIER, pool_with
 
 import parasim  # noqa: F401  (registers the envs)
 from parasim import RewardConfig, TrajectoryBatch, compute_rewards
-from parasim.pools import load_pool
+from parasim.pools.pool import load_pool
 from parasim.protocol.parser import parse_tool_calls
 from parasim.protocol.schema import NUM_STATUSES, Status, Tool, ToolCall
 from parasim.real.backend import BackendConfig, CallInput, RealToolBackend
 from parasim.real.engine import RealEpisodeEngine
-from parasim.tool_spec import SpecTool
+from parasim.tools.spec import SpecTool
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 VERIFIER_T, CONVERTER_T, EMPTY_T = 7, 8, 9  # the user tools' indices; T = 9 is the empty slot

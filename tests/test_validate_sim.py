@@ -15,12 +15,12 @@ from test_real_backend import _exact, _task
 
 import parasim  # noqa: F401  (registers the envs)
 from parasim.cli import main
-from parasim.pools import pool_file
+from parasim.pools.pool import pool_file
 from parasim.protocol.schema import CallResult, Status, Tool, ToolCall
 from parasim.real.calllog import CallLogger, episodes_path
 from parasim.real.engine import RealEpisodeEngine
 from parasim.sim.kernel import EMPTY_SLOT, I_NANS, leading_answer
-from parasim.tasks import BENCHMARKS
+from parasim.tasks.suites import BENCHMARKS
 from parasim.validation import ValidateSimConfig, validate_sim
 from parasim.validation.compare import chance_rate, is_consistent, predictive_p
 from parasim.validation.replay import STATUS_GROUPS
@@ -64,7 +64,7 @@ def test_episode_prices_are_logged_and_charged_by_the_replay(backend, tmp_path: 
     the replay charges the same prices: its simulated USD is the price of each ensemble call that ran."""
     from dataclasses import replace
 
-    from parasim.pools import load_pool
+    from parasim.pools.pool import load_pool
     from parasim.validation.logs import read_logs
     from parasim.validation.replay import replay
 

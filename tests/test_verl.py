@@ -19,7 +19,7 @@ import parasim  # noqa: F401  (registers the envs)
 from parasim.integrations import verl as pv
 from parasim.protocol.engine import EpisodeEngineBase, EpisodeOutcome, TaskView
 from parasim.protocol.schema import CallResult, Domain, Status, ToolCall
-from parasim.training.llm.rollout import reset_for_group
+from training.llm.rollout import reset_for_group
 
 ENV_KWARGS = {"max_rounds": 3, "pool": "paramanager"}
 FINAL = '<tool_call>\n{"name": "final_answer", "arguments": {"answer": "A"}}\n</tool_call>'

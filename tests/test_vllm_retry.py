@@ -21,7 +21,7 @@ import pytest
 from loopback_http import serve
 
 from parasim.real.client import backoff_delay, retryable_status
-from parasim.training.llm.rollout import SamplingParams, VLLMEngine, VLLMRequestError
+from training.llm.rollout import SamplingParams, VLLMEngine, VLLMRequestError
 
 STOP = 7
 COMPLETION = {"choices": [{"index": 0, "token_ids": [5, 6, STOP], "finish_reason": "stop",

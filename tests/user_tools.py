@@ -15,9 +15,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from parasim.tool_spec import TOOL_SPEC_DIR
+from parasim.tools.spec import TOOL_SPEC_DIR
 
-POOL = Path(__file__).resolve().parents[1] / "parasim" / "pool_files" / "paramanager.json"
+POOL = Path(__file__).resolve().parents[1] / "parasim" / "pools" / "files" / "paramanager.json"
 _ASSUMED = {"source": "assumed"}
 _AGENT_MODEL = {
     "bonus": {"math": 0.0, "science": 0.0, "knowledge": 0.0, "code": 0.0, **_ASSUMED},

@@ -1,2 +1,2 @@
-"""Trainers, rollouts and sweeps of parasim, imported as ``parasim.training`` (``parasim/training`` links to this
-folder)."""
+"""Trainers, rollouts and sweeps of parasim: the small policy's SFT and GRPO on the simulator, the LLM manager's
+trainers (``training.llm``), sweeps and their store. A top-level package over ``envs`` and ``parasim``."""

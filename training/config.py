@@ -5,8 +5,8 @@ options and each trainer's hyperparameter dataclass (kept at the top of its own 
 Any field is addressable as ``section.field`` or, when unambiguous, by its plain name (``c_tar=8``,
 ``grpo.learning_rate=1e-3``, ``max_parallel=1``), so a grid axis is just a name and a list of strings. A pool
 parameter is addressable as ``pool.<path>`` (``pool.interaction.sd=0.5``): each such key is one override in
-``env.pool_set`` (``parasim.pool_overrides``), checked against the pool when the config is validated. Every
-value is declared and checked through ``parasim.config_fields``, with a message naming the field, the
+``env.pool_set`` (``parasim.pools.overrides``), checked against the pool when the config is validated. Every
+value is declared and checked through ``parasim.config.fields``, with a message naming the field, the
 value and its allowed range.
 
 The ablation presets of the issue (``serial``, ``mono``, ``no_diversity``, ``sft_only``,
@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from parasim.config_fields import (
+from parasim.config.env_options import ROUND_LIMIT
+from parasim.config.fields import (
     ConfigError,
     check,
     describe,
@@ -31,20 +32,19 @@ from parasim.config_fields import (
     to_toml,
     validate,
 )
-from parasim.env_options import ROUND_LIMIT
-from parasim.pool_overrides import PREFIX as POOL_PREFIX
-from parasim.pool_overrides import check_path, format_set, load_with_set, parse_set, with_override
-from parasim.rewards import PRESETS, RewardConfig
-from parasim.training.evaluate import EvalConfig, check_eval_pool
-from parasim.training.expert import ExpertConfig
-from parasim.training.grpo import GRPOConfig
-from parasim.training.policy import PolicyConfig
-from parasim.training.sft import SFTConfig
+from parasim.pools.overrides import PREFIX as POOL_PREFIX
+from parasim.pools.overrides import check_path, format_set, load_with_set, parse_set, with_override
+from parasim.scoring.rewards import PRESETS, RewardConfig
+from training.evaluate import EvalConfig, check_eval_pool
+from training.expert import ExpertConfig
+from training.grpo import GRPOConfig
+from training.policy import PolicyConfig
+from training.sft import SFTConfig
 
 
 @dataclass(frozen=True)
 class EnvConfig:
-    """Options passed to ``gym.make_vec("ParaOrch-v0", ...)`` (see ``parasim.envs.paraorch``)."""
+    """Options passed to ``gym.make_vec("ParaOrch-v0", ...)`` (see ``envs.paraorch``)."""
 
     pool: str = opt("paramanager", help="shipped pool name (paramanager, paramanager_mono, ...) or pool JSON path")
     suite: str = opt("paramanager", help="task suite (paramanager, math, reasoning, a benchmark, a JSONL file)")
@@ -53,7 +53,7 @@ class EnvConfig:
     max_parallel: int = opt(4, lo=1, hi=4, help="calls per round (1 = the serial ablation)")
     serial: bool = opt(False, help="calls of a round run one after another (latency sums)")
     token_budget: float = opt(0.0, lo=0.0, hi=1e9, help="calls past this trajectory length are refused (0 = none)")
-    pool_set: str = opt("", help="overrides of the pool's parameters, PATH=VALUE;PATH=VALUE (parasim.pool_overrides); "
+    pool_set: str = opt("", help="overrides of the pool's parameters, PATH=VALUE;PATH=VALUE (parasim.pools.overrides); "
                                  "the keys pool.PATH=VALUE add to it")
 
 
@@ -117,8 +117,8 @@ def _check_cross(cfg: TrainConfig) -> None:
     if (g.tasks_per_step * g.group_size) % g.minibatches:
         raise ConfigError(f"grpo.minibatches = {g.minibatches}: must divide grpo.tasks_per_step * grpo.group_size "
                           f"= {g.tasks_per_step * g.group_size}")
-    from parasim.pools import pool_file, shipped_pools
-    from parasim.tasks import SUITES
+    from parasim.pools.pool import pool_file, shipped_pools
+    from parasim.tasks.suites import SUITES
 
     try:
         pool_file(cfg.env.pool)
@@ -288,7 +288,7 @@ def options_table(extra: Iterable[tuple[str, ...]] = ()) -> str:
     rows += describe(RewardConfig, "reward", shown)
     for sec, cls in SECTIONS.items():
         rows += describe(cls, sec, shown)
-    rows.append(("pool.PATH", "pool value", "-", "what parasim.pools.parse_pool allows there",
+    rows.append(("pool.PATH", "pool value", "-", "what parasim.pools.pool.parse_pool allows there",
                  "one pool parameter (pool.interaction.sd, pool.models.GPT-OSS-20B.latency.concurrency_slope, "
                  "pool.protocol.max_output_tokens, pool.tools.python.bonus.math): an override in env.pool_set"))
     rows += list(extra)

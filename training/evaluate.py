@@ -25,11 +25,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from parasim.batch import TrajectoryBatch
-from parasim.config_fields import ConfigError, opt
+from parasim.config.fields import ConfigError, opt
 from parasim.protocol.schema import NUM_TOOLS, Tool
-from parasim.training.policy import ManagerPolicy, PolicyStack
-from parasim.training.rollout import (
+from parasim.scoring.batch import TrajectoryBatch
+from training.policy import ManagerPolicy, PolicyStack
+from training.rollout import (
     Block,
     Rollout,
     collect_blocks,
@@ -61,7 +61,7 @@ def check_eval_pool(cfg: Any) -> None:
     name = cfg.eval.pool
     if not name:
         return
-    from parasim.pools import load_pool, pool_file, shipped_pools
+    from parasim.pools.pool import load_pool, pool_file, shipped_pools
 
     try:
         pool_file(name)

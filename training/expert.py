@@ -20,12 +20,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from parasim.config_fields import opt
-from parasim.env_options import ROUND_LIMIT
+from parasim.config.env_options import ROUND_LIMIT
+from parasim.config.fields import opt
 from parasim.protocol.schema import MAX_PARALLEL, NUM_TOOLS, Domain, Status, Tool
 from parasim.sim import TARGET_CARRY, TARGET_QUESTION, TARGET_VERIFY
 from parasim.sim.state import dimension_slices, empty_action, set_action_slot, slot_column
-from parasim.training.rollout import collect, derive_seed, make_envs
+from training.rollout import collect, derive_seed, make_envs
 
 EMPTY = NUM_TOOLS
 FAILED = (int(Status.EXEC_ERR), int(Status.TIMEOUT))

@@ -31,12 +31,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from parasim.advantages import METHODS, SCALES, group_advantages
-from parasim.batch import TrajectoryBatch
-from parasim.config_fields import opt
-from parasim.rewards import compute_rewards
-from parasim.training.policy import ADAM_BETAS, ManagerPolicy, MemberAdam, PolicyStack, clip_member_grads
-from parasim.training.rollout import (
+from parasim.config.fields import opt
+from parasim.scoring.advantages import METHODS, SCALES, group_advantages
+from parasim.scoring.batch import TrajectoryBatch
+from parasim.scoring.rewards import compute_rewards
+from training.policy import ADAM_BETAS, ManagerPolicy, MemberAdam, PolicyStack, clip_member_grads
+from training.rollout import (
     Block,
     Rollout,
     collect_blocks,
@@ -45,10 +45,10 @@ from parasim.training.rollout import (
     model_descriptors,
     stack_actor,
 )
-from parasim.training.store import atomic_write_bytes
+from training.store import atomic_write_bytes
 
 ADV_STDS = ("unbiased", "biased")
-ADV_SCALES = ("default", *SCALES)  # "default": the estimator's own scale (parasim.advantages.METHODS)
+ADV_SCALES = ("default", *SCALES)  # "default": the estimator's own scale (parasim.scoring.advantages.METHODS)
 ADAM_EPS = 1e-5
 STATS = ("loss", "entropy", "kl", "clip_frac", "approx_kl")
 
@@ -68,7 +68,7 @@ class GRPOConfig:
     kl_coef: float = opt(0.0, lo=0.0, hi=100.0, help="k3 KL penalty to the SFT policy (0 = off)")
     entropy_coef: float = opt(0.0, lo=0.0, hi=10.0, help="entropy bonus (entropy is logged either way)")
     max_grad_norm: float = opt(1.0, lo=0.0, hi=1e6, help="gradient clipping (0 = off)")
-    adv_method: str = opt("grpo", choices=tuple(METHODS), help="core advantage estimator (parasim.advantages)")
+    adv_method: str = opt("grpo", choices=tuple(METHODS), help="core advantage estimator (parasim.scoring.advantages)")
     adv_std: str = opt("unbiased", choices=ADV_STDS, help="std estimator of grpo")
     adv_scale: str = opt("default", choices=ADV_SCALES, help="advantage scaling (default: the method's own)")
     adv_clip: float = opt(0.0, lo=0.0, hi=1e6, help="clip advantages to +-adv_clip (0 = off)")

@@ -11,9 +11,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from parasim.training.config import TrainConfig
-from parasim.training.loggers import ProgressCallback
-from parasim.training.population import build_policy, claim_workdir, grpo_resume_step, run_population
+from training.config import TrainConfig
+from training.loggers import ProgressCallback
+from training.population import build_policy, claim_workdir, grpo_resume_step, run_population
 
 __all__ = ["build_policy", "claim_workdir", "grpo_resume_step", "run_pipeline"]
 

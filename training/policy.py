@@ -1,6 +1,6 @@
 """The structured manager policy: an MLP over ParaOrch-v0's observation with one head per action dimension.
 
-The action is MultiDiscrete ``[stop, (tool, model, target) x K]`` (see ``parasim.envs.paraorch``).
+The action is MultiDiscrete ``[stop, (tool, model, target) x K]`` (see ``envs.paraorch``).
 Each dimension gets its own categorical head (factorized over call slots and the stop action), and
 the env's ``action_mask`` (the per-dimension masks, concatenated) sets illegal logits to -inf, so the
 policy never samples a masked choice and its log-probabilities renormalize over legal ones.
@@ -12,7 +12,7 @@ only flows through choices that changed what the environment did.
 
 Models are chosen by one of two heads (``PolicyConfig.model_head``). ``"index"``: one logit per model index of the
 training pool, plus a learned per-(slot, tool, model) offset; the policy acts on that pool only. ``"descriptor"``:
-each model's logit is a score of its descriptor row (``parasim.descriptors``: price, speed, context, published
+each model's logit is a score of its descriptor row (``parasim.pools.descriptors``: price, speed, context, published
 accuracy per domain), a per-slot query from the trunk dotted with a learned embedding ``tanh(W d + b)`` of the row,
 plus the per-tool offset as a ``[slots, tools, E]`` table dotted with the same embedding; no weight depends on the
 number of models, so the same weights act on any pool with the same tool spec (``eval.pool``). Every pass of the
@@ -37,8 +37,8 @@ import torch
 from torch import nn
 from torch.nn import functional
 
-from parasim.config_fields import opt
-from parasim.descriptors import DESCRIPTOR_KEYS, MODEL_FEATURES
+from parasim.config.fields import opt
+from parasim.pools.descriptors import DESCRIPTOR_KEYS, MODEL_FEATURES
 from parasim.protocol.schema import NUM_STATUSES
 from parasim.sim.state import slot_column, slot_of_dimension
 

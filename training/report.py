@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from parasim.protocol.schema import Tool
-from parasim.training.store import publish, publish_json
+from training.store import publish, publish_json
 
 SCALARS = ("accuracy", "reward", "sft_accuracy", "sft_reward", "train_reward_start", "train_reward_end", "tokens",
            "cost_units", "usd", "latency_s",

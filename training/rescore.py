@@ -2,7 +2,7 @@
 
 Trajectories are Parquet, one row per trajectory, one column per ``TrajectoryBatch`` field
 (``tool_counts`` and ``preference`` list columns, one entry per tool of the batch's tool spec, ``preference``
-three more: see ``parasim.trajectory_schema``). The grid crosses reward options like a sweep
+three more: see ``parasim.scoring.trajectory_schema``). The grid crosses reward options like a sweep
 grid (``--grid c_tar=4,8 --grid w_div=0,1``); all configs are scored by ONE
 ``compute_rewards_grid`` call, which is what makes millions of trajectories times dozens of configs
 a matter of seconds. The report says how the mean reward moves and how the ranking of trajectories
@@ -18,10 +18,10 @@ from typing import Any
 
 import numpy as np
 
-from parasim.batch import TrajectoryBatch
 from parasim.protocol.schema import NUM_TOOLS
-from parasim.rewards import FORMULA_FIELDS, RewardConfig, compute_rewards_grid, preset
-from parasim.trajectory_schema import FIELD, FIELDS
+from parasim.scoring.batch import TrajectoryBatch
+from parasim.scoring.rewards import FORMULA_FIELDS, RewardConfig, compute_rewards_grid, preset
+from parasim.scoring.trajectory_schema import FIELD, FIELDS
 
 # fields older trajectory files may lack: the ids default to 0 (one group, one role), no row has a preference
 OPTIONAL_FIELDS = ("group_id", "role_id", "preference", "has_preference")

@@ -23,10 +23,10 @@ import numpy as np
 import torch
 
 import parasim  # noqa: F401  (registers ParaOrch-v0)
-from parasim.batch import TrajectoryBatch
 from parasim.protocol.schema import AGENT_TOOLS
-from parasim.rewards import PRESETS, RewardConfig, compute_rewards
-from parasim.training.policy import ManagerPolicy, PolicyStack, obs_to_tensor, relevance, trunk_keys
+from parasim.scoring.batch import TrajectoryBatch
+from parasim.scoring.rewards import PRESETS, RewardConfig, compute_rewards
+from training.policy import ManagerPolicy, PolicyStack, obs_to_tensor, relevance, trunk_keys
 
 
 def derive_seed(seed: int, *tags: Any) -> int:
@@ -40,7 +40,7 @@ def make_envs(env_cfg: Any, num_envs: int, reward: RewardConfig) -> gym.vector.V
     its episodes under ``reward`` in ``info["reward_components"]``. Trainers score episodes themselves
     (``Rollout.rewards``), since the lanes of a population's env belong to members with rewards of their own.
     ``pool_set`` is not an env keyword: the env gets the pool with those overrides applied (``env_pool``)."""
-    from parasim.pool_overrides import env_pool
+    from parasim.pools.overrides import env_pool
 
     kwargs = asdict(env_cfg)
     kwargs["token_budget"] = kwargs["token_budget"] or None
@@ -180,7 +180,7 @@ class Rollout:
 
     def accuracy_by_benchmark(self) -> dict[str, float]:
         """Mean outcome per benchmark of the episodes' tasks."""
-        from parasim.tasks import BENCHMARKS
+        from parasim.tasks.suites import BENCHMARKS
 
         out = {}
         for b in np.unique(self.benchmark):
@@ -194,7 +194,8 @@ Actor = Callable[[np.ndarray, dict[str, np.ndarray], torch.Tensor, torch.Tensor]
 
 
 def model_descriptors(envs: gym.Env | gym.vector.VectorEnv) -> torch.Tensor:
-    """The env's pool's model descriptor rows (``parasim.descriptors``) as the policy reads them, float[M, F_m]."""
+    """The env's pool's model descriptor rows (``parasim.pools.descriptors``) as the policy reads them,
+    float[M, F_m]."""
     return torch.from_numpy(np.array(envs.unwrapped.descriptors.models))
 
 

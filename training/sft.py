@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from parasim.config_fields import opt
-from parasim.training.policy import ManagerPolicy, MemberAdam, PolicyStack
+from parasim.config.fields import opt
+from training.policy import ManagerPolicy, MemberAdam, PolicyStack
 
 ADAM_EPS = 1e-8  # torch.optim.Adam's default, which SFT has always used
 

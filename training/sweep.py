@@ -29,14 +29,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from parasim.training import procgroup, result_schema
-from parasim.training.config import ABLATIONS, TrainConfig, make_config, resolve
-from parasim.training.config import options_table as config_options_table
-from parasim.training.expert import demonstrations_key
-from parasim.training.loggers import Progress
-from parasim.training.population import population_key, split_population
-from parasim.training.store import ResultsStore, StoreError, atomic_write_json
-from parasim.training.sweep_backends import BACKENDS, DEFAULT_BACKEND
+from training import procgroup, result_schema
+from training.config import ABLATIONS, TrainConfig, make_config, resolve
+from training.config import options_table as config_options_table
+from training.expert import demonstrations_key
+from training.loggers import Progress
+from training.population import population_key, split_population
+from training.store import ResultsStore, StoreError, atomic_write_json
+from training.sweep_backends import BACKENDS, DEFAULT_BACKEND
 
 DEFAULT_GRID = ("c_tar=4,8,12,16",)
 DEFAULT_SEEDS = 3
@@ -120,7 +120,7 @@ def run_point(point: GridPoint) -> dict[str, Any]:
     """
     import torch
 
-    from parasim.training.pipeline import run_pipeline
+    from training.pipeline import run_pipeline
 
     torch.set_num_threads(1)
     start = time.perf_counter()
@@ -184,7 +184,7 @@ def run_chunk(chunk: Chunk) -> list[dict[str, Any]]:
     one's ``wall_s`` is the chunk's."""
     import torch
 
-    from parasim.training.population import run_population
+    from training.population import run_population
 
     torch.set_num_threads(1)
     start = time.perf_counter()

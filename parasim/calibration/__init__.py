@@ -2,7 +2,7 @@
 
 ``read_calls`` reads the JSONL call-log schema, ``calibrate`` fits every parameter the log identifies
 (standard errors from the inverse observed information), ``fitted_pool`` writes the pool file that
-``parasim.pools.load_pool`` accepts, ``format_report`` / ``report_dict`` give the goodness of fit, and
+``parasim.pools.pool.load_pool`` accepts, ``format_report`` / ``report_dict`` give the goodness of fit, and
 ``simulated_records`` makes logs with known parameters from the simulator's per-call model.
 """
 from __future__ import annotations

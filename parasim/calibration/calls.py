@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from parasim.jsonl import iter_json_objects
+from parasim.config.jsonl import iter_json_objects
 from parasim.protocol.schema import Domain, Status, Tool
 
 REQUIRED = ("task_id", "benchmark", "domain", "tool", "model", "status", "tokens_in", "tokens_out", "latency_s")

@@ -39,9 +39,9 @@ from parasim.calibration.runtime import (
     fit_lognormal_groups,
     proportion,
 )
-from parasim.pools import TOOLS, PoolError, PoolSpec, effective_spread, parse_pool
+from parasim.pools.pool import TOOLS, PoolError, PoolSpec, effective_spread, parse_pool
 from parasim.protocol.schema import NUM_DOMAINS, NUM_TOOLS, Domain, Status, Tool
-from parasim.tasks import (
+from parasim.tasks.suites import (
     BENCHMARK_INDEX,
     BENCHMARKS,
     FREE_FORM,
@@ -49,7 +49,7 @@ from parasim.tasks import (
     NUM_ANSWERS,
     NUM_BENCHMARKS,
 )
-from parasim.tool_spec import default_tool_spec
+from parasim.tools.spec import default_tool_spec
 
 DOMAINS = tuple(d.name.lower() for d in Domain)
 BENCH_NAMES = tuple(b.name for b in BENCHMARKS)

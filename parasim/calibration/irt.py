@@ -5,7 +5,7 @@ For a call of tool t by model m on a task of benchmark b (domain d) with difficu
 e_m ~ Normal(0, 1) for model m (one per task and model, ``parasim.sim.kernel.draw_model_effects``):
   p = sigmoid(skill[m, b] + bonus[t, d] - z + tau[m] * e_m - lambda[m] * log(1 + context / 1000))
   log tokens_out ~ Normal(tok_mu[m, d] + tok_scale[t] + alpha[m] * z, tok_sd[m])
-as in ``parasim.sim.kernel.sample_call`` and ``parasim.pools``. Both depend on z, so they share one Gauss-Hermite
+as in ``parasim.sim.kernel.sample_call`` and ``parasim.pools.pool``. Both depend on z, so they share one Gauss-Hermite
 integral per task (``quadrature.Marginal``); tokens therefore also inform the difficulty posterior,
 which is what makes this the joint maximum-likelihood fit rather than two marginal ones. Given z, the calls of
 one model on one task share e_m and are independent of the other models' calls, so each (task, model) group's

@@ -1,9 +1,9 @@
-"""Read a base pool file and write a fitted one that ``parasim.pools.load_pool`` accepts.
+"""Read a base pool file and write a fitted one that ``parasim.pools.pool.load_pool`` accepts.
 
 A pool file holds more than a call log can identify (prices, cost units, protocol constants, the
 distractor structure), so a fit starts from a base pool and replaces only the groups it estimated,
 whose ``source`` then names the log (``"fit:calls.jsonl"``). Accuracy targets are written so that the
-loader's skill solve (``parasim.pools.solve_skill`` under the task catalogue's difficulty
+loader's skill solve (``parasim.pools.pool.solve_skill`` under the task catalogue's difficulty
 distribution) gives back exactly the fitted skill; values outside the loader's range are clipped and
 reported.
 """
@@ -16,16 +16,16 @@ from typing import Any
 
 import numpy as np
 
-from parasim.pools import effective_spread, expected_accuracy, parse_pool, pool_file, read_pool_file
+from parasim.pools.pool import effective_spread, expected_accuracy, parse_pool, pool_file, read_pool_file
 from parasim.protocol.schema import Tool
-from parasim.tasks import BENCHMARKS, FREE_FORM
+from parasim.tasks.suites import BENCHMARKS, FREE_FORM
 
 DOMAINS = ("math", "science", "knowledge", "code")
 
 
 def read_raw(base: str | Path) -> tuple[dict[str, Any], str]:
     """The parsed JSON of a shipped pool (by name) or a pool file, read and validated as ``load_pool`` does
-    (``parasim.pools.read_pool_file``), and its name."""
+    (``parasim.pools.pool.read_pool_file``), and its name."""
     path = pool_file(base)
     raw, _ = read_pool_file(path)
     return raw, path.stem

@@ -32,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
     import json
     from pathlib import Path
 
-    from parasim.training import rescore
+    from training import rescore
 
     out = Path(args.out) if args.out else None
     if out is not None and out.suffix.lower() not in OUTPUT_FORMATS:
@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     rows = rescore.rescore(batch, configs, args.top_k)
     rescore.print_rescore(rows, len(batch.outcome))
     if out is not None:
-        from parasim.training.store import atomic_write_bytes
+        from training.store import atomic_write_bytes
 
         if out.suffix.lower() == ".csv":
             table = [{k: v for k, v in r.items() if k != "reward_config"} for r in rows]

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from parasim.commands import RUN_FAILED, CommandError, error
-from parasim.training.sweep_backends import BACKENDS, DEFAULT_BACKEND
+from training.sweep_backends import BACKENDS, DEFAULT_BACKEND
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -56,10 +56,10 @@ def run(args: argparse.Namespace) -> int:
     Exit codes: 0 done, 1 failed points or an output folder that cannot hold the results (one line on
     stderr naming the path and the reason), 2 a bad grid or option, 130 interrupted (finished points are kept).
     """
-    from parasim.training import config, sweep
-    from parasim.training.loggers import parse_loggers
-    from parasim.training.report import write_report
-    from parasim.training.store import StoreError
+    from training import config, sweep
+    from training.loggers import parse_loggers
+    from training.report import write_report
+    from training.store import StoreError
 
     if args.list_options:
         print(sweep.options_table())
@@ -110,7 +110,7 @@ def log_curves(results: Sequence[dict[str, Any]], root: Path, kinds: Sequence[st
     step is logged twice."""
     import shutil
 
-    from parasim.training.loggers import MetricLoggers
+    from training.loggers import MetricLoggers
 
     for r in results if kinds else ():
         run = root / r["key"]

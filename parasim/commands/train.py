@@ -12,7 +12,7 @@ import argparse
 import os
 
 from parasim.commands import RUN_FAILED, CommandError
-from parasim.config_fields import FORMATS_TEXT
+from parasim.config.fields import FORMATS_TEXT
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -41,8 +41,8 @@ def run(args: argparse.Namespace) -> int:
     import json
     from pathlib import Path
 
-    from parasim.training import config as config_mod
-    from parasim.training.loggers import parse_loggers
+    from training import config as config_mod
+    from training.loggers import parse_loggers
 
     if args.list_options:
         print(config_mod.options_table())
@@ -58,9 +58,9 @@ def run(args: argparse.Namespace) -> int:
         return 0
     import torch
 
-    from parasim.training.loggers import MetricLoggers, Progress
-    from parasim.training.pipeline import claim_workdir, grpo_resume_step, run_pipeline
-    from parasim.training.rescore import write_parquet
+    from training.loggers import MetricLoggers, Progress
+    from training.pipeline import claim_workdir, grpo_resume_step, run_pipeline
+    from training.rescore import write_parquet
 
     torch.set_num_threads(1)  # bitwise-deterministic CPU reductions: resume and sweeps match this run
     out = Path(args.out)

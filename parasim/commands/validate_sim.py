@@ -19,7 +19,7 @@ from parasim.commands import CommandError
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``validate-sim`` parser: LOGS, then the settings of ``ValidateSimConfig`` as flags (config style)."""
-    from parasim.config_fields import arg_parser
+    from parasim.config.fields import arg_parser
     from parasim.validation import ValidateSimConfig
 
     settings = arg_parser(ValidateSimConfig, "parasim validate-sim")
@@ -34,7 +34,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Build the settings, validate, print and write the report."""
-    from parasim.config_fields import ConfigError, build, load_mapping, specs, to_toml
+    from parasim.config.fields import ConfigError, build, load_mapping, specs, to_toml
     from parasim.validation import LogError, ValidateSimConfig, validate_sim
     from parasim.validation.report import print_table, write_outputs
 

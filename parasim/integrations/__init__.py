@@ -57,7 +57,7 @@ def play_episode(env: Any, task_seed: int, tool_seed: int, turns: Sequence[str])
     """Play ``turns`` (the manager's texts, one per turn) on the row ``(task_seed, tool_seed)`` and return the
     terminal info; turns after the episode ended are not played, and an episode still running after the last turn
     is ended as cut off (``ParaOrchTextEnv.end_episode``)."""
-    from parasim.training.llm.rollout import reset_for_group
+    from training.llm.rollout import reset_for_group
 
     reset_for_group(env, int(task_seed), int(tool_seed))
     for text in turns:
@@ -74,7 +74,7 @@ def task_rows(n: int, env_kwargs: Mapping[str, Any] | None = None, seed: int = 0
     prompt alone, which is all TRL passes it): row k tries task seed ``seed * 1_000_003 + k`` and skips a seed
     whose observation an earlier row already has, trying at most ``20 * n`` seeds."""
     from parasim.protocol.schema import Domain
-    from parasim.training.llm.rollout import reset_for_group
+    from training.llm.rollout import reset_for_group
 
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"n: expected an int >= 1 (the number of rows), got {n!r}")
@@ -101,7 +101,7 @@ def task_rows(n: int, env_kwargs: Mapping[str, Any] | None = None, seed: int = 0
 
 
 def _benchmark_name(index: Any) -> str:
-    """The name of ``parasim.tasks.BENCHMARKS[index]`` ("" when the engine names none)."""
-    from parasim.tasks import BENCHMARKS
+    """The name of ``parasim.tasks.suites.BENCHMARKS[index]`` ("" when the engine names none)."""
+    from parasim.tasks.suites import BENCHMARKS
 
     return BENCHMARKS[int(index)].name if index is not None and 0 <= int(index) < len(BENCHMARKS) else ""

@@ -132,7 +132,7 @@ class ParaOrchRollout:
         the manager's tokens) and the columns ``env_reward``, ``manager_turns`` for the reward functions."""
         from trl.models import unwrap_model_for_generation
 
-        from parasim.training.llm.rollout import HFEngine, SamplingParams
+        from training.llm.rollout import HFEngine, SamplingParams
 
         if getattr(trainer, "use_vllm", False):
             raise ValueError("use_vllm: ParaOrchRollout samples with the trainer's own model; set use_vllm=False")
@@ -181,12 +181,12 @@ def play_batch(envs: Sequence[Any], seeds: Sequence[tuple[int, int]], engine: An
                max_completion: int, seed: int) -> list[dict[str, Any]]:
     """Play one episode per env on its row ``seeds[i] = (task_seed, tool_seed)``, batching the policy's turns.
 
-    The token stream is ``parasim.training.llm.rollout.Stream``'s: the first observation is the prompt, each turn
+    The token stream is ``training.llm.rollout.Stream``'s: the first observation is the prompt, each turn
     appends the sampled ids (with their logprobs) and the env's new text, never re-tokenizing what is there. An
     episode whose completion reaches ``max_completion`` tokens is ended with ``end_episode``; the completion is
     cut to ``max_completion``. Returns per episode the TRL rollout fields and the env's reward."""
-    from parasim.training.llm.data import ROLE_MANAGER
-    from parasim.training.llm.rollout import Generation, SamplingParams, Stream, reset_for_group
+    from training.llm.data import ROLE_MANAGER
+    from training.llm.rollout import Generation, SamplingParams, Stream, reset_for_group
 
     streams, turns, infos, prompt_len = [], [[] for _ in envs], [dict() for _ in envs], []
     for env, (task_seed, tool_seed) in zip(envs, seeds):

@@ -124,7 +124,7 @@ class RowSpec:
 
     @classmethod
     def from_extra_info(cls, extra_info: Mapping[str, Any] | None) -> RowSpec:
-        from parasim.rewards import RewardConfig
+        from parasim.scoring.rewards import RewardConfig
 
         info = dict(extra_info or {})
         missing = [k for k in ("task_seed", "tool_seed", "env_kwargs", "reward") if k not in info]
@@ -143,7 +143,7 @@ class RowSpec:
 def verl_rows(suite: str, n: int, *, env_kwargs: Mapping[str, Any] | None = None, reward: Any = "paramanager",
               seed: int = 0, split: str = "train") -> list[dict[str, Any]]:
     """The records ``export_verl_parquet`` writes (see the module docstring)."""
-    from parasim.rewards import resolve_config
+    from parasim.scoring.rewards import resolve_config
 
     if not isinstance(suite, str):
         raise TypeError(f"suite: expected a suite name or a tasks file path (str), so that each row can name it, "
@@ -273,8 +273,8 @@ class ParaOrchAgentLoop(AgentLoopBase):
             _release_env(spec, env, engine, tokenizer)
 
     async def _play(self, env: Any, spec: RowSpec, sampling_params: dict[str, Any]) -> AgentLoopOutput:
-        from parasim.training.llm.data import ROLE_MANAGER
-        from parasim.training.llm.rollout import Generation, Stream, reset_for_group
+        from training.llm.data import ROLE_MANAGER
+        from training.llm.rollout import Generation, Stream, reset_for_group
 
         loop = asyncio.get_running_loop()
         obs, _info = await loop.run_in_executor(None, reset_for_group, env, spec.task_seed, spec.tool_seed)

@@ -21,7 +21,7 @@ import numpy as np
 from parasim.protocol.schema import CallResult, Domain, ToolCall
 
 if TYPE_CHECKING:
-    from parasim.tool_spec import ToolSpec
+    from parasim.tools.spec import ToolSpec
 
 
 @dataclass
@@ -134,9 +134,12 @@ class EpisodeEngineBase:
 
     def task_info(self, view: TaskView) -> dict[str, int]:
         """The index of ``task`` in ``tasks`` (by identity, else by value; -1 when the engine has no task list or the
-        task is not in it) and the benchmark's index in ``parasim.tasks.BENCHMARKS``: the task's ``benchmark`` name,
-        else the generic benchmark of ``view``'s domain (tasks that carry no catalogue benchmark)."""
-        from parasim.tasks import BENCHMARK_INDEX, GENERIC  # parasim.tasks imports parasim.protocol: load it late
+        task is not in it) and the benchmark's index in ``parasim.tasks.suites.BENCHMARKS``: the task's ``benchmark``
+        name, else the generic benchmark of ``view``'s domain (tasks that carry no catalogue benchmark)."""
+        from parasim.tasks.suites import (  # parasim.tasks.suites imports parasim.protocol: load it late
+            BENCHMARK_INDEX,
+            GENERIC,
+        )
 
         task, tasks = self.task, list(self.tasks)
         index = next((i for i, t in enumerate(tasks) if t is task), -1)

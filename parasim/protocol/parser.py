@@ -22,7 +22,7 @@ from typing import Any
 
 from parasim.protocol.schema import Status, Tool, ToolCall
 from parasim.protocol.tool_schema import Argument, tool_table
-from parasim.tool_spec import SpecTool, ToolSpec
+from parasim.tools.spec import SpecTool, ToolSpec
 
 _OPEN = re.compile(r"<\s*tool_call\s*>", re.IGNORECASE)
 _CLOSE = re.compile(r"<\s*/\s*tool_call\s*>", re.IGNORECASE)

@@ -83,7 +83,7 @@ NUM_DOMAINS = len(Domain)
 @dataclass(frozen=True)
 class ToolCall:
     """One call of a round: ``model`` is a pool model id (agent tools) or empty (basic tools). ``tool`` is a ``Tool``
-    for the default spec's tools, else the spec's ``parasim.tool_spec.SpecTool`` (an int index with ``wire_name``
+    for the default spec's tools, else the spec's ``parasim.tools.spec.SpecTool`` (an int index with ``wire_name``
     and ``is_agent``): ``ToolSpec.call_tool`` gives it."""
 
     tool: Tool  # or a SpecTool (see above)

@@ -3,7 +3,7 @@
 One table per tool spec (``tool_table``: each wire name's ``ToolCall.tool`` value and arguments; ``TOOL_ARGUMENTS``
 is the default spec's, by ``Tool``) names every tool's arguments; the parser validates against it and the JSON schema
 is rendered from the same ``tool_arguments``, so what the manager is told and what the parser accepts cannot drift.
-Tools, their descriptions and basic tools' inputs come from the tool spec (``parasim.tool_spec``; the tables here
+Tools, their descriptions and basic tools' inputs come from the tool spec (``parasim.tools.spec``; the tables here
 are the default spec's); only ``final_answer``, which ends the episode and is no tool of a spec, is declared here.
 The ``model`` argument of agent tools is an enum of the pool's model ids, which is how a Qwen3 chat
 template or vLLM's ``hermes`` tool parser expects choices to be written.
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from parasim.protocol.schema import MAX_PARALLEL, MAX_ROUNDS, Tool
-from parasim.tool_spec import SpecTool, ToolDef, ToolSpec, default_tool_spec
+from parasim.tools.spec import SpecTool, ToolDef, ToolSpec, default_tool_spec
 
 
 @dataclass(frozen=True)

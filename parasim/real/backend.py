@@ -7,7 +7,7 @@ the code failed); ``knowledge_searcher`` puts the retriever's passages in its pr
 configured. ``python`` and ``search`` go to the sandbox and the retriever. Token counts come from each
 response's ``usage``, USD from the pool's (or the endpoint's) prices, latency is measured.
 
-Tools are looked up in the pool's tool spec (``parasim.tool_spec``) by kind and behaviour, never by name, so a
+Tools are looked up in the pool's tool spec (``parasim.tools.spec``) by kind and behaviour, never by name, so a
 user's tools run the same paths: an agent tool sends its ``real.system_prompt`` through the agent path (a
 ``reviewer`` one returns a verdict, as critical_reviewer does), and a basic tool with a ``real.callable`` calls the
 user's function with its argument in a daemon thread under the tool's time limit (``BackendConfig.user_tool_timeout_s``,
@@ -41,7 +41,7 @@ from parasim.protocol.schema import CallResult, Status, Tool, ToolCall
 from parasim.real import prompts
 from parasim.real.client import ChatClient, Completion, utf8_safe
 from parasim.real.endpoints import EndpointError, EndpointMap, load_endpoint_map
-from parasim.tool_spec import ToolDef, ToolSpec, default_tool_spec, resolve_callable
+from parasim.tools.spec import ToolDef, ToolSpec, default_tool_spec, resolve_callable
 
 T = TypeVar("T")
 BasicTool = Callable[[str], Awaitable[CallResult]]  # python: code -> result; search: query -> result
@@ -148,7 +148,7 @@ class RealToolBackend:
     def __init__(self, endpoints: EndpointMap | str | dict, pool: Any = "paramanager", *,
                  python_tool: BasicTool | None = None, search_tool: BasicTool | None = None,
                  config: BackendConfig | None = None) -> None:
-        from parasim.pools import load_pool
+        from parasim.pools.pool import load_pool
 
         self.endpoints = load_endpoint_map(endpoints)
         self.pool = load_pool(pool) if pool is not None else None

@@ -20,7 +20,7 @@ read back here; users with their own servers (vLLM, SGLang, a hosted API) write 
     termination: {model: qwen3-30b-a3b, max_tokens: 256}   # optional; default: the first endpoint
 
 A bare mapping without the ``endpoints`` key is accepted too. The fields are declared once (``Endpoint``,
-``TerminationSpec``, with ``parasim.config_fields``); errors name the field, the value and the allowed range.
+``TerminationSpec``, with ``parasim.config.fields``); errors name the field, the value and the allowed range.
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from parasim.config_fields import ConfigError, build, load_file, opt, validate
+from parasim.config.fields import ConfigError, build, load_file, opt, validate
 
 T = TypeVar("T")
 

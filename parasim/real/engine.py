@@ -6,7 +6,7 @@ Each round's calls run concurrently; a call that names an earlier one (``target`
 as context. Every finished call is verified (agent answers against the gold answer) and logged at once in
 the calibration schema, so a crash loses only calls in flight. ``finish`` asks the termination model for
 the final answer and the verifier for the outcome, and returns the episode's trajectory record
-(``parasim.batch.trajectory_record``: the fields the engine knows; the env adds the manager's own tokens and its
+(``parasim.scoring.batch.trajectory_record``: the fields the engine knows; the env adds the manager's own tokens and its
 format violations, which the record holds as 0). With a logger, ``finish`` also writes the episode's line of the
 episode log (``episode_record``), which ``parasim validate-sim`` replays in the simulator; a caller that knows the
 round's action (the structured env) passes it to ``run_round`` with each call's slot, so the replay is exact.
@@ -19,7 +19,6 @@ from typing import Any
 
 import numpy as np
 
-from parasim.batch import trajectory_record
 from parasim.protocol.engine import EpisodeEngineBase, EpisodeOutcome, TaskView
 from parasim.protocol.schema import (
     MAX_ROUNDS,
@@ -34,8 +33,9 @@ from parasim.real.backend import CallInput, RealToolBackend, approx_tokens
 from parasim.real.calllog import CallLogger
 from parasim.real.tasks import RealTask, parse_task
 from parasim.real.termination import Synthesis, TerminationModel, vote_answer
-from parasim.tool_spec import ToolSpec
-from parasim.trajectory_schema import count_tools
+from parasim.scoring.batch import trajectory_record
+from parasim.scoring.trajectory_schema import count_tools
+from parasim.tools.spec import ToolSpec
 
 Verifier = Callable[[str, RealTask], bool]
 

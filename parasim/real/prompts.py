@@ -3,7 +3,7 @@
 ParaManager's agent tools are one model behind different instructions (standard reasoning, critical
 review, code reasoning, knowledge search, an ensemble of samples); these templates are that, kept short
 and fixed so that the tool, not the prompt, is what a calibration fit measures. The templates are the tool
-spec's data (``real.system_prompt`` in ``parasim/tool_specs/default.json``). Every template asks for
+spec's data (``real.system_prompt`` in ``parasim/tools/specs/default.json``). Every template asks for
 a last line ``Final answer: ...`` (and accepts ``\\boxed{...}``, which math-tuned models write anyway),
 so one extractor serves all tools and the termination model.
 """
@@ -14,11 +14,11 @@ from collections import Counter
 from collections.abc import Sequence
 
 from parasim.protocol.schema import Tool
-from parasim.tool_spec import ToolDef, default_tool_spec
+from parasim.tools.spec import ToolDef, default_tool_spec
 
 _ANSWER_RULE = "End with a last line of the form 'Final answer: <answer>'."
 
-# each agent tool's system prompt: the tool spec's ``real.system_prompt`` (parasim/tool_specs/default.json)
+# each agent tool's system prompt: the tool spec's ``real.system_prompt`` (parasim/tools/specs/default.json)
 SYSTEM_PROMPTS: dict[Tool, str] = {
     Tool(t.index): t.system_prompt for t in default_tool_spec().tools if t.system_prompt is not None}
 

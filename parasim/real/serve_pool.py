@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from parasim.config_fields import ConfigError, build, load_file, opt
+from parasim.config.fields import ConfigError, build, load_file, opt
 from parasim.real.endpoints import EndpointError, parse_endpoint, parse_endpoint_map
 from parasim.real.vllm_client import is_ready, reloadable_server_args
 

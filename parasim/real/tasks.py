@@ -2,7 +2,7 @@
 
 JSONL, one task a line: ``id`` (str), ``question`` (str), ``answer`` (str, the gold answer; for multiple
 choice the option letter or the option text), ``domain`` (math|science|knowledge|code), optional
-``benchmark`` (a catalogue name from ``parasim.tasks``, default ``generic_<domain>``: it is what the call
+``benchmark`` (a catalogue name from ``parasim.tasks.suites``, default ``generic_<domain>``: it is what the call
 log records for ``parasim calibrate``), optional ``options`` (list of option texts), optional
 ``difficulty`` (logits, when known). Errors name the line and the field.
 
@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from parasim.jsonl import iter_json_objects
+from parasim.config.jsonl import iter_json_objects
 from parasim.protocol.engine import TaskView
 from parasim.protocol.schema import Domain
-from parasim.tasks import BENCHMARK_INDEX, BENCHMARKS
+from parasim.tasks.suites import BENCHMARK_INDEX, BENCHMARKS
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from parasim.env_options import check_episode_options, check_int, check_task_option_mode
-from parasim.harness import with_harness
-from parasim.pools import PoolSpec, load_pool
+from parasim.config.env_options import check_episode_options, check_int, check_task_option_mode
+from parasim.pools.harness import with_harness
+from parasim.pools.pool import PoolSpec, load_pool
 from parasim.protocol.schema import Status
 from parasim.sim.gather import trajectory_fields
 from parasim.sim.kernel import (
@@ -72,7 +72,7 @@ from parasim.sim.tables import (
     kernel_params,
 )
 from parasim.sim.task_options import option_stream, preference_fields, set_lane_options
-from parasim.tasks import TaskSuite, load_suite
+from parasim.tasks.suites import TaskSuite, load_suite
 
 PARALLEL_MIN_LANES = 1024
 
@@ -151,7 +151,8 @@ class Simulator:
         return np.diff(self.suite.weight_cdf, prepend=0.0)
 
     def tasks(self, lanes: Any = slice(None)) -> dict[str, np.ndarray]:
-        """The current episodes' task index (suite row) and benchmark (index into ``parasim.tasks.BENCHMARKS``)."""
+        """The current episodes' task index (suite row) and benchmark (index into
+        ``parasim.tasks.suites.BENCHMARKS``)."""
         st_i = self.state.st_i
         return {"task_index": st_i[lanes, I_ROW].copy(), "benchmark": st_i[lanes, I_BENCH].copy()}
 
@@ -169,7 +170,7 @@ class Simulator:
 
         ``preference`` (float64[N, T + 3]), ``tools_available`` (bool[N, T]) and ``tool_prices`` (float64[N, T], USD
         per call, NaN: the pool's figure) are the episodes' task options (``parasim.sim.task_options``; validated by
-        ``parasim.env_options.check_task_options``), for this reset only like the task; each None leaves that
+        ``parasim.config.env_options.check_task_options``), for this reset only like the task; each None leaves that
         option to the simulator's ``task_options`` (drawn with "random", else none).
         """
         m = self._all_lanes if mask is None else np.asarray(mask, np.uint8)
@@ -193,7 +194,7 @@ class Simulator:
                                        ("tool_prices", tool_prices, t)):
                 if value is not None and np.shape(value) != (self.num_lanes, width):
                     raise ValueError(f"{name}: expected shape ({self.num_lanes}, {width}), got {np.shape(value)} "
-                                     "(parasim.env_options.check_task_options builds it from a reset option)")
+                                     "(parasim.config.env_options.check_task_options builds it from a reset option)")
             set_lane_options(self._lanes.lanes, self.params, np.flatnonzero(m), preference, tools_available,
                              tool_prices)
         reset_lanes(m, *self._kernel_args)

@@ -4,7 +4,7 @@ The rows are a dozen columns of the lane state; gathered with NumPy they cost a 
 copy or cast per field (~15 us for one lane, most of an env's terminal step besides the reward), while one
 compiled pass writes all of them into arrays allocated from the trajectory schema (``new_rows``). The
 compiled function takes one output per schema field, in schema order (a test checks its parameter names
-against ``parasim.trajectory_schema.FIELDS``), so a field added to the schema cannot be silently left unset.
+against ``parasim.scoring.trajectory_schema.FIELDS``), so a field added to the schema cannot be silently left unset.
 """
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import math
 import numpy as np
 from numba import njit
 
+from parasim.scoring.trajectory_schema import new_rows
 from parasim.sim.kernel import F_COST, F_LAT, F_OUTCOME, F_TOKENS, F_USD, I_CALLS, I_EPISODE, I_FINAL, I_FMT, I_ROUND
-from parasim.trajectory_schema import new_rows
 
 
 @njit(cache=True, boundscheck=True)  # a bad lane raises IndexError, as NumPy indexing would

@@ -61,7 +61,7 @@ from parasim.sim.tables import (
     TT_USD_CALL,
     TT_USD_S,
 )
-from parasim.tasks import FREE_FORM, NUM_ANSWERS
+from parasim.tasks.suites import FREE_FORM, NUM_ANSWERS
 
 # Subtask targets of a call.
 TARGET_QUESTION, TARGET_CARRY, TARGET_VERIFY = 0, 1, 2

@@ -10,7 +10,7 @@ A round has three phases over a lane record ``L`` (``parasim.sim.state.lane_dtyp
   (b) the call source fills each ``PENDING`` slot's outcome record (``last_status``, ``call_i``: kind, answer id;
       ``call_f``: tokens in / out, latency, USD, cost units): the simulator samples it
       (``parasim.sim.sim_source.sim_call``), the real-tools env runs the calls and maps each result
-      (``parasim.envs.real_source``).
+      (``envs.real_source``).
   (c) ``account_slot`` per slot between ``round_start`` and ``round_end`` (``apply_round`` for all slots): the
       evidence (vote scores from the parameter record's ``rel_logit`` and the reviewers'
       log-likelihood ratios, plus the row's prior odds ``log_odds``), the accounting (the trajectory length in
@@ -90,7 +90,7 @@ from parasim.sim.tables import (
     TT_BEHAVIOUR,
     TT_FEEDBACK,
 )
-from parasim.tasks import NUM_ANSWERS
+from parasim.tasks.suites import NUM_ANSWERS
 
 # ``last_status`` of a slot that the plan lets run, until its call source writes the call's status
 PENDING = NUM_STATUSES + 1

@@ -13,8 +13,8 @@ import math
 
 from numba import njit
 
-from parasim.env_options import SLOT_LIMIT
-from parasim.pools import MAX_MODELS
+from parasim.config.env_options import SLOT_LIMIT
+from parasim.pools.pool import MAX_MODELS
 from parasim.protocol.schema import Status
 from parasim.sim.kernel import (
     C_ANSWER,

@@ -19,7 +19,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from parasim.pools import MAX_MODELS
+from parasim.pools.pool import MAX_MODELS
 from parasim.protocol.schema import NUM_STATUSES, NUM_TOOLS
 from parasim.sim.kernel import (
     CAND_FEATURES,
@@ -31,8 +31,8 @@ from parasim.sim.kernel import (
     NUM_TARGETS,
     TASK_ROW,
 )
-from parasim.tasks import NUM_ANSWERS
-from parasim.tool_spec import ToolSpec
+from parasim.tasks.suites import NUM_ANSWERS
+from parasim.tools.spec import ToolSpec
 
 TASK_FEATURES = 8  # domain one-hot (4), free-form, multiple-choice, options / 16, question tokens / 1000
 

@@ -106,7 +106,7 @@ def step_lanes_parallel(actions, reset_first, done, lanes, last_status, call_i, 
                     o_last, o_mask)
 
 
-# ---- one lane, a phase at a time: the real-tools env's calls (``parasim.envs.real_source``) ----
+# ---- one lane, a phase at a time: the real-tools env's calls (``envs.real_source``) ----
 
 @njit(cache=True, error_model=ERROR_MODEL)
 def begin_one(lanes, last_status, call_i, call_f, rows, params, row, z, o_task, o_round, o_budget, o_cand, o_evid,

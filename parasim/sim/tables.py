@@ -7,7 +7,7 @@ and episode parameters, with the columns one call reads side by side and padded 
 per suite row. A record reaches the kernel's inlined per-lane functions as a plain pointer with its shapes
 known at compile time. Column indices below are compile-time constants of the kernels.
 
-The tool dimension T is the pool's tool spec's (``parasim.tool_spec``): each tool's behaviour and kind are columns
+The tool dimension T is the pool's tool spec's (``parasim.tools.spec``): each tool's behaviour and kind are columns
 of the tool table (``TT_BEHAVIOUR``, ``TT_AGENT``), so the rules and the per-call model branch on what a tool does,
 never on which tool it is. The parameter record's dtype is built per T (``params_dtype``): the default spec's is the
 one every shipped pool uses, and a pool with another tool count compiles the kernels once more for its dtype.
@@ -20,10 +20,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from parasim.pools import MAX_MODELS, PoolSpec, reliability
+from parasim.pools.pool import MAX_MODELS, PoolSpec, reliability
 from parasim.protocol.schema import NUM_DOMAINS
-from parasim.tasks import FREE_FORM, NUM_ANSWERS, NUM_BENCHMARKS, TaskSuite
-from parasim.tool_spec import BEHAVIOURS
+from parasim.tasks.suites import FREE_FORM, NUM_ANSWERS, NUM_BENCHMARKS, TaskSuite
+from parasim.tools.spec import BEHAVIOURS
 
 # tm[k, tool, model] (TM_LAT_SLOPE: beta of the server's per-request decode slowdown, per_tok * (1 + beta * (load - 1)))
 (TM_TOK_SD, TM_TOK_ALPHA, TM_LAT_BASE, TM_LAT_PER_TOK, TM_LAT_SD, TM_PRICE_IN, TM_PRICE_OUT, TM_P_EXEC,
@@ -32,7 +32,7 @@ NUM_TM = 9
 # tt[k, tool]: its costs and runtime, then what it does: its behaviour (a ``B_*`` code) and 1 for an agent tool
 TT_USD_CALL, TT_USD_S, TT_COST, TT_TIMEOUT, TT_FEEDBACK, TT_BEHAVIOUR, TT_AGENT = range(7)
 NUM_TT = 7
-# behaviour codes (``parasim.tool_spec.BEHAVIOURS`` in order), as the tool table's TT_BEHAVIOUR column holds them
+# behaviour codes (``parasim.tools.spec.BEHAVIOURS`` in order), as the tool table's TT_BEHAVIOUR column holds them
 B_SOLVER, B_REVIEWER, B_ENSEMBLE, B_CODE_EXEC, B_SEARCH = range(5)
 assert BEHAVIOURS == ("solver", "reviewer", "ensemble", "code_exec", "search")
 # mm[k, model]
@@ -181,7 +181,7 @@ def set_tool_roles(p: np.void, tt: np.ndarray) -> None:
     beh, agent = tt[TT_BEHAVIOUR], tt[TT_AGENT] != 0
     solvers = np.flatnonzero((beh == B_SOLVER) & agent)
     reviewers = np.flatnonzero(beh == B_REVIEWER)
-    p["direct"] = solvers[0]  # a pool's spec has one (``parasim.pools`` refuses a spec without)
+    p["direct"] = solvers[0]  # a pool's spec has one (``parasim.pools.pool`` refuses a spec without)
     p["num_reviewers"] = len(reviewers)
     p["reviewers"][:len(reviewers)] = reviewers
 

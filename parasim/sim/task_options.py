@@ -3,8 +3,8 @@
 ToolOrchestra (Su et al., arXiv 2511.21689) trains its orchestrator on tasks that each come with their own tools and
 a user preference over tools, outcome, cost and latency, which its reward weighs (the ``toolorchestra`` preset). Here
 an episode gets them from the reset options ``tools_available``, ``tool_prices`` and ``preference`` (checked by
-``parasim.env_options``), or draws them itself with the simulator's ``task_options="random"``; none of them: every
-tool at the pool's price and no preference vector of its own, exactly the episode of an env without options.
+``parasim.config.env_options``), or draws them itself with the simulator's ``task_options="random"``; none of them:
+every tool at the pool's price and no preference vector of its own, exactly the episode of an env without options.
 
 They live in the lane record (``parasim.sim.state.lane_dtype``): ``tools_off`` and ``priced`` are bit masks that the
 rules read per call (``parasim.sim.rules.lane_rule``, the simulated call's USD), ``price`` and ``preference`` arrays
@@ -98,7 +98,7 @@ def set_lane_options(lanes: np.ndarray, params: np.ndarray, idx: np.ndarray, pre
     """Give lanes ``idx`` of the records ``lanes`` these options for their next reset (``begin_options`` keeps them):
     ``preference`` float64[N, T + 3], ``tools_available`` bool[N, T], ``tool_prices`` float64[N, T] (NaN: the pool's
     price), rows indexed by lane; each None leaves that option to the reset. Values are checked by the caller
-    (``parasim.env_options``). The lanes' parameter record ``params`` leaves OPTS_NONE for OPTS_GIVEN."""
+    (``parasim.config.env_options``). The lanes' parameter record ``params`` leaves OPTS_NONE for OPTS_GIVEN."""
     if not len(idx) or preference is None and tools_available is None and tool_prices is None:
         return
     if params[0]["task_opts"] == OPTS_NONE:

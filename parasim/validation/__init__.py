@@ -13,8 +13,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from parasim.config_fields import opt, validate
-from parasim.pools import PoolSpec, load_pool, parse_pool
+from parasim.config.fields import opt, validate
+from parasim.pools.pool import PoolSpec, load_pool, parse_pool
 from parasim.validation.compare import chance_rate, compare, figures, flagged
 from parasim.validation.logs import LogError, Logs, read_logs, slot_count
 from parasim.validation.replay import model_indices, real_metrics, replay

@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from parasim.calibration.calls import TOOLS, CallTable, calls_from_records
-from parasim.jsonl import iter_json_objects
+from parasim.config.jsonl import iter_json_objects
 from parasim.protocol.schema import Domain
 from parasim.real.calllog import EPISODES_SUFFIX, episodes_path
-from parasim.tasks import NUM_ANSWERS
+from parasim.tasks.suites import NUM_ANSWERS
 
 
 class LogError(ValueError):

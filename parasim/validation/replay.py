@@ -31,12 +31,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from parasim.pools import PoolSpec
+from parasim.pools.pool import PoolSpec
 from parasim.protocol.schema import NUM_TOOLS, Status, Tool
 from parasim.sim import Simulator
 from parasim.sim.kernel import C_ANSWER, C_KIND, C_TOK_OUT, EMPTY_SLOT, I_SEQ, NO_CALL, OUT_ANSWER
 from parasim.sim.state import action_slot, empty_action, set_action_slot, slot_column, slot_parts
-from parasim.tasks import BENCHMARK_INDEX, FREE_FORM, GENERIC, TaskSuite
+from parasim.tasks.suites import BENCHMARK_INDEX, FREE_FORM, GENERIC, TaskSuite
 from parasim.validation.logs import LogError, LoggedEpisode, LoggedRound
 
 # REJECTED: refused without running (format, tool, budget); TRUNCATED: cut at the generation cap, no answer

@@ -8,7 +8,7 @@ aligned with the tokens the trainer scores.
 On disk (SFT data, logged trajectories) a trajectory is one JSON line, either
   ``{"messages": [...OpenAI chat messages...], "tools": [...], "group_id": 3, "record": {...}}``
 (assistant messages are the manager's, tool results are ``role: "tool"`` messages; rendered by the tokenizer's chat
-template, or by ``chat_template`` when given, through ``parasim.envs.paraorch_text.render_conversation``, the function
+template, or by ``chat_template`` when given, through ``envs.paraorch_text.render_conversation``, the function
 ParaOrchText-v0 renders its observations with, so that SFT text and the environment's text have one form:
 ``{"messages": info["messages"], "tools": env.tools}`` of a ParaOrchText-v0 episode with ``tokenizer=`` is a valid
 line) or
@@ -119,7 +119,7 @@ def render_segments(tokenizer: Any, messages: Sequence[dict[str, Any]],
 
 def _render(tokenizer: Any, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None,
             chat_template: str | None, generation_prompt: bool) -> str:
-    from parasim.envs.paraorch_text import render_conversation
+    from envs.paraorch_text import render_conversation
 
     return render_conversation(messages, tokenizer, tools, chat_template, add_generation_prompt=generation_prompt)
 

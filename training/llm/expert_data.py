@@ -8,7 +8,7 @@ failed calls** in the next round (a recoverable failure: the row keeps the failu
 leading answer, ask an ensemble when the reviewer objects, then answer. Episodes that end wrong are dropped by
 default, as in ToolOrchestra's and ParaManager's SFT filtering.
 
-    python -m parasim.training.llm.expert_data --out sft.jsonl --episodes 500 --seed 0
+    python -m training.llm.expert_data --out sft.jsonl --episodes 500 --seed 0
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from parasim.protocol.schema import Domain
-from parasim.training.llm.data import write_jsonl
+from training.llm.data import write_jsonl
 
 _RESPONSE = re.compile(r"<tool_response>\n(.*?)\n</tool_response>", re.DOTALL)
 _FAILED = ("EXEC_ERR", "TIMEOUT")

@@ -4,14 +4,14 @@ mask, update, sync, log, checkpoint.
 - collect: G rollouts per task (a group shares its task); HF ``generate`` or a vLLM server samples the manager's
   turns; token ids and sampled logprobs are kept from generation (``rollout.py``), never re-tokenized.
 - score / advantage / mask: ``parasim.compute_rewards`` (a preset or RewardConfig), ``parasim.group_advantages``,
-  and the loss mask from role spans plus the loss normalizers of ``parasim.masks``: the same core the simulator's
-  trainers use, so a reward studied in a sweep is the reward trained here.
+  and the loss mask from role spans plus the loss normalizers of ``parasim.scoring.masks``: the same core the
+  simulator's trainers use, so a reward studied in a sweep is the reward trained here.
 - update: PPO's clipped objective with an asymmetric range (eps, eps_high: DAPO's clip-higher), optional k3 KL to
   a frozen reference, optional entropy bonus; tool and environment tokens have mask 0 and contribute exactly nothing.
 - FSDP2 through ``torchrun`` when the world size is > 1; atomic checkpoints that resume exactly.
 
-    python -m parasim.training.llm.grpo --model_path runs/llm_sft/checkpoints/step_00000100/model
-    torchrun --nproc_per_node 8 -m parasim.training.llm.grpo --config grpo.yaml
+    python -m training.llm.grpo --model_path runs/llm_sft/checkpoints/step_00000100/model
+    torchrun --nproc_per_node 8 -m training.llm.grpo --config grpo.yaml
 """
 from __future__ import annotations
 
@@ -28,16 +28,16 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from parasim.advantages import METHODS
-from parasim.config_fields import ConfigError, load_mapping, opt, validate
-from parasim.masks import LOSS_AGG_MODES
-from parasim.rewards import PRESETS
-from parasim.training.grpo import ADV_SCALES, ADV_STDS
-from parasim.training.llm import runtime
-from parasim.training.llm.data import TokenTrajectory, pad_batch, pad_rows, token_mask
-from parasim.training.llm.rollout import HFEngine, RolloutConfig, VLLMEngine, collect, rollout_summary
-from parasim.training.llm.runtime import DTYPES
-from parasim.training.loggers import parse_loggers
+from parasim.config.fields import ConfigError, load_mapping, opt, validate
+from parasim.scoring.advantages import METHODS
+from parasim.scoring.masks import LOSS_AGG_MODES
+from parasim.scoring.rewards import PRESETS
+from training.grpo import ADV_SCALES, ADV_STDS
+from training.llm import runtime
+from training.llm.data import TokenTrajectory, pad_batch, pad_rows, token_mask
+from training.llm.rollout import HFEngine, RolloutConfig, VLLMEngine, collect, rollout_summary
+from training.llm.runtime import DTYPES
+from training.loggers import parse_loggers
 
 
 @dataclass
@@ -74,14 +74,14 @@ class GRPOArgs:
     temperature: float = opt(1.0, lo=1e-6, hi=100.0, help="sampling temperature")
     top_p: float = opt(1.0, lo=1e-6, hi=1.0, help="nucleus sampling threshold")
     # rewards and advantages (parasim core)
-    reward: str = opt("paramanager", help="a preset of parasim.rewards.PRESETS, or a RewardConfig file "
+    reward: str = opt("paramanager", help="a preset of parasim.scoring.rewards.PRESETS, or a RewardConfig file "
                                           "(YAML / JSON / TOML)")
-    adv_method: str = opt("grpo", choices=tuple(METHODS), help="core advantage estimator (parasim.advantages)")
+    adv_method: str = opt("grpo", choices=tuple(METHODS), help="core advantage estimator (parasim.scoring.advantages)")
     adv_std: str = opt("unbiased", choices=ADV_STDS, help="std estimator of grpo")
     adv_scale: str = opt("default", choices=ADV_SCALES, help="advantage scaling (default: the method's own)")
     adv_clip: float = opt(0.0, lo=0.0, help="clip advantages to +-adv_clip (0: off)")
     min_group_std: float = opt(0.0, lo=0.0, help="drop groups whose reward std is below (ToolOrchestra: 0.1)")
-    loss_agg: str = opt("token-mean", choices=LOSS_AGG_MODES, help="loss normalization (parasim.masks)")
+    loss_agg: str = opt("token-mean", choices=LOSS_AGG_MODES, help="loss normalization (parasim.scoring.masks)")
     mask_truncated: bool = opt(False, help="drop the loss of cut trajectories entirely")
     # update
     ppo_epochs: int = opt(1, lo=1, help="passes over each batch")
@@ -191,7 +191,7 @@ def score(records: Sequence[dict[str, Any]], args: GRPOArgs) -> tuple[np.ndarray
 def _reward_config(spec: str) -> Any:
     """The ``--reward`` preset, or the RewardConfig file (validated by ``RewardConfig.from_dict``)."""
     from parasim import RewardConfig
-    from parasim.rewards import preset
+    from parasim.scoring.rewards import preset
 
     return preset(spec) if spec in PRESETS else RewardConfig.from_dict(load_mapping(spec, "reward"))
 
@@ -318,7 +318,7 @@ def main(args: GRPOArgs) -> Path:
                     "time/update": t3 - t2 - mask_time, "time/sync": t4 - t3})
         logger.log(log)
         if args.dump_rollouts:
-            from parasim.training.llm.rollout import dump_trajectories
+            from training.llm.rollout import dump_trajectories
 
             dump_trajectories(out / ("rollouts.jsonl" if info.is_main else f"rollouts_rank{info.rank}.jsonl"), trajs)
         if args.save_every > 0 and ((step + 1) % args.save_every == 0 or step + 1 == args.total_steps):
@@ -426,4 +426,4 @@ def _all_gather(info: runtime.DistInfo, items: list[Any]) -> list[Any]:
 
 
 if __name__ == "__main__":
-    sys.exit(runtime.cli(GRPOArgs, main, "python -m parasim.training.llm.grpo"))
+    sys.exit(runtime.cli(GRPOArgs, main, "python -m training.llm.grpo"))

@@ -24,7 +24,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from parasim.training.llm.data import ROLE_ENV, ROLE_MANAGER, TokenTrajectory, truncate
+from training.llm.data import ROLE_ENV, ROLE_MANAGER, TokenTrajectory, truncate
 
 # keys the task-index draw of ``reset_for_group`` on its own stream of the task seed (the env keys the task's
 # draws on the task seed itself)

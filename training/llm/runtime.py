@@ -23,8 +23,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from parasim import config_fields
-from parasim.config_fields import ConfigError
+from parasim.config import fields as config_fields
+from parasim.config.fields import ConfigError
 
 T = TypeVar("T")
 DTYPES = ("bfloat16", "float16", "float32")  # compute dtypes of the trainers on GPUs
@@ -33,7 +33,7 @@ DTYPES = ("bfloat16", "float16", "float32")  # compute dtypes of the trainers on
 # ----------------------------------------------------------------------------------------------- config
 def parse_config(cls: type[T], argv: Sequence[str] | None = None, prog: str | None = None) -> T:
     """Build the dataclass ``cls`` from defaults, then ``--config FILE`` (YAML, JSON or TOML), then ``--field value``
-    flags (``parasim.config_fields``: every field is a flag with its help, type, range and default; unknown keys
+    flags (``parasim.config.fields``: every field is a flag with its help, type, range and default; unknown keys
     and abbreviated flags are errors, so a typo never silently trains with a default)."""
     return config_fields.parse_args(cls, argv, prog or _prog(cls), _description(cls))[0]
 
@@ -364,12 +364,12 @@ def barrier(info: DistInfo) -> None:
 
 # ---------------------------------------------------------------------------------------------- logging
 class StepLog:
-    """A trainer's per-step record: to the metric loggers (``parasim.training.loggers``) and one line on stdout,
+    """A trainer's per-step record: to the metric loggers (``training.loggers``) and one line on stdout,
     from the main process only. A resumed run passes the checkpoint's step, so steps after it are logged once."""
 
     def __init__(self, out: str | Path, name: str, loggers: str, info: DistInfo, *, resume_step: int | None,
                  config: dict[str, Any] | None = None, echo: bool = True) -> None:
-        from parasim.training.loggers import MetricLoggers, parse_loggers
+        from training.loggers import MetricLoggers, parse_loggers
 
         self.echo = echo and info.is_main
         self.sinks = MetricLoggers(out, name, parse_loggers(loggers), resume_step=resume_step, config=config,

@@ -4,8 +4,8 @@ The data are trajectories (JSONL, see ``data.py``) from the simulator's scripted
 recoverable failures included (a failed call, then the repair): the manager should learn to repair, so those
 trajectories stay, and their tool outputs, like all environment text, carry no loss.
 
-    python -m parasim.training.llm.sft --model_path MODEL --data sft.jsonl --output_dir runs/sft
-    torchrun --nproc_per_node 8 -m parasim.training.llm.sft --config sft.yaml     # FSDP2
+    python -m training.llm.sft --model_path MODEL --data sft.jsonl --output_dir runs/sft
+    torchrun --nproc_per_node 8 -m training.llm.sft --config sft.yaml     # FSDP2
 """
 from __future__ import annotations
 
@@ -18,12 +18,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from parasim.config_fields import opt, validate
-from parasim.masks import LOSS_AGG_MODES
-from parasim.training.llm import runtime
-from parasim.training.llm.data import TokenTrajectory, pad_batch, read_jsonl, token_mask
-from parasim.training.llm.runtime import DTYPES
-from parasim.training.loggers import parse_loggers
+from parasim.config.fields import opt, validate
+from parasim.scoring.masks import LOSS_AGG_MODES
+from training.llm import runtime
+from training.llm.data import TokenTrajectory, pad_batch, read_jsonl, token_mask
+from training.llm.runtime import DTYPES
+from training.loggers import parse_loggers
 
 
 @dataclass
@@ -144,4 +144,4 @@ def main(args: SFTArgs) -> Path:
 
 
 if __name__ == "__main__":
-    sys.exit(runtime.cli(SFTArgs, main, "python -m parasim.training.llm.sft"))
+    sys.exit(runtime.cli(SFTArgs, main, "python -m training.llm.sft"))

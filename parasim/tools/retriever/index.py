@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from parasim.jsonl import iter_json_objects
+from parasim.config.jsonl import iter_json_objects
 
 INDEX_FILE = "index.faiss"
 CORPUS_FILE = "corpus.jsonl"

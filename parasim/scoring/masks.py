@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from parasim import _core
-from parasim.batch import bool_scalar, flag_array, int_array, int_scalar, real_array, real_scalar
+from parasim.scoring.batch import bool_scalar, flag_array, int_array, int_scalar, real_array, real_scalar
 
 __all__ = ["LOSS_AGG_MODES", "broadcast_to_tokens", "loss_mask_from_spans", "loss_normalizers", "mask_row_counts"]
 

@@ -1,5 +1,5 @@
-"""The strict checks of a parameter file's groups, shared by pool files (``parasim.pools``) and tool spec files
-(``parasim.tool_spec``): every group is an object of known keys plus a ``source``, every number within its range,
+"""The strict checks of a parameter file's groups, shared by pool files (``parasim.pools.pool``) and tool spec files
+(``parasim.tools.spec``): every group is an object of known keys plus a ``source``, every number within its range,
 every text that may reach a prompt clean, and every error a ``SpecError`` naming the field path, the value and
 what is allowed (with a did-you-mean hint for a misspelled key).
 """
@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from parasim.prompt_text import PromptTextError, check_prompt_text
+from parasim.protocol.prompt_text import PromptTextError, check_prompt_text
 from parasim.protocol.schema import Domain
 
 DOMAINS = tuple(d.name.lower() for d in Domain)
@@ -76,7 +76,7 @@ def only_keys(obj: dict, allowed: Sequence[str], path: str) -> None:
 
 
 def prompt_text_field(value: Any, path: str, max_len: int) -> str:
-    """Text that may reach a prompt (``parasim.prompt_text``), as a ``SpecError``."""
+    """Text that may reach a prompt (``parasim.protocol.prompt_text``), as a ``SpecError``."""
     try:
         return check_prompt_text(path, value, max_len=max_len)
     except PromptTextError as err:

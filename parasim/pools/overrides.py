@@ -5,14 +5,14 @@ pool.interaction.sd=0,0.5,1.5``) without a pool file per value. A training confi
 string, ``env.pool_set`` (``path=value;path=value``), which the grid and ``--set`` keys ``pool.<path>`` add to, so
 the overrides are part of the env options: points with the same overrides share one population (one vector env)
 and their results key, and points with different ones do not. The overrides are applied to the pool's JSON, and
-``parasim.pools.parse_pool`` then validates the result exactly as it validates a file, so a bad value gets the
+``parasim.pools.pool.parse_pool`` then validates the result exactly as it validates a file, so a bad value gets the
 parser's own error naming the field and its range, and everything the parser derives at load is derived from
 the overridden values: in particular skills are solved from the accuracy targets after the override, so
 overriding ``interaction.sd``, ``tokens_out`` or ``protocol`` keeps every model's direct-call accuracy at its
 published target (at the target's own generation cap), and overriding a ``skill`` changes only the benchmarks
 without a target.
 
-Paths are dot-separated keys of the pool file's layout (``parasim.pools``):
+Paths are dot-separated keys of the pool file's layout (``parasim.pools.pool``):
 
 - ``models.<model>.<key>...``: one agent model's key; ``<model>`` is its name, its index in ``models``, or a glob
   over the names (``Qwen3*``; ``*`` is every agent model). A glob that matches no model is an error.
@@ -43,8 +43,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from parasim.param_groups import DOMAINS, did_you_mean
-from parasim.pools import MODEL_GROUPS, PROTOCOL_KEYS, PoolError, PoolSpec, parse_pool, pool_file, read_pool_file
+from parasim.pools.param_groups import DOMAINS, did_you_mean
+from parasim.pools.pool import MODEL_GROUPS, PROTOCOL_KEYS, PoolError, PoolSpec, parse_pool, pool_file, read_pool_file
 
 SEPARATOR = ";"  # between the overrides of one set; a grid axis separates its values by ','
 PREFIX = "pool."  # a grid or --set key that is a pool override

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from parasim import _core
-from parasim.batch import int_array, real_array, real_scalar
+from parasim.scoring.batch import int_array, real_array, real_scalar
 
 __all__ = ["METHODS", "SCALES", "AdvantageMethod", "group_advantages"]
 

@@ -20,16 +20,16 @@ Schema, by path:
   [0, 12], log_sd in [0, 3], difficulty_slope in [-2, 2]}; ``latency`` {ttft_s, tokens_per_s, log_sd};
   ``price`` {input_per_mtok, output_per_mtok} in USD; ``code_exec_error.rate`` in [0, 1] (code_reasoner); the
   optional group ``context.window_tokens``, an integer in [1024, 10^8] (the context window a manager's prompt
-  states for the model, read only by its descriptor, ``parasim.descriptors``; absent: ``DEFAULT_CONTEXT_TOKENS``,
+  states for the model, read only by its descriptor, ``parasim.pools.descriptors``; absent: ``DEFAULT_CONTEXT_TOKENS``,
   an assumed value).
 - ``tool_spec`` (optional): the tool set, a shipped tool spec's name or a path to a tool spec file
-  (``parasim.tool_spec``; default ``"default"``, the seven tools of ``parasim.protocol.schema.Tool``). Every
+  (``parasim.tools.spec``; default ``"default"``, the seven tools of ``parasim.protocol.schema.Tool``). Every
   per-tool table below has one row per tool of the spec, in its order.
 - ``tools``: one TOOL per tool of the spec (wire names), which may be left out where the spec gives the tool a
   ``call_model`` default: ``bonus`` per domain in [-10, 10]; ``cost`` {units, usd_per_call, usd_per_s};
   ``runtime`` {overhead_s, timeout_s, tokens_scale, feedback_frac}; basic tools (python, search) add ``output``
   {log_median_tokens, log_sd, latency_log_median_s, latency_log_sd} and basic ``code_exec`` tools (python) an
-  ``exec_error.rate`` (``parasim.tool_spec.parse_call_model`` checks an entry).
+  ``exec_error.rate`` (``parasim.tools.spec.parse_call_model`` checks an entry).
 - ``protocol``: ensemble_k (samples of ensemble_solver), manager_tokens_per_round, manager_tokens_per_call,
   prompt_tokens (tool template around a subtask), status_tokens (feedback of a failed call), repair (factor
   on the exec-error rate of a code call that carries the trajectory after an exec error), max_output_tokens
@@ -37,8 +37,8 @@ Schema, by path:
 
 The schema is strict, because a lax one loads a wrong pool silently: an unknown key (a misspelled optional
 ``accuracies``) or an unknown source is refused with the allowed ones; pool files are read by
-``parasim.jsonl.read_json_file`` (UTF-8, no duplicate keys, bounded size, depth and integers, finite numbers);
-and model ids, which are pasted into the manager's prompt, must pass ``parasim.prompt_text.check_prompt_text``
+``parasim.config.jsonl.read_json_file`` (UTF-8, no duplicate keys, bounded size, depth and integers, finite numbers);
+and model ids, which are pasted into the manager's prompt, must pass ``parasim.protocol.prompt_text.check_prompt_text``
 (no newlines or other control characters, no chat-template sequences such as ``<|im_end|>``), as must the
 pool's name and description. Every error is a ``PoolError`` naming the file, the field path and the value.
 
@@ -57,7 +57,8 @@ from typing import Any
 
 import numpy as np
 
-from parasim.harness import (
+from parasim.config.jsonl import JSONInputError, read_json_file
+from parasim.pools.harness import (
     DEPLOYMENT_KEYS,
     HARNESS_KEYS,
     Deployment,
@@ -69,29 +70,29 @@ from parasim.harness import (
     parse_sampling,
     solve_capped_skill,
 )
-from parasim.jsonl import JSONInputError, read_json_file
-from parasim.param_groups import DOMAINS, FIT_SOURCE, KNOWN_SOURCES, SpecError, shipped_names, shipped_or_path
-from parasim.param_groups import did_you_mean as _did_you_mean
-from parasim.param_groups import group as _group
-from parasim.param_groups import number as _num
-from parasim.param_groups import only_keys as _only
-from parasim.param_groups import per_domain as _per_domain
-from parasim.param_groups import prompt_text_field as _text
-from parasim.param_groups import show as _show
-from parasim.param_groups import skill_domain as _skill_domain
+from parasim.pools.param_groups import DOMAINS, FIT_SOURCE, KNOWN_SOURCES, SpecError, shipped_names, shipped_or_path
+from parasim.pools.param_groups import did_you_mean as _did_you_mean
+from parasim.pools.param_groups import group as _group
+from parasim.pools.param_groups import number as _num
+from parasim.pools.param_groups import only_keys as _only
+from parasim.pools.param_groups import per_domain as _per_domain
+from parasim.pools.param_groups import prompt_text_field as _text
+from parasim.pools.param_groups import show as _show
+from parasim.pools.param_groups import skill_domain as _skill_domain
 from parasim.protocol.schema import NUM_DOMAINS
-from parasim.tasks import (
+from parasim.tasks.suites import (
     BENCHMARK_INDEX,
     BENCHMARKS,
     FREE_FORM,
     NUM_ANSWERS,
     NUM_BENCHMARKS,
 )
-from parasim.tool_spec import ToolSpec, default_tool_spec, load_tool_spec, parse_call_model
+from parasim.tools.spec import ToolSpec, default_tool_spec, load_tool_spec, parse_call_model
 
-POOL_DIR = Path(__file__).with_name("pool_files")
+POOL_DIR = Path(__file__).with_name("files")
 TOOLS = default_tool_spec().names  # the default tool spec's tools (wire names, per-tool array order)
-PoolError = SpecError  # pool and tool spec files share the group checks (``parasim.param_groups``) and their error
+# pool and tool spec files share the group checks (``parasim.pools.param_groups``) and their error
+PoolError = SpecError
 __all__ = ["DOMAINS", "FIT_SOURCE", "KNOWN_SOURCES", "MAX_MODELS", "POOL_DIR", "TOOLS", "PoolError", "PoolSpec",
            "accuracy_under_cap", "answer_space", "assumed_parameters", "expected_accuracy", "load_pool",
            "parse_pool", "pool_file", "read_pool_file", "reliability", "shipped_pools", "solve_skill"]
@@ -389,7 +390,7 @@ def parse_pool(raw: Any, name: str = "pool") -> PoolSpec:
 def _solved_skills(ms: list[dict[str, Any]], targets: np.ndarray, caps: np.ndarray, skill: np.ndarray,
                    shift: np.ndarray, log_scale: float, tau: np.ndarray, bench_dom: np.ndarray) -> np.ndarray:
     """Per-(model, benchmark) skills: where a target exists, theta solves the accuracy at the target's own setting
-    (``parasim.harness.capped_accuracy`` under its ``cap_tokens``, truncated calls wrong; uncapped targets by
+    (``parasim.pools.harness.capped_accuracy`` under its ``cap_tokens``, truncated calls wrong; uncapped targets by
     ``solve_skill``) minus the direct tool's bonus ``shift``; elsewhere ``skill`` (the per-domain values) stays."""
     mu = np.broadcast_to(np.array([b.mu for b in BENCHMARKS]), targets.shape)
     spread = effective_spread(np.array([b.sigma for b in BENCHMARKS])[None, :], tau[:, None])
@@ -418,7 +419,7 @@ def _solved_skills(ms: list[dict[str, Any]], targets: np.ndarray, caps: np.ndarr
 
 def accuracy_under_cap(pool: PoolSpec, cap: np.ndarray | float) -> np.ndarray:
     """acc[m, b] of one direct call (the spec's first agent solver on a fresh question) under generation cap ``cap``
-    (broadcast to [M+1, NB]; inf: uncapped), truncated calls counted wrong (``parasim.harness.capped_accuracy``).
+    (broadcast to [M+1, NB]; inf: uncapped), truncated calls counted wrong (``parasim.pools.harness.capped_accuracy``).
     At each target's own ``accuracy_cap`` it reproduces the targets; at the pool's ``max_output_tokens`` it is the
     harness-corrected target a fresh simulation is checked against."""
     sr = _direct_tool(pool.tools)
@@ -437,7 +438,7 @@ def assumed_parameters(pool: str | Path | dict | PoolSpec) -> list[str]:
 
 
 def shipped_pools() -> list[str]:
-    """Names of the pools shipped in ``parasim/pool_files``."""
+    """Names of the pools shipped in ``parasim/pools/files``."""
     return shipped_names(POOL_DIR)
 
 
@@ -447,7 +448,7 @@ def pool_file(name_or_path: str | Path) -> Path:
 
 
 def read_pool_file(path: str | Path) -> tuple[dict[str, Any], PoolSpec]:
-    """A pool JSON file's parsed content, read strictly (``parasim.jsonl.read_json_file``), and its tables;
+    """A pool JSON file's parsed content, read strictly (``parasim.config.jsonl.read_json_file``), and its tables;
     every error is a ``PoolError`` prefixed with the file."""
     try:
         raw = read_json_file(path)

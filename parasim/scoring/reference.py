@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from parasim.batch import TrajectoryBatch
-from parasim.reward_config import RewardConfig
+from parasim.scoring.batch import TrajectoryBatch
+from parasim.scoring.reward_config import RewardConfig
 
 COMPONENTS: tuple[str, ...] = ("outcome", "protocol", "diversity", "length", "cost", "latency", "tools")
 
@@ -114,7 +114,7 @@ def group_advantages(rewards: np.ndarray, group_ids: np.ndarray, method: str = "
                      std: str = "unbiased", scale: str | None = None, clip: float | None = None,
                      role_ids: np.ndarray | None = None,
                      min_group_std: float | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Group-relative advantages, one group at a time (see :func:`parasim.advantages.group_advantages`).
+    """Group-relative advantages, one group at a time (see :func:`parasim.scoring.advantages.group_advantages`).
 
     Each group's statistics are taken of its rewards in units of 2**e (:func:`_scaled`); the centered
     values are kept in those units (``dev`` times 2**``exp``) until the end, so nothing overflows on the way.
@@ -208,8 +208,8 @@ def broadcast_to_tokens(values: np.ndarray, mask: np.ndarray, turn_ids: np.ndarr
 def aggregated_loss(token_loss: np.ndarray, mask: np.ndarray, mode: str, *, global_tokens: float | None = None,
                     global_seqs: float | None = None, norm_len: float | None = None) -> float:
     """The loss each aggregation mode defines, computed from its definition over the trained tokens, row by row
-    (``parasim.masks.loss_normalizers`` gives per-row weights instead; a test checks that the two agree, so this is
-    not a second copy of those weights): ``token-mean`` the mean over all trained tokens, ``seq-mean-token-sum`` the
+    (``parasim.scoring.masks.loss_normalizers`` gives per-row weights instead; a test checks that the two agree, so this
+    is not a second copy of those weights): ``token-mean`` the mean over all trained tokens, ``seq-mean-token-sum`` the
     mean over trained rows of each row's sum, ``seq-mean-token-mean`` of each row's mean, ``seq-mean-token-sum-norm``
     of each row's sum over a constant length. ``global_*`` replace this mask's token and row counts."""
     rows = [[float(token_loss[b, t]) for t in range(mask.shape[1]) if mask[b, t] != 0] for b in range(mask.shape[0])]

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from parasim.config_fields import check, opt, spec_of, validate
+from parasim.config.fields import check, opt, spec_of, validate
 from parasim.protocol.schema import MAX_PARALLEL, MAX_TOOLS, NUM_TOOLS
 
 FORMULAS: tuple[str, ...] = ("paramanager", "toolorchestra", "xrouter", "router_r1")
@@ -36,11 +36,11 @@ INF = math.inf
 
 @dataclass(frozen=True)
 class RewardConfig:
-    """One reward formula and its constants (see :mod:`parasim.rewards` for the formulas and sources).
+    """One reward formula and its constants (see :mod:`parasim.scoring.rewards` for the formulas and sources).
 
     ``formula`` picks the family; the fields each family reads are listed in ``FORMULA_FIELDS``.
     Defaults are the ``paramanager`` reconstruction's constants. Each field declares its range
-    (:func:`parasim.config_fields.opt`), so a bad value is refused with the field, the value and the range.
+    (:func:`parasim.config.fields.opt`), so a bad value is refused with the field, the value and the range.
     """
 
     formula: str = opt("paramanager", choices=FORMULAS, help="reward family")

@@ -107,7 +107,7 @@ MAX_OUTPUT_TOKENS_LIMIT = 10_000_000
 def check_harness(harness: Mapping[str, Any] | None) -> dict[str, Any]:
     """An env's ``harness`` option: None or a dict of ``HARNESS_OPTIONS``; ``max_output_tokens`` an integer in
     [1, 10^7] (the generation cap replacing the pool's). The sampling keys are checked against the pool by
-    ``parasim.harness.with_harness`` (a pool is calibrated at one setting)."""
+    ``parasim.pools.harness.with_harness`` (a pool is calibrated at one setting)."""
     out = check_option_keys(harness, HARNESS_OPTIONS, "harness")
     if out.get("max_output_tokens") is not None:
         out["max_output_tokens"] = check_int("harness.max_output_tokens", out["max_output_tokens"], 1,

@@ -5,7 +5,7 @@ One validated, contiguous, fixed-dtype array per field, so the C++ core reads th
 validation happens once, here, with errors that name the field and the first bad index.
 
 The array and scalar checks at the bottom are the same rule for every other argument that crosses into
-the core (``parasim.advantages``, ``parasim.masks``): a value the target dtype cannot hold exactly is an
+the core (``parasim.scoring.advantages``, ``parasim.scoring.masks``): a value the target dtype cannot hold exactly is an
 error naming the argument, the index, the value and the allowed range, never a silent cast (int64 ->
 int32 wrap-around, uint64 -> int64 sign flip, float -> int truncation, bool -> number, NaN -> True).
 """
@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from parasim.protocol.schema import NUM_TOOLS, Tool
-from parasim.trajectory_schema import FIELD, FIELDS, PREFERENCE_TAIL, TRAJECTORY_FIELDS, new_rows
+from parasim.scoring.trajectory_schema import FIELD, FIELDS, PREFERENCE_TAIL, TRAJECTORY_FIELDS, new_rows
 
 __all__ = ["FIELDS", "BatchValidationError", "TrajectoryBatch", "bool_scalar", "flag_array", "int_array",
            "int_scalar", "real_array", "real_scalar", "trajectory_record", "trajectory_row"]
@@ -41,7 +41,7 @@ def _check_num_tools(num_tools: Any) -> int:
 
 
 def _coerce(name: str, raw: Any, n: int | None, num_tools: int) -> np.ndarray:
-    """Convert one field to its dtype and shape (``parasim.trajectory_schema``), rejecting what a silent cast
+    """Convert one field to its dtype and shape (``parasim.scoring.trajectory_schema``), rejecting what a silent cast
     would corrupt."""
     spec = FIELD[name]
     arr = np.asarray(raw)
@@ -133,7 +133,7 @@ def _preference_pair(values: dict[str, np.ndarray], given: Iterable[str]) -> Non
 
 
 class TrajectoryBatch:
-    """N trajectories as parallel arrays, one attribute per field of ``parasim.trajectory_schema`` (``outcome``,
+    """N trajectories as parallel arrays, one attribute per field of ``parasim.scoring.trajectory_schema`` (``outcome``,
     ``tool_counts``, ...; dtypes and shapes fixed by that schema). Immutable: the attributes cannot be rebound.
 
     Build with :meth:`from_arrays` or :meth:`from_records`; the constructor itself trusts its input (the arrays

@@ -26,8 +26,8 @@ import numpy as np
 from scipy.special import ndtr
 
 import parasim.protocol  # noqa: F401  (loads before param_groups, which the protocol package imports back)
-from parasim.env_options import check_harness
-from parasim.param_groups import SpecError, number, only_keys, prompt_text_field, show
+from parasim.config.env_options import check_harness
+from parasim.pools.param_groups import SpecError, number, only_keys, prompt_text_field, show
 
 DEPLOYMENT_KINDS = ("api", "self_hosted")
 SELF_HOSTED_KEYS = ("gpu", "gpus_per_replica", "replicas", "precision", "active_params_b", "total_params_b", "engine")
@@ -153,7 +153,7 @@ def solve_capped_skill(target: np.ndarray, mu: np.ndarray, sigma: np.ndarray, ta
                        tok_mu: np.ndarray, alpha: np.ndarray, tok_sd: np.ndarray) -> np.ndarray:
     """Invert ``capped_accuracy`` in theta by bisection on [-30, 30]. Returns (theta, ceiling): the ceiling is the
     accuracy as theta grows (the share of calls never truncated); a target at or above it has no solution, and
-    the caller refuses it (``parasim.pools``)."""
+    the caller refuses it (``parasim.pools.pool``)."""
     ceiling = capped_accuracy(np.full(np.shape(target), 60.0), mu, sigma, tau, cap, tok_mu, alpha, tok_sd)
     lo, hi = np.full(np.shape(target), -30.0), np.full(np.shape(target), 30.0)
     for _ in range(80):
@@ -164,7 +164,7 @@ def solve_capped_skill(target: np.ndarray, mu: np.ndarray, sigma: np.ndarray, ta
 
 
 def with_harness(pool: Any, harness: Any = None) -> Any:
-    """``pool`` (a PoolSpec) under an env's ``harness`` option (``parasim.env_options.check_harness``): its
+    """``pool`` (a PoolSpec) under an env's ``harness`` option (``parasim.config.env_options.check_harness``): its
     ``max_output_tokens`` replaces the pool's cap; ``temperature`` and ``reasoning_effort`` can only name the setting
     the pool is calibrated at (its token distributions and targets are that setting's; a pool has no figures for
     another), so another value is refused naming the allowed one. The pool itself when nothing changes."""

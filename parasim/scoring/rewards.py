@@ -1,6 +1,6 @@
 """Trajectory rewards: the preset registry and the batched scoring API over the C++ core.
 
-Formulas (``parasim.reference.reward_components`` spells each one out; o = outcome, "correct" means
+Formulas (``parasim.scoring.reference.reward_components`` spells each one out; o = outcome, "correct" means
 o >= correct_threshold):
 
 * ``paramanager``: w_outcome*o - w_protocol*min(1, format_penalty*format_violations + no_final_penalty*(1 -
@@ -29,9 +29,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from parasim import _core
-from parasim.batch import FIELDS as BATCH_FIELDS
-from parasim.batch import TrajectoryBatch
-from parasim.reward_config import (
+from parasim.scoring.batch import FIELDS as BATCH_FIELDS
+from parasim.scoring.batch import TrajectoryBatch
+from parasim.scoring.reward_config import (
     FORMULA_FIELDS,
     FORMULAS,
     PRESET_SOURCES,

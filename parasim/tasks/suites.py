@@ -3,7 +3,7 @@
 A task is (benchmark, domain, answer format, hidden difficulty z). Difficulty follows the item-response
 model of the simulator (``parasim.sim.kernel.sample_call``): z ~ Normal(mu_b, sigma_b) per benchmark. Only skill minus
 difficulty is identified by accuracies, so mu_b fixes the scale across benchmarks (harder benchmarks get
-larger mu_b) and the pools' per-(model, benchmark) skills are solved against it (``parasim.pools``).
+larger mu_b) and the pools' per-(model, benchmark) skills are solved against it (``parasim.pools.pool``).
 The mu_b / sigma_b values are assumed (no public item-level figures); they matter for how token counts
 grow with difficulty and how correlated two calls on the same task are, and ``parasim calibrate`` refits
 them from logged calls.
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from parasim.jsonl import iter_json_objects
+from parasim.config.jsonl import iter_json_objects
 from parasim.protocol.schema import Domain
 
 FREE_FORM = 0  # answer format: free-form answer (math, code); k > 1 means k options

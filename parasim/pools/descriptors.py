@@ -2,7 +2,7 @@
 
 A policy that picks models by index can only act on the pool it was trained on. Described by what a prompt would
 say of them (price, speed, context window, published accuracy; a tool's kind and cost), models and tools become
-rows of features, and a policy that scores rows (``parasim.training.policy``, ``model_head="descriptor"``) acts on
+rows of features, and a policy that scores rows (``training.policy``, ``model_head="descriptor"``) acts on
 any pool with the same tool spec, whatever its number of models. The envs add them to the observation with the
 option ``descriptors=True`` (keys ``models`` and ``tools``); this module is their one definition.
 
@@ -14,8 +14,8 @@ option ``descriptors=True`` (keys ``models`` and ``tools``); this module is thei
   - ``acc_<domain>`` for math, science, knowledge, code: the mean of the model's published direct-call accuracy
     targets (``PoolSpec.accuracy_target``) over the suite's benchmarks of that domain that have one, and
     ``has_acc_<domain>``, 1 where at least one does (the accuracy column is then 0, never NaN);
-  - ``context``: the context window in tokens (``PoolSpec.context_window``; ``parasim.pools.DEFAULT_CONTEXT_TOKENS``,
-    assumed, where the pool gives none).
+  - ``context``: the context window in tokens (``PoolSpec.context_window``;
+    ``parasim.pools.pool.DEFAULT_CONTEXT_TOKENS``, assumed, where the pool gives none).
 
 ``tools`` float32[T, F_t], one row per tool of the pool's tool spec, columns ``TOOL_FEATURES``: ``agent`` /
 ``basic`` (kind one-hot), ``cost_units``, ``usd_per_call``, ``usd_per_s`` (``PoolSpec.cost_units`` / ``usd_call``
@@ -36,9 +36,9 @@ from dataclasses import dataclass
 import numpy as np
 from gymnasium import spaces
 
-from parasim.param_groups import DOMAINS
-from parasim.pools import PoolSpec
-from parasim.tasks import BENCHMARKS, TaskSuite
+from parasim.pools.param_groups import DOMAINS
+from parasim.pools.pool import PoolSpec
+from parasim.tasks.suites import BENCHMARKS, TaskSuite
 
 MODEL_FEATURES = ("price_in", "price_out", "decode_speed", "ttft", *(f"acc_{d}" for d in DOMAINS),
                   *(f"has_acc_{d}" for d in DOMAINS), "context")

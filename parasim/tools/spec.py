@@ -1,6 +1,6 @@
 """Tool specs: the callable tools a manager orchestrates, as data.
 
-A tool spec file (JSON, read strictly by ``parasim.jsonl.read_json_file``) declares every callable tool once, in
+A tool spec file (JSON, read strictly by ``parasim.config.jsonl.read_json_file``) declares every callable tool once, in
 the order of the per-tool arrays (``tool_counts``, the pool's tool tables, the reward's ``pref_tools``). Schema:
 
 - ``name``, ``description``: strings. ``tools``: a list of 1..``MAX_TOOLS`` TOOLs.
@@ -14,12 +14,12 @@ the order of the per-tool arrays (``tool_counts``, the pool's tool tables, the r
   ``description`` (shown to the manager); ``argument`` (basic tools: their one input, ``name``, ``type``
   ``string`` or ``integer``, ``description``, ``aliases``; agent tools take ``model``, ``subtask`` and every
   tool ``context_from``, see ``parasim.protocol.tool_schema``); ``call_model`` (optional: the simulator's default
-  parameters of the tool, in a pool file's tool-entry format, see ``parasim.pools``; a pool's own
+  parameters of the tool, in a pool file's tool-entry format, see ``parasim.pools.pool``; a pool's own
   ``tools.<name>`` entry replaces it); ``real`` (real mode: ``system_prompt`` for an agent tool, required;
   ``callable``, ``"package.module:function"``, for a basic tool, required unless its behaviour is ``code_exec``
   or ``search``, which run on the backend's sandbox and retriever).
 
-``parasim/tool_specs/default.json`` is the default spec: the seven tools of ``parasim.protocol.schema.Tool`` with
+``parasim/tools/specs/default.json`` is the default spec: the seven tools of ``parasim.protocol.schema.Tool`` with
 the values every shipped pool has. Errors are ``SpecError``s (``ToolSpecError``) naming the field and what is
 allowed.
 """
@@ -33,8 +33,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from parasim.jsonl import JSONInputError, read_json_file
-from parasim.param_groups import (
+from parasim.config.jsonl import JSONInputError, read_json_file
+from parasim.pools.param_groups import (
     DOMAINS,
     SpecError,
     did_you_mean,
@@ -50,7 +50,7 @@ from parasim.param_groups import (
 from parasim.protocol.schema import MAX_TOOLS, NUM_TOOLS, Tool
 
 ToolSpecError = SpecError
-TOOL_SPEC_DIR = Path(__file__).with_name("tool_specs")
+TOOL_SPEC_DIR = Path(__file__).with_name("specs")
 DEFAULT_TOOL_SPEC = "default"
 KINDS = ("agent", "basic")
 BEHAVIOURS = ("solver", "reviewer", "ensemble", "code_exec", "search")
@@ -183,7 +183,7 @@ def call_model_groups(kind: str, behaviour: str) -> tuple[str, ...]:
 
 def parse_call_model(t: Any, path: str, kind: str, behaviour: str, sources: dict[str, str]) -> dict[str, Any]:
     """A tool's call-model parameters (a pool's ``tools.<name>`` entry or a spec's ``call_model``), checked and
-    keyed as ``parasim.pools.parse_pool`` builds its tables from them; each group's source goes to ``sources``."""
+    keyed as ``parasim.pools.pool.parse_pool`` builds its tables from them; each group's source goes to ``sources``."""
     if not isinstance(t, dict):
         raise SpecError(f"{path}: expected an object, got {show(t)}")
     keys = call_model_groups(kind, behaviour)
@@ -306,7 +306,7 @@ def parse_tool_spec(raw: Any, name: str = "tool spec") -> ToolSpec:
 
 
 def shipped_tool_specs() -> list[str]:
-    """Names of the tool specs shipped in ``parasim/tool_specs``."""
+    """Names of the tool specs shipped in ``parasim/tools/specs``."""
     return shipped_names(TOOL_SPEC_DIR)
 
 
