@@ -67,7 +67,7 @@ def grpo_step_rate(steps: int = 3) -> tuple[float, float]:
         t0 = time.perf_counter()
         ro = collect(policy, envs, seed=s, group_size=g.group_size, generator=gen)
         rewards = compute_rewards(ro.batch, CFG.reward).total
-        adv, keep = grpo.advantages(rewards, ro.batch, g)
+        adv, keep = g.advantages(rewards, ro.batch.group_id, ro.batch.role_id)
         grpo.update(policy, None, optim, ro, adv, keep, g, gen)
         t_grpo += time.perf_counter() - t0
         t0 = time.perf_counter()

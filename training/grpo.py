@@ -32,8 +32,7 @@ import numpy as np
 import torch
 
 from parasim.config.fields import opt
-from parasim.scoring.advantages import METHODS, SCALES, group_advantages
-from parasim.scoring.batch import TrajectoryBatch
+from parasim.scoring.advantages import AdvantageConfig
 from parasim.scoring.rewards import compute_rewards
 from training.policy import ADAM_BETAS, ManagerPolicy, MemberAdam, PolicyStack, clip_member_grads
 from training.rollout import (
@@ -47,15 +46,14 @@ from training.rollout import (
 )
 from training.store import atomic_write_bytes
 
-ADV_STDS = ("unbiased", "biased")
-ADV_SCALES = ("default", *SCALES)  # "default": the estimator's own scale (parasim.scoring.advantages.METHODS)
 ADAM_EPS = 1e-5
 STATS = ("loss", "entropy", "kl", "clip_frac", "approx_kl")
 
 
 @dataclass(frozen=True)
-class GRPOConfig:
-    """GRPO hyperparameters (defaults: 1024 lanes x 60 steps, about 20 s per sweep point on one core)."""
+class GRPOConfig(AdvantageConfig):
+    """GRPO hyperparameters (defaults: 1024 lanes x 60 steps, about 20 s per sweep point on one core); the advantage
+    settings are ``AdvantageConfig``'s, shared with the LLM trainer."""
 
     steps: int = opt(60, lo=0, hi=100_000, help="GRPO updates (0 = evaluate the SFT policy: sft_only)")
     tasks_per_step: int = opt(128, lo=1, hi=65_536, help="distinct tasks per step")
@@ -68,26 +66,12 @@ class GRPOConfig:
     kl_coef: float = opt(0.0, lo=0.0, hi=100.0, help="k3 KL penalty to the SFT policy (0 = off)")
     entropy_coef: float = opt(0.0, lo=0.0, hi=10.0, help="entropy bonus (entropy is logged either way)")
     max_grad_norm: float = opt(1.0, lo=0.0, hi=1e6, help="gradient clipping (0 = off)")
-    adv_method: str = opt("grpo", choices=tuple(METHODS), help="core advantage estimator (parasim.scoring.advantages)")
-    adv_std: str = opt("unbiased", choices=ADV_STDS, help="std estimator of grpo")
-    adv_scale: str = opt("default", choices=ADV_SCALES, help="advantage scaling (default: the method's own)")
-    adv_clip: float = opt(0.0, lo=0.0, hi=1e6, help="clip advantages to +-adv_clip (0 = off)")
-    min_group_std: float = opt(0.0, lo=0.0, hi=1e6, help="drop groups with reward std below (ToolOrchestra 0.1)")
     checkpoint_every: int = opt(10, lo=1, hi=100_000, help="checkpoint every K steps (with a checkpoint dir)")
 
     @property
     def lanes(self) -> int:
         """Vector-env lanes per step."""
         return self.tasks_per_step * self.group_size
-
-
-def advantages(rewards: np.ndarray, batch: TrajectoryBatch, g: GRPOConfig) -> tuple[np.ndarray, np.ndarray]:
-    """The core's group-relative advantages under the config's estimator and filters."""
-    return group_advantages(
-        rewards, batch.group_id, g.adv_method, std=g.adv_std, role_ids=batch.role_id,
-        scale=None if g.adv_scale == "default" else g.adv_scale,
-        clip=g.adv_clip or None, min_group_std=g.min_group_std or None,
-    )
 
 
 def _schedule(ro: Rollout, block: int, decisions: np.ndarray, keep: np.ndarray, g: GRPOConfig,
@@ -255,7 +239,7 @@ def train_stack(cfgs: Sequence[Any], stack: PolicyStack, ckpts: Sequence[Path | 
         # 2. the core's reward under each member's reward config
         rewards = [compute_rewards(batch, cfgs[m].reward).total for m, batch in zip(members, parts)]
         # 3. group-relative advantages within each member's groups
-        adv_keep = [advantages(r, batch, gs[m]) for m, r, batch in zip(members, rewards, parts)]
+        adv_keep = [gs[m].advantages(r, batch.group_id, batch.role_id) for m, r, batch in zip(members, rewards, parts)]
         # 4. PPO-clipped updates
         stats = update_stack(stack, ref, optim, ro, decisions, members, [a for a, _ in adv_keep],
                              [k for _, k in adv_keep], [gs[m] for m in members], gens)

@@ -18,9 +18,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from parasim import _core
+from parasim.config.fields import opt
 from parasim.scoring.batch import int_array, real_array, real_scalar
 
-__all__ = ["METHODS", "SCALES", "AdvantageMethod", "group_advantages"]
+__all__ = ["ADV_SCALES", "ADV_STDS", "METHODS", "SCALES", "AdvantageConfig", "AdvantageMethod", "group_advantages"]
 
 SCALES: tuple[str, ...] = ("group", "batch", "none")
 
@@ -106,3 +107,27 @@ def group_advantages(rewards: np.ndarray, group_ids: np.ndarray, method: str = "
     _core.group_advantages(r, g, roles, spec.code, SCALES.index(scale), std == "unbiased", eps, clip,
                            min_group_std, adv, keep.view(np.uint8))
     return adv, keep
+
+
+ADV_STDS: tuple[str, ...] = ("unbiased", "biased")
+ADV_SCALES: tuple[str, ...] = ("default", *SCALES)  # "default": the estimator's own scale (``METHODS``)
+
+
+@dataclass(frozen=True)
+class AdvantageConfig:
+    """The advantage settings of both GRPO trainers, declared once: the small policy's ``training.grpo.GRPOConfig``
+    and the LLM manager's ``training.llm.grpo.GRPOArgs`` inherit them, so the estimator a sweep studies is the one an
+    LLM run trains with, under the same names and ranges."""
+
+    adv_method: str = opt("grpo", choices=tuple(METHODS), help="core advantage estimator (parasim.scoring.advantages)")
+    adv_std: str = opt("unbiased", choices=ADV_STDS, help="std estimator of grpo")
+    adv_scale: str = opt("default", choices=ADV_SCALES, help="advantage scaling (default: the method's own)")
+    adv_clip: float = opt(0.0, lo=0.0, hi=1e6, help="clip advantages to +-adv_clip (0 = off)")
+    min_group_std: float = opt(0.0, lo=0.0, hi=1e6, help="drop groups with reward std below (ToolOrchestra 0.1)")
+
+    def advantages(self, rewards: np.ndarray, group_ids: np.ndarray,
+                   role_ids: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """``group_advantages`` of ``rewards`` under these settings: (advantages, kept-group mask)."""
+        return group_advantages(rewards, group_ids, self.adv_method, std=self.adv_std, role_ids=role_ids,
+                                scale=None if self.adv_scale == "default" else self.adv_scale,
+                                clip=self.adv_clip or None, min_group_std=self.min_group_std or None)

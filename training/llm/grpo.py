@@ -29,10 +29,9 @@ import torch
 import torch.distributed as dist
 
 from parasim.config.fields import ConfigError, load_mapping, opt, validate
-from parasim.scoring.advantages import METHODS
+from parasim.scoring.advantages import AdvantageConfig
 from parasim.scoring.masks import LOSS_AGG_MODES
 from parasim.scoring.rewards import PRESETS
-from training.grpo import ADV_SCALES, ADV_STDS
 from training.llm import runtime
 from training.llm.data import TokenTrajectory, pad_batch, pad_rows, token_mask
 from training.llm.rollout import HFEngine, RolloutConfig, VLLMEngine, collect, rollout_summary
@@ -40,8 +39,8 @@ from training.llm.runtime import DTYPES
 from training.loggers import parse_loggers
 
 
-@dataclass
-class GRPOArgs:
+@dataclass(frozen=True)
+class GRPOArgs(AdvantageConfig):
     """GRPO of an LLM manager on ParaOrchText-v0.
 
     Every setting is a flag (--learning_rate 1e-6) and a key of the --config file; flags override the file.
@@ -76,11 +75,6 @@ class GRPOArgs:
     # rewards and advantages (parasim core)
     reward: str = opt("paramanager", help="a preset of parasim.scoring.rewards.PRESETS, or a RewardConfig file "
                                           "(YAML / JSON / TOML)")
-    adv_method: str = opt("grpo", choices=tuple(METHODS), help="core advantage estimator (parasim.scoring.advantages)")
-    adv_std: str = opt("unbiased", choices=ADV_STDS, help="std estimator of grpo")
-    adv_scale: str = opt("default", choices=ADV_SCALES, help="advantage scaling (default: the method's own)")
-    adv_clip: float = opt(0.0, lo=0.0, help="clip advantages to +-adv_clip (0: off)")
-    min_group_std: float = opt(0.0, lo=0.0, help="drop groups whose reward std is below (ToolOrchestra: 0.1)")
     loss_agg: str = opt("token-mean", choices=LOSS_AGG_MODES, help="loss normalization (parasim.scoring.masks)")
     mask_truncated: bool = opt(False, help="drop the loss of cut trajectories entirely")
     # update
@@ -165,16 +159,13 @@ def group_seeds(step: int, task: int, rollout: int, seed: int) -> tuple[int, int
 def score(records: Sequence[dict[str, Any]], args: GRPOArgs) -> tuple[np.ndarray, np.ndarray, dict[str, float]]:
     """Rewards and group advantages of the whole (global) batch by the parasim core; returns per-trajectory
     advantages, the keep filter, and reward components / tool mix for the log."""
-    from parasim import TrajectoryBatch, compute_rewards, group_advantages
+    from parasim import TrajectoryBatch, compute_rewards
     from parasim.protocol.schema import Tool
 
     batch = TrajectoryBatch.from_records(list(records))
     reward_cfg = _reward_config(args.reward)
     result = compute_rewards(batch, reward_cfg)
-    adv, keep = group_advantages(
-        result.total, batch.group_id, args.adv_method, std=args.adv_std,
-        scale=None if args.adv_scale == "default" else args.adv_scale,
-        clip=args.adv_clip or None, role_ids=batch.role_id, min_group_std=args.min_group_std or None)
+    adv, keep = args.advantages(result.total, batch.group_id, batch.role_id)
     log = {"reward_mean": float(result.total.mean()), "reward_std": float(result.total.std()),
            "kept_frac": float(np.mean(keep))}
     log.update({f"reward/{k}": float(np.mean(v)) for k, v in result.as_dict().items() if k != "total"})
