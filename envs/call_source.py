@@ -1,6 +1,7 @@
 """The call sources of ParaOrch-v0: who answers a round's calls, behind one small interface.
 
-``ParaOrchEnv`` holds one ``CallSource``. Both sources keep the episode in a lane record and write the observation
+``ParaOrchEnv`` and ``ParaOrchTextEnv`` each hold one ``CallSource`` (the text env translates the manager's text into
+the same actions, plus the calls it wrote). Both sources keep the episode in a lane record and write the observation
 with the same compiled rules (``parasim.sim.rules``: slot validation, evidence and the vote, accounting, the
 round limit, the observation encoding), so the env itself only checks actions, scores the trajectory row (gathered
 from the lane record by ``parasim.sim.gather.trajectory_fields``) and renders:
@@ -19,9 +20,11 @@ import numpy as np
 
 from envs.render import RoundRecord, SimRound, sim_round
 from parasim.config.env_options import TASK_OPTIONS, check_task_options
+from parasim.protocol.schema import ToolCall
 from parasim.sim import Simulator
 from parasim.sim.kernel import I_ROUND
 from parasim.sim.state import ObsBuffers
+from parasim.tools.spec import ToolSpec
 
 # the simulated env's reset options (the vector env adds reset_mask): the task, then the episode's task options
 # (``parasim.config.env_options.TASK_OPTIONS``: preference vector, tool subset, tool prices; docs/task_options.md)
@@ -72,6 +75,7 @@ class CallSource(Protocol):
     nondeterministic: bool  # real latencies and sampling are not reproducible
     reset_options: tuple[str, ...]
     model_names: tuple[str, ...]
+    tool_spec: ToolSpec  # the tools the action's tool dimension indexes
     nvec: np.ndarray
     slots: int
     max_rounds: int
@@ -91,9 +95,22 @@ class CallSource(Protocol):
         """Begin an episode (``seed``: restart the source's streams; None continues them); returns the reset info."""
         ...
 
-    def play(self, action: np.ndarray, record: bool) -> tuple[bool, dict[str, Any], Any]:
+    def play(self, action: np.ndarray, record: bool, calls: dict[int, ToolCall] | None = None,
+             manager_answer: str | None = None) -> tuple[bool, dict[str, Any], Any]:
         """One manager turn (stop, or a round); returns (episode over, step info, the round's board record or None;
-        a record only when ``record``)."""
+        a record only when ``record``). A text manager also gives the calls it wrote per slot (``calls``) and, with a
+        stop, its own answer (``manager_answer``): real tools run and read those; simulated tools sample the slot's
+        outcome whatever its text says."""
+        ...
+
+    def cut(self) -> None:
+        """End the running episode now, as one that never answered: the termination model answers from the
+        evidence so far, with no round and no format violation added."""
+        ...
+
+    def task_info(self) -> dict[str, int]:
+        """The episode's ``task_index`` (suite row or engine task) and ``benchmark`` (index into
+        ``parasim.tasks.suites.BENCHMARKS``)."""
         ...
 
     def terminal_info(self) -> dict[str, Any]:
@@ -102,6 +119,11 @@ class CallSource(Protocol):
 
     def answer_label(self) -> str:
         """The final answer as the board shows it."""
+        ...
+
+    def round_records(self) -> list[dict[str, Any]]:
+        """The last round's per-slot records (``parasim.sim.state.slot_records``), as the rules and the calls left
+        them."""
         ...
 
     def board_rounds(self, records: Sequence[Any]) -> tuple[RoundRecord, ...]:
@@ -123,6 +145,7 @@ class SimSource:
     def __init__(self, sim: Simulator) -> None:
         self.sim = sim
         self.model_names: tuple[str, ...] = tuple(sim.pool.model_names[:-1])
+        self.tool_spec = sim.pool.tools
         self.nvec, self.slots, self.max_rounds = sim.nvec, sim.slots, int(sim.env[0])
         self.obs, self.lanes = sim.obs, sim.lane_records
         self._act = np.zeros((1, len(sim.nvec)), np.int64)
@@ -142,20 +165,31 @@ class SimSource:
         self.sim.reset(None, *task)
         return {}
 
-    def play(self, action: np.ndarray, record: bool) -> tuple[bool, dict[str, Any], SimRound | None]:
+    def play(self, action: np.ndarray, record: bool, calls: dict[int, ToolCall] | None = None,
+             manager_answer: str | None = None) -> tuple[bool, dict[str, Any], SimRound | None]:
+        del calls, manager_answer  # a simulated call's outcome is sampled from its slot, whatever its text
         self._act[0] = action
         done = bool(self.sim.step(self._act, self._keep)[0])
         ran = record and action[0] != 1  # a stop runs no round
         return done, {}, (int(self.sim.state.st_i[0, I_ROUND]), action.copy(), self.sim.last_round(0)) if ran else None
 
-    def terminal_info(self) -> dict[str, Any]:
+    def cut(self) -> None:
+        self.sim.cut(np.ones(1, np.uint8))
+
+    def task_info(self) -> dict[str, int]:
         return {k: int(v) for k, v in self.sim.tasks(0).items()}
+
+    def terminal_info(self) -> dict[str, Any]:
+        return self.task_info()
 
     def answer_label(self) -> str:
         return f"#{int(self.sim.final_answers()[0])}"
 
+    def round_records(self) -> list[dict[str, Any]]:
+        return self.sim.last_round(0)
+
     def board_rounds(self, records: Sequence[SimRound]) -> tuple[RoundRecord, ...]:
-        return tuple(sim_round(*r, self.model_names, self.sim.pool.tools) for r in records)
+        return tuple(sim_round(*r, self.model_names, self.tool_spec) for r in records)
 
     def board_extras(self) -> dict[str, Any]:
-        return {"tool_spec": self.sim.pool.tools}
+        return {"tool_spec": self.tool_spec}

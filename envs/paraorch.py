@@ -99,7 +99,7 @@ from envs.render import Board, check_render_mode, ending_text, new_history, rend
 from envs.render_modes import RENDER_FPS, RENDER_MODES
 from parasim.config.env_options import check_bool, check_episode_options, check_option_keys, check_seed
 from parasim.pools.descriptors import Descriptors, descriptor_spaces, episode_tool_rows, pool_descriptors
-from parasim.protocol.schema import NUM_STATUSES
+from parasim.protocol.schema import NUM_STATUSES, ToolCall
 from parasim.sim import Simulator
 from parasim.sim.gather import trajectory_fields
 from parasim.sim.kernel import CAND_FEATURES, NUM_CANDIDATES
@@ -309,15 +309,37 @@ class ParaOrchEnv(gym.Env):
         return self._observation(), info
 
     def step(self, action: Any) -> tuple[dict, float, bool, bool, dict]:
+        return self.turn(action)
+
+    def turn(self, action: Any, calls: dict[int, ToolCall] | None = None,
+             manager_answer: str | None = None) -> tuple[dict, float, bool, bool, dict]:
+        """``step`` with what a text manager adds to its action (ParaOrchText-v0 translates its text into this
+        env's actions): the call it wrote for each slot, which real tools run (``envs.real_source``), and its own
+        answer with a stop, which a real engine's termination model reads."""
         a = check_action(action, self.source.nvec)
         if self._done:
             raise RuntimeError("ParaOrch-v0: the episode is over; call reset() before step()")
-        done, info, record = self.source.play(a, self._history is not None)
+        done, info, record = self.source.play(a, self._history is not None, calls, manager_answer)
         if record is not None:
             self._history.append(record)
         obs = self._observation()
         if not done:
             return obs, 0.0, False, False, info
+        return self._end(obs, info)
+
+    def cut(self) -> tuple[dict, float, bool, bool, dict]:
+        """End the running episode now, as one that never answered (a trainer's token limit cut the manager off):
+        the termination model answers from the evidence so far, no round or format violation is added, and the
+        step tuple has ``truncated`` True."""
+        if self._done:
+            raise RuntimeError("ParaOrch-v0: the episode is over; call reset() before cut()")
+        self.source.cut()
+        obs, reward, _terminated, _truncated, info = self._end(self._observation(), {})
+        return obs, reward, False, True, info
+
+    def _end(self, obs: dict[str, np.ndarray], info: dict[str, Any]) -> tuple[dict, float, bool, bool, dict]:
+        """The terminal step: the lane's trajectory row scored under the env's reward, and the source's terminal
+        info."""
         self._done = True
         traj = trajectory_fields(self._lane, self.source.lanes)
         # the simulator writes every field in its contract dtype and range (tests check it against

@@ -61,9 +61,9 @@ INVALID_TOOL for unknown tools or models) with the parser's reason; a turn with 
 up a round. Each round with such a status is one format violation, paid through the reward config's protocol
 penalty. ``final_answer`` ends the episode; so does the round limit.
 
-Reward: ``parasim.compute_rewards`` of the episode's trajectory (the engine's TrajectoryBatch fields with
-this env's format-violation count) under ``reward`` (a RewardConfig or preset), on the terminal step, with
-every component in ``info["reward_components"]``.
+Reward: ParaOrch-v0's: the episode's trajectory row (the lane record's, ``parasim.sim.gather``) scored by
+``parasim.compute_rewards`` under ``reward`` (a RewardConfig or preset) on the terminal step, with every component in
+``info["reward_components"]``.
 
 Reset options (``reset(options={...})``) go to the engine. With simulated tools they are ParaOrch-v0's:
 ``task_index`` (a suite row in ``[0, num_tasks)``) and ``task_seed`` (the task's own stream), so equal
@@ -82,22 +82,29 @@ Info: on reset ``task`` (the TaskView), ``messages`` and ``task_index`` / ``benc
 the manager off: the termination model answers from the evidence so far, no round or format violation is added,
 ``ended_with_final`` is 0, and the step tuple it returns has ``truncated`` True.
 
-Backends: ``tools="sim"`` (default) runs ``SimEpisodeEngine`` over ParaOrch-v0's simulator, so the same
-seed and the same calls give the same episode, statuses and reward as ParaOrch-v0 (``harness``, as ParaOrch-v0
-takes it, sets the simulated generation cap: a call whose output would pass it is TRUNCATED). A call maps to one
-structured slot: tool, model, and target = verify for critical_reviewer, carry when ``context_from``
-names an earlier call (the simulator carries the trajectory and its leading answer, so which earlier call
-is named does not change the simulated outcome; a ``context_from`` with no such call is FORMAT_ERR), else
-the fresh question. Answers appear as labels under a per-episode random permutation. In simulation the
-final answer is the termination model's vote, as in ParaOrch-v0; the manager's ``final_answer`` text is
-returned in ``info["final_answer_text"]``. ``tools="real"`` needs ``engine=`` (for example
-``parasim.real.engine.RealEpisodeEngine``), which then also answers and verifies: any object with every member of
-``parasim.protocol.engine.EpisodeEngine`` (``EpisodeEngineBase`` has the optional ones), else a TypeError naming
-the member it lacks.
+One episode core (docs/architecture.md): this env is a translator over ParaOrch-v0's episode (``self.core``, a
+``ParaOrchEnv`` over the same call source, ``envs.call_source``), for simulated and real tools alike. Parsed text
+becomes an action (one slot per call, in the order written: tool, model, and target = verify for a reviewer, carry
+when ``context_from`` names an earlier call, else the fresh question; a ``context_from`` naming no earlier call is a
+target the rules reject as FORMAT_ERR, a model outside the pool one they reject as INVALID_TOOL) plus each call's own
+text, which real tools run; unreadable blocks and calls past ``max_parallel`` make the action's stop flag
+``MALFORMED_ROUND`` (one format violation), and an unreadable block beside ``final_answer`` is counted by
+``parasim.sim.rules.malformed_stop``. So the statuses, the accounting (tokens, cost, USD, latency), the vote, the format
+violations, the round limit and the termination all come from the compiled rules (``parasim.sim.rules``), exactly as
+in ParaOrch-v0: the same seed and the same calls give the same episode, statuses and reward as ParaOrch-v0
+(``harness``, as ParaOrch-v0 takes it, sets the simulated generation cap: a call whose output would pass it is
+TRUNCATED). This env only writes what the round did as text: a rejected call's reason is the plan's own rule
+(``call_i[..., C_RULE]``), a simulated call's output its answer's label (``envs.sim_text``: answers appear as labels
+under a per-episode random permutation), a real call's output the tool's text. In simulation the final answer is the
+termination model's vote, as in ParaOrch-v0; the manager's ``final_answer`` text is returned in
+``info["final_answer_text"]`` (and a real engine's termination model reads it). ``tools="real"`` needs ``engine=``
+(for example ``parasim.real.engine.RealEpisodeEngine``), which runs the calls and writes the final answer: any object
+with every member of ``parasim.protocol.engine.EpisodeEngine`` (``EpisodeEngineBase`` has the optional ones), else a
+TypeError naming the member it lacks. ``pool`` is the prior of the rules (vote weights, the manager's token rates)
+and describes the models in the prompt; ``pool=None`` leaves the descriptions out and takes the default pool's prior.
 """
 from __future__ import annotations
 
-import inspect
 import json
 import os
 from collections.abc import Sequence
@@ -108,21 +115,35 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from envs.paraorch import resolve_reward
-from parasim.config.env_options import check_episode_options
-from parasim.protocol.engine import EpisodeEngine, TaskView, check_engine
+from envs.call_source import SimSource
+from envs.paraorch import ParaOrchEnv
+from envs.sim_text import SimEpisodeText
+from parasim.protocol.engine import EpisodeEngine, TaskView
 from parasim.protocol.parser import ParsedRound, parse_tool_calls
 from parasim.protocol.schema import (
     MAX_PARALLEL,
     MAX_ROUNDS,
-    PROTOCOL_FAILURES,
+    RAN_STATUSES,
     CallResult,
     Status,
     Tool,
     ToolCall,
 )
 from parasim.protocol.tool_schema import render_system_prompt, tool_list
-from parasim.tools.spec import ToolSpec, default_tool_spec
+from parasim.sim import NUM_TARGETS, TARGET_CARRY, TARGET_QUESTION, TARGET_VERIFY
+from parasim.sim.rules import (
+    MALFORMED_ROUND,
+    RULE_BAD_TARGET,
+    RULE_BUDGET,
+    RULE_NOTHING_TO_CARRY,
+    RULE_NOTHING_TO_REVIEW,
+    RULE_REVIEWER_TARGET,
+    RULE_SLOT_NOT_ALLOWED,
+    RULE_UNKNOWN_MODEL,
+    RULE_UNKNOWN_TOOL,
+    malformed_stop,
+)
+from parasim.sim.state import empty_action, set_action_slot
 
 CHARSET = "\t\n\r" + "".join(map(chr, range(0x20, 0xD800))) + "".join(map(chr, range(0xE000, 0xFFFE)))
 _ALLOWED = frozenset(CHARSET)
@@ -278,39 +299,24 @@ def describe_models(pool: Any) -> dict[str, str]:
     return out
 
 
-def engine_tool_spec(engine: EpisodeEngine, pool: Any) -> ToolSpec:
-    """The tools the manager may call, whose names the parser reads and the prompt lists: the engine's (the
-    simulator engine's pool, a real engine's backend's pool), else the ``pool`` option's, else the default spec."""
-    if engine.tools is not None:
-        return engine.tools
-    from parasim.pools.pool import load_pool
-
-    try:
-        return load_pool(pool).tools
-    except (ValueError, TypeError):  # a real-tools engine may run models no pool file describes
-        return default_tool_spec()
-
-
-def _finish(engine: EpisodeEngine, manager_answer: str | None) -> Any:
-    """``engine.finish``, passing the manager's answer to engines whose ``finish`` accepts one."""
-    try:
-        takes_answer = "manager_answer" in inspect.signature(engine.finish).parameters
-    except (TypeError, ValueError):
-        takes_answer = False
-    return engine.finish(manager_answer=manager_answer) if takes_answer else engine.finish()
-
-
-def _plain_ints(options: dict[str, Any] | None) -> dict[str, Any] | None:
-    """``options`` with NumPy integer ``task_index`` / ``task_seed`` as Python ints (engines may check ``int``);
-    anything else is passed on unchanged for the engine to accept or reject."""
-    if not options:
-        return options
-    return {k: int(v) if k in ("task_index", "task_seed") and isinstance(v, np.integer) else v
-            for k, v in options.items()}
+# the rejection reason the manager reads for each rule of the plan (``parasim.sim.rules.slot_rule``); {tool}: the
+# call's tool, {reviewer}: the call's tool if it reviews, else the spec's first reviewer; the unknown-model reason also
+# lists the models
+_REASONS = {
+    RULE_UNKNOWN_TOOL: "tool not allowed in this slot",
+    RULE_SLOT_NOT_ALLOWED: "tool not allowed in this slot",
+    RULE_NOTHING_TO_REVIEW: "{tool} needs an answer to review; none exists yet",
+    RULE_BAD_TARGET: "context_from names no earlier call",
+    RULE_NOTHING_TO_CARRY: "context_from needs an earlier answer to carry; none exists yet",
+    RULE_REVIEWER_TARGET: "{reviewer} verifies the leading answer; other tools take the question or carry",
+    RULE_BUDGET: "the token budget is spent",
+}
 
 
 class ParaOrchTextEnv(gym.Env[str, str]):
-    """ParaOrchText-v0 (see the module docstring)."""
+    """ParaOrchText-v0 (see the module docstring): a translator over ParaOrch-v0's episode, whose call source (the
+    simulator, or real tools) and compiled rules decide every status, figure, vote and reward; this env parses the
+    manager's text into those actions and writes what they did as the conversation."""
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"], "render_fps": 1}
 
@@ -336,33 +342,25 @@ class ParaOrchTextEnv(gym.Env[str, str]):
             OBS_MAX_CHARS, f" (the low end is max_turn_chars + max_feedback_chars + {HEAD_RESERVE}, so the latest "
             f"turn fits beside the system prompt and the question; max_turn_chars={self.max_turn_chars}, "
             f"max_feedback_chars={self.max_feedback_chars})")
-        max_rounds, max_parallel, serial, token_budget = check_episode_options(max_rounds, max_parallel, serial,
-                                                                               token_budget)
-        if tools == "sim":
-            if engine is not None:
-                raise ValueError("engine: only with tools='real'; tools='sim' builds the simulator engine itself")
-            from envs.sim_engine import SimEpisodeEngine
-
-            engine = SimEpisodeEngine(pool, suite, max_rounds=max_rounds, max_parallel=max_parallel, serial=serial,
-                                      reward=reward, token_budget=token_budget, seed=seed, harness=harness)
-        elif tools == "real":
-            if harness is not None:
-                raise ValueError("harness: simulated tools only; real tools' generation cap and sampling are the "
-                                 "endpoint map's max_tokens and temperature (parasim.real.endpoints)")
-            if engine is None:
-                raise NotImplementedError(
-                    "ParaOrchText-v0 with tools='real' needs engine=: an EpisodeEngine over real tools, e.g. "
-                    "parasim.real.engine.RealEpisodeEngine(backend, tasks) with an OpenAI-compatible endpoint per "
-                    "pool model, the python sandbox and the search retriever. Use tools='sim' for the simulator.")
-        else:
-            raise ValueError(f"tools: expected 'sim' or 'real', got {tools!r}")
-        self.engine = check_engine(engine)
-        self.tool_spec = engine_tool_spec(self.engine, pool)
-        self.max_rounds, self.max_parallel = int(max_rounds), int(max_parallel)
-        self.reward_config = resolve_reward(reward)
+        if tools == "real" and engine is None:
+            raise NotImplementedError(
+                "ParaOrchText-v0 with tools='real' needs engine=: an EpisodeEngine over real tools, e.g. "
+                "parasim.real.engine.RealEpisodeEngine(backend, tasks) with an OpenAI-compatible endpoint per "
+                "pool model, the python sandbox and the search retriever. Use tools='sim' for the simulator.")
+        # pool=None: no model descriptions in the prompt; the rules still need a prior for the vote weights and the
+        # manager's token rates, the default pool's
+        self.core = ParaOrchEnv(pool="paramanager" if pool is None else pool, suite=suite, max_rounds=max_rounds,
+                                max_parallel=max_parallel,
+                                serial=serial, reward=reward, tools=tools, token_budget=token_budget, seed=seed,
+                                engine=engine, harness=harness)
+        source = self.core.source
+        self.tool_spec = source.tool_spec
+        self.max_rounds, self.max_parallel = int(source.max_rounds), int(source.slots)
+        self.reward_config = self.core.reward_config
         self.render_mode = render_mode
+        self._sim_text = SimEpisodeText(self.core.sim) if isinstance(source, SimSource) else None
         self._descriptions = describe_models(pool) if pool is not None else {}
-        self.model_names: tuple[str, ...] = ()
+        self.model_names: tuple[str, ...] = tuple(source.model_names)
         self.system_prompt = ""
         self.tools: list[dict[str, Any]] | None = None  # the tool schemas a chat template renders (None: default)
         self._build_prompt()
@@ -373,23 +371,29 @@ class ParaOrchTextEnv(gym.Env[str, str]):
         self._turns: list[_Turn] = []
         self._dropped = 0
         self._feedback_chars = 0
-        self._seed_next = seed
         self._rendered = ""
         self._task: TaskView | None = None
         self._rounds = 0
-        self._violations = 0
-        self._manager_chars = 0
         self._next_id = 0
+        self._engine_index: dict[int, int] = {}  # a run call's id -> its index among the calls the engine ran
+        self._engine_calls = 0
         self._done = True
+
+    @property
+    def engine(self) -> EpisodeEngine:
+        """The real-tools engine of a ``tools="real"`` env."""
+        return self.core.engine
+
+    @property
+    def labels(self) -> list[str]:
+        """A simulated episode's answer labels (answer id -> label; id 0 is the gold answer); [] with real tools."""
+        return self._sim_text.labels if self._sim_text is not None else []
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict]:
         super().reset(seed=seed)
-        if seed is None and self._seed_next is not None:
-            seed, self._seed_next = self._seed_next, None
-        task = self.engine.reset(seed=seed, options=_plain_ints(options))
+        _obs, info = self.core.reset(seed=seed, options=options)
+        task = info["task"] if self._sim_text is None else self._sim_text.begin(options or {})
         self._task = task
-        if not self.model_names:
-            self._build_prompt()
         self._head = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
         if self.tokenizer is None:
             fixed = sum(_message_chars(m["role"], m["content"]) for m in self._head)
@@ -408,29 +412,25 @@ class ParaOrchTextEnv(gym.Env[str, str]):
         self._turns, self._dropped, self._feedback_chars = [], 0, 0
         self.messages = list(self._head)
         self._rendered = self._render(self.messages)
-        self._rounds = self._violations = self._manager_chars = self._next_id = 0
+        self._rounds = self._next_id = self._engine_calls = 0
+        self._engine_index = {}
         self._done = False
-        return self._observation(), {"task": task, "messages": list(self.messages), **self._task_info()}
+        return self._observation(), {"task": task, "messages": list(self.messages), **self.core.source.task_info()}
 
     @property
     def num_tasks(self) -> int | None:
-        """The engine's number of tasks (valid ``task_index`` values are ``0 .. num_tasks - 1``); None when the
-        engine has no task list (its ``num_tasks`` is 0)."""
-        return int(self.engine.num_tasks) or None
+        """The source's number of tasks (valid ``task_index`` values are ``0 .. num_tasks - 1``); None when it has no
+        task list (a real engine's ``num_tasks`` of 0)."""
+        return int(self.core.num_tasks) or None
 
     def task_weights(self) -> np.ndarray:
-        """Each task index's probability when the engine draws tasks itself (float64[num_tasks]): the simulator's
+        """Each task index's probability when the source draws tasks itself (float64[num_tasks]): the simulator's
         suite weights, uniform over a real engine's task list (a ValueError for an engine without one)."""
-        return np.asarray(self.engine.task_weights(), np.float64)
-
-    def _task_info(self) -> dict[str, int]:
-        """``task_index`` and ``benchmark`` of the episode (the simulator's own, else from the real task)."""
-        return dict(self.engine.task_info(self._task))
+        return np.asarray(self.core.task_weights(), np.float64)
 
     def _build_prompt(self) -> None:
-        """System prompt from the engine's model ids (a real-tools engine may know them only after reset); with a
-        chat template the tool list goes to ``self.tools`` instead, for the template to render."""
-        self.model_names = tuple(self.engine.model_names)
+        """System prompt from the source's model ids; with a chat template the tool list goes to ``self.tools``
+        instead, for the template to render."""
         models = {m: self._descriptions.get(m, "") for m in self.model_names}
         self.system_prompt = render_system_prompt(models, max_parallel=self.max_parallel, max_rounds=self.max_rounds,
                                                   tools=self.tool_spec) if models else ""
@@ -466,26 +466,92 @@ class ParaOrchTextEnv(gym.Env[str, str]):
         if self._done:
             raise RuntimeError("ParaOrchText-v0: the episode is over; call reset() before step()")
         parsed = parse_tool_calls(action, self.model_names or None, self.tool_spec)
-        self._manager_chars += len(action)
         shown = to_charset(clip(action, self.max_turn_chars))
         if parsed.is_final:
             if parsed.errors:
-                self._violations += 1
+                malformed_stop(self.core.source.lanes, 0)
             self._add_turn(_Turn(shown, None, self._rounds))
-            return self._terminate(parsed, parsed.final_answer)
+            stop = empty_action(self.max_parallel, self.tool_spec.num_tools, stop=True)
+            return self._terminate(parsed, self.core.turn(stop, manager_answer=parsed.final_answer),
+                                   parsed.final_answer)
         run, extra = parsed.calls[: self.max_parallel], parsed.calls[self.max_parallel:]
-        results = self.engine.run_round(run)
+        action_row, written = self._translate(run, malformed=bool(parsed.errors) or bool(extra))
         first_id = self._next_id
         self._next_id = first_id + len(run)
         self._rounds += 1
-        bad = (not run or bool(parsed.errors) or bool(extra)
-               or any(r.status in PROTOCOL_FAILURES for r in results))
-        self._violations += int(bad)
+        step = self.core.turn(action_row, calls=written)
+        results = self._results(run, step[4], first_id)
         feedback, tool_messages = self._feedback(parsed, run, results, extra, first_id)
         self._add_turn(_Turn(shown, feedback, self._rounds, tool_messages=tool_messages))
-        if self._rounds >= self.max_rounds:
-            return self._terminate(parsed, None)
+        if step[2]:  # the round limit ended the episode
+            return self._terminate(parsed, step, None)
         return self._observation(), 0.0, False, False, {"parsed": parsed, "results": results}
+
+    def _translate(self, run: list[ToolCall], malformed: bool) -> tuple[np.ndarray, dict[int, ToolCall]]:
+        """The round's action row for ``run`` (one slot per call, in order; the stop flag ``MALFORMED_ROUND`` when the
+        turn also broke the protocol outside its calls) and the calls as the engine runs them: the manager's own
+        text, with ``context_from`` (an id the manager read) as the index of that call among the engine's calls."""
+        action = empty_action(self.max_parallel, self.tool_spec.num_tools)
+        if malformed:
+            action[0] = MALFORMED_ROUND
+        written = {}
+        for k, call in enumerate(run):
+            set_action_slot(action, k, *self._slot(call))
+            target = self._engine_index.get(call.target, -1) if call.target >= 0 else -1
+            written[k] = ToolCall(call.tool, call.model, call.subtask, target)
+        return action, written
+
+    def _slot(self, call: ToolCall) -> tuple[int, int, int]:
+        """(tool, model, target) of a parsed call: a reviewer verifies the lead; a call with ``context_from`` naming
+        an earlier call carries the lead and its context, one naming no earlier call gets a target out of range
+        (FORMAT_ERR by the rules); a model outside the pool gets a model out of range (INVALID_TOOL)."""
+        names = self.model_names
+        model = names.index(call.model) if call.model in names else (len(names) if call.tool.is_agent else 0)
+        tool = self.tool_spec.tool_def(call.tool)
+        if tool is not None and tool.behaviour == "reviewer":
+            target = TARGET_VERIFY
+        elif call.target < 0:
+            target = TARGET_QUESTION
+        else:
+            target = TARGET_CARRY if call.target < self._next_id else NUM_TARGETS
+        return int(call.tool), model, target
+
+    def _results(self, run: list[ToolCall], info: dict[str, Any], first_id: int) -> list[CallResult]:
+        """Each run call's result as the round left it in the slot records (status, tokens, cost, USD, latency),
+        with the output a real tool wrote or a simulated call's words, and the rules' reason for a call they
+        rejected. Counts the engine's calls, so later ``context_from`` ids find theirs."""
+        ran = dict(zip(info.get("slots", ()), info.get("results", ())))
+        out = []
+        for call, rec in zip(run, self.core.source.round_records()):
+            status, k = rec["status"], rec["slot"]
+            if k in ran:
+                self._engine_index[first_id + k] = self._engine_calls
+                self._engine_calls += 1
+            if status not in RAN_STATUSES:
+                out.append(CallResult(status, detail=self._reason(rec["rule"], int(call.tool))))
+                continue
+            real = ran.get(k)
+            if real is not None:
+                output, detail, extra = real.output, real.detail, real.extra
+            else:
+                assert self._sim_text is not None
+                output = self._sim_text.output(rec["kind"], rec["answer"])
+                detail = self._sim_text.failure(status, int(call.tool))
+                extra = {"answer_id": rec["answer"], "kind": rec["kind"]}
+            out.append(CallResult(status, output=output, tokens_in=int(rec["tokens_in"] + 0.5),
+                                  tokens_out=int(rec["tokens_out"] + 0.5), cost_units=rec["cost_units"],
+                                  usd=rec["usd"], latency_s=rec["latency_s"], detail=detail, extra=extra))
+        return out
+
+    def _reason(self, rule: int, tool: int) -> str:
+        """Why the rules rejected a call of ``tool`` without running it, in the text protocol's words."""
+        if rule == RULE_UNKNOWN_MODEL:
+            return f"unknown model; models: {', '.join(self.model_names)}"
+        spec = self.tool_spec
+        name = spec.names[tool] if 0 <= tool < spec.num_tools else f"tool #{tool}"
+        reviewers = [spec.names[t] for t in spec.with_behaviour("reviewer")]
+        reviewer = name if tool in spec.with_behaviour("reviewer") or not reviewers else reviewers[0]
+        return _REASONS.get(rule, "").format(tool=name, reviewer=reviewer)
 
     def _text(self, text: str) -> str:
         """A free-text feedback field: cut after ``max_result_chars``, in the observation's character set (so that
@@ -614,36 +680,30 @@ class ParaOrchTextEnv(gym.Env[str, str]):
     def end_episode(self) -> tuple[str, float, bool, bool, dict[str, Any]]:
         """End the running episode now, as one that never answered: for a trainer whose token limit cut the manager
         off mid-episode (playing empty turns to the round limit instead would charge a format violation per turn).
-        The engine's termination model answers from the evidence so far, as at the round limit; no round and no
-        format violation is added, and ``ended_with_final`` is 0. Returns the terminal step's tuple (observation,
-        reward, terminated False, truncated True, info with ``reward_components``), as ``step`` does."""
+        The termination model answers from the evidence so far, as at the round limit; no round and no format
+        violation is added, and ``ended_with_final`` is 0. Returns the terminal step's tuple (observation, reward,
+        terminated False, truncated True, info with ``reward_components``), as ``step`` does."""
         if self._done:
             raise RuntimeError("ParaOrchText-v0: the episode is over; call reset() before end_episode()")
-        obs, reward, _terminated, _truncated, info = self._terminate(ParsedRound(), None, cut=True)
+        obs, reward, _terminated, _truncated, info = self._terminate(ParsedRound(), self.core.cut(), None)
         return obs, reward, False, True, info
 
-    def _terminate(self, parsed: ParsedRound, final_text: str | None,
-                   cut: bool = False) -> tuple[str, float, bool, bool, dict]:
-        from parasim import TrajectoryBatch, compute_rewards
-
-        outcome = _finish(self.engine, final_text)
-        traj = dict(outcome.trajectory)
-        traj["format_violations"] = self._violations
-        if not self.engine.counts_manager_tokens:
-            traj["tokens"] = float(traj.get("tokens", 0.0)) + self._manager_chars / 4.0
-        if cut:  # the engine's finish() stops the episode as a final answer would; this one never answered
-            traj["ended_with_final"] = 0
-        traj.setdefault("ended_with_final", int(final_text is not None))
-        traj.setdefault("group_id", 0)
-        traj.setdefault("role_id", 0)
-        batch = TrajectoryBatch.from_arrays(**{k: np.asarray([v]) for k, v in traj.items()})
-        result = compute_rewards(batch, self.reward_config)
-        components = {k: float(np.asarray(v)[0]) for k, v in result.as_dict().items()}
+    def _terminate(self, parsed: ParsedRound, step: tuple[Any, float, bool, bool, dict[str, Any]],
+                   final_text: str | None) -> tuple[str, float, bool, bool, dict]:
+        """The terminal step from ParaOrch-v0's: its reward and components, trajectory row and task info, with the
+        answer as this env shows it."""
+        _obs, reward, _terminated, _truncated, core_info = step
         self._done = True
-        info = {"parsed": parsed, "reward_components": components, "trajectory": traj,
-                "answer": outcome.answer, "correct": outcome.correct, "final_answer_text": final_text,
-                "messages": list(self.messages), **self._task_info()}
-        return self._observation(), components["total"], True, False, info
+        if self._sim_text is not None:
+            answer = self._sim_text.label(int(self.core.sim.final_answers()[0]))
+            correct = bool(core_info["trajectory"]["outcome"] >= 1.0)
+        else:
+            answer, correct = core_info["answer"], core_info["correct"]
+        info = {"parsed": parsed, "reward_components": {k: float(v) for k, v in core_info["reward_components"].items()},
+                "trajectory": core_info["trajectory"], "answer": answer, "correct": correct,
+                "final_answer_text": final_text, "messages": list(self.messages),
+                **self.core.source.task_info()}
+        return self._observation(), float(reward), True, False, info
 
     def _observation(self) -> str:
         return self._rendered

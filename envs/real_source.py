@@ -21,10 +21,14 @@ A result's answer is the agent's ``extra["answer"]`` (also a basic tool's, when 
 python's last output line; texts that verify as equal share an id (``AnswerIds``); a reviewer's verdict
 (``extra["flagged"]``) flags or confirms the round-start lead. Search passages are no answer.
 
-On stop or after ``max_rounds`` rounds the engine's ``finish()`` writes and verifies the final answer (the outcome);
-the trajectory row is the lane's (the same gather as the simulator's), with the termination call's latency and USD
-added. Real latencies and sampling are not reproducible, so the env's spec says ``nondeterministic=True``; a seeded
-reset still draws the same task. ``pool`` is the prior behind the vote weights and the manager's token rates.
+A text manager's own calls (ParaOrchText-v0) come with the action as ``calls`` (slot -> ``ToolCall``): a runnable
+slot then runs the call the manager wrote (its subtask and context) instead of the one built from the slot.
+
+On stop or after ``max_rounds`` rounds the engine's ``finish()`` writes and verifies the final answer (the outcome),
+given the rules' vote lead for when its termination model gives none; the trajectory row is the lane's (the same gather
+as the simulator's), with the termination call's latency and USD added. Real latencies and sampling are not
+reproducible, so the env's spec says ``nondeterministic=True``; a seeded reset still draws the same task. ``pool`` is
+the prior behind the vote weights and the manager's token rates.
 """
 from __future__ import annotations
 
@@ -50,8 +54,8 @@ from parasim.sim.kernel import (
     C_TOK_IN,
     C_TOK_OUT,
     C_USD,
-    F_USD,
     I_EPISODE,
+    I_NANS,
     I_ROUND,
     I_SEQ,
     NO_CALL,
@@ -61,10 +65,11 @@ from parasim.sim.kernel import (
     OUT_FLAG,
     OUT_NONE,
     TASK_KEYED,
+    leading_answer,
 )
 from parasim.sim.rng import seed_state
 from parasim.sim.rules import PENDING
-from parasim.sim.state import action_nvec, action_slot, allocate_lanes, allocate_obs
+from parasim.sim.state import action_nvec, action_slot, allocate_lanes, allocate_obs, lane_views, slot_records
 from parasim.sim.step import apply_one, begin_one, end_one, plan_one
 from parasim.sim.tables import E_MAX_ROUNDS, E_SERIAL, E_SLOTS, E_TOKEN_BUDGET, NUM_ENV_PARAMS, build_tables
 from parasim.sim.task_options import option_stream, set_lane_options
@@ -128,11 +133,12 @@ class RealSource:
         self.params = real_params(self.pool, build_tables(self.pool, load_suite(suite)), self.model_names, env,
                                   self.slots)
         self.params[0]["task_opts"] = check_task_option_mode(task_options)
-        self.spec = self.pool.tools
-        self.nvec = action_nvec(self.slots, len(self.model_names), self.spec.num_tools)
-        self._state = allocate_lanes(1, self.slots, self.spec.num_tools)
+        self.tool_spec = self.pool.tools
+        self.nvec = action_nvec(self.slots, len(self.model_names), self.tool_spec.num_tools)
+        self._state = allocate_lanes(1, self.slots, self.tool_spec.num_tools)
         self.lanes = self._state.lanes
-        self.obs = allocate_obs(1, self.slots, len(self.model_names), self.spec)
+        self._views = lane_views(self._state, len(self.model_names))
+        self.obs = allocate_obs(1, self.slots, len(self.model_names), self.tool_spec)
         self._act = np.zeros((1, len(self.nvec)), np.int64)
         self.rows = task_row(TaskView("", "", 0), 0, None)
         self.task: TaskView | None = None
@@ -152,9 +158,11 @@ class RealSource:
         return np.asarray(self.engine.task_weights(), np.float64)
 
     def reset(self, seed: int | None, options: dict[str, Any]) -> dict[str, Any]:
-        opts = check_task_options(options, self.spec.names, None)
-        self.task = view = self.engine.reset(seed=seed, options={k: v for k, v in options.items()
-                                                                 if k not in TASK_OPTIONS})
+        opts = check_task_options(options, self.tool_spec.names, None)
+        # NumPy integers as ints: engines may check ``int`` (a trainer's task indices often are NumPy's)
+        self.task = view = self.engine.reset(seed=seed, options={
+            k: int(v) if k in ("task_index", "task_seed") and isinstance(v, np.integer) else v
+            for k, v in options.items() if k not in TASK_OPTIONS})
         self.rows = task_row(view, self.engine.task_info(view)["benchmark"],
                              getattr(self.engine.task, "difficulty", None))  # a task object may carry none
         self.ids = AnswerIds(answer_kind(view.domain, len(view.options)), view.options)
@@ -176,15 +184,17 @@ class RealSource:
         return {"task": view}
 
     # ------------------------------------------------------------------------------------------ a turn
-    def play(self, action: np.ndarray, record: bool) -> tuple[bool, dict[str, Any], RoundRecord | None]:
+    def play(self, action: np.ndarray, record: bool, calls: dict[int, ToolCall] | None = None,
+             manager_answer: str | None = None) -> tuple[bool, dict[str, Any], RoundRecord | None]:
         if action[0] == 1:
-            self._finish(ended_final=True)
+            self._finish(ended_final=True, manager_answer=manager_answer)
             return True, {}, None
         self._act[0] = action
         lanes, last_status, call_i, call_f = self._state
         lead = int(plan_one(self._act, lanes, last_status, call_i, call_f, self.params))
         slots = np.flatnonzero(last_status[0] == PENDING).tolist()
-        calls = [self._tool_call(*self._slot(action, k), lead) for k in slots]
+        written = calls or {}
+        calls = [written[k] if k in written else self._tool_call(*self._slot(action, k), lead) for k in slots]
         first = len(self.calls)
         prices = self._episode_prices(calls)
         results = list(self.engine.run_round(calls, action=[int(x) for x in action], slots=slots,
@@ -199,23 +209,27 @@ class RealSource:
         rec = self._round_record(action, dict(zip(slots, zip(calls, results)))) if record else None
         if over:
             self._finish(ended_final=False)
-        return over, {"calls": calls, "results": results}, rec
+        return over, {"calls": calls, "results": results, "slots": slots}, rec
+
+    def cut(self) -> None:
+        """End the running episode now, as one that never answered (the engine answers from the calls so far)."""
+        self._finish(ended_final=False)
 
     def _slot(self, action: np.ndarray, k: int) -> tuple[ToolDef, int, int]:
         tool, model, target = action_slot(action, k)
-        found = self.spec.tools[tool]  # a runnable slot's tool is one of the spec's (the rules checked it)
+        found = self.tool_spec.tools[tool]  # a runnable slot's tool is one of the spec's (the rules checked it)
         return found, model if found.is_agent else -1, target
 
     def _outcome_record(self, k: int, call: ToolCall, res: CallResult, lead: int, index: int) -> None:
         """Slot ``k``'s outcome record from its ``CallResult`` (``index``: the call's place in the episode)."""
         kind, answer = OUT_NONE, -1
         if res.status is Status.OK:
-            if self.spec.tools[int(call.tool)].behaviour == "reviewer":
+            if self.tool_spec.tools[int(call.tool)].behaviour == "reviewer":
                 flagged = res.extra.get("flagged")
                 if isinstance(flagged, bool) and lead >= 0:
                     kind, answer = (OUT_FLAG if flagged else OUT_CONFIRM), lead
             else:
-                text = call_answer(call, res, self.spec)
+                text = call_answer(call, res, self.tool_spec)
                 answer = -1 if text is None else self.ids.id_for(text, index)
                 kind = OUT_ANSWER if answer >= 0 else OUT_NONE
         _lanes, last_status, call_i, call_f = self._state
@@ -238,7 +252,7 @@ class RealSource:
         code tool runs a program, any other basic tool (search, a user's function) gets the question (with the
         leading answer for target 1), an agent tool the question, the answer to verify or the one to improve."""
         assert self.task is not None
-        value = self.spec.call_tool(tool.index)
+        value = self.tool_spec.call_tool(tool.index)
         question = self.task.question
         model_id = self.model_names[model] if model >= 0 else ""
         lead_text = self.ids.texts[lead] if lead >= 0 else ""
@@ -263,22 +277,26 @@ class RealSource:
                 return code
         return None
 
-    def _finish(self, ended_final: bool) -> None:
-        """The engine's ``finish()`` answers and verifies; its answer's id (-1 if no call gave it) and the
-        termination call's own latency and USD (what the engine counts beyond the calls) end the lane."""
-        self.outcome = outcome = self.engine.finish()
-        latency = float(self.engine.termination_latency_s)
-        lane_usd = float(self.lanes["st_f"][0, F_USD])  # the calls' USD, as the engine counts them
-        usd = max(0.0, float(outcome.trajectory.get("usd", lane_usd)) - lane_usd)
+    def _finish(self, ended_final: bool, manager_answer: str | None = None) -> None:
+        """The engine's ``finish()`` answers and verifies, given the rules' vote lead (``rules.lane_lead``) for when
+        its termination model gives no answer; its answer's id (-1 if no call gave it) and the termination call's own
+        latency and USD end the lane."""
+        lead = int(leading_answer(self._views.ev, self._views.arrival, 0, int(self.lanes["st_i"][0, I_NANS])))
+        self.outcome = outcome = self.engine.finish(manager_answer=manager_answer,
+                                                    lead=self.ids.texts[lead] if lead >= 0 else None)
         answer = self.ids.find(outcome.answer) if outcome.answer else -1
         end_one(self.lanes, self._state.last_status, self.params, int(ended_final), answer,
-                1.0 if outcome.correct else 0.0, usd, latency, *self.obs)
+                1.0 if outcome.correct else 0.0, float(outcome.termination_usd),
+                float(outcome.termination_latency_s), *self.obs)
 
     # --------------------------------------------------------------------------------------- info, board
-    def terminal_info(self) -> dict[str, Any]:
+    def task_info(self) -> dict[str, int]:
+        """The episode's ``task_index`` and ``benchmark`` (``EpisodeEngine.task_info``)."""
         assert self.task is not None
-        return {"answer": self.outcome.answer, "correct": bool(self.outcome.correct),
-                **self.engine.task_info(self.task)}
+        return dict(self.engine.task_info(self.task))
+
+    def terminal_info(self) -> dict[str, Any]:
+        return {"answer": self.outcome.answer, "correct": bool(self.outcome.correct), **self.task_info()}
 
     def answer_label(self) -> str:
         return repr(self.outcome.answer)
@@ -289,14 +307,18 @@ class RealSource:
         calls = []
         for k in np.flatnonzero(last_status != NO_CALL).tolist():
             tool, model, target = action_slot(action, k)
-            label = model_label(tool, model, self.model_names, self.spec)
+            label = model_label(tool, model, self.model_names, self.tool_spec)
             if k not in ran:  # a protocol status, given without a call
                 calls.append(CallRecord(k, tool, label, target, int(last_status[k])))
                 continue
             call, res = ran[k]
-            calls.append(CallRecord(k, tool, label, target, int(res.status), call_result_text(call, res, self.spec),
-                                    float(res.tokens_out), float(res.latency_s)))
+            text = call_result_text(call, res, self.tool_spec)
+            calls.append(CallRecord(k, tool, label, target, int(res.status), text, float(res.tokens_out),
+                                    float(res.latency_s)))
         return RoundRecord(int(self.lanes["st_i"][0, I_ROUND]), tuple(calls))
+
+    def round_records(self) -> list[dict[str, Any]]:
+        return slot_records(self._state.last_status, self._state.call_i, self._state.call_f)
 
     def board_rounds(self, records: Sequence[RoundRecord]) -> tuple[RoundRecord, ...]:
         return tuple(records)
@@ -307,4 +329,4 @@ class RealSource:
         shown = min(int(self.lanes["st_i"][0, I_SEQ]), NUM_CANDIDATES)
         ids = [int(self.lanes["order"][0, p]) for p in self.lanes["scratch"][0, :shown]]
         return {"question": self.task.question if self.task else None,
-                "candidate_labels": tuple(repr(self.ids.texts[a]) for a in ids), "tool_spec": self.spec}
+                "candidate_labels": tuple(repr(self.ids.texts[a]) for a in ids), "tool_spec": self.tool_spec}

@@ -310,7 +310,7 @@ def test_task_options_offer_a_tool_subset_at_episode_prices_with_real_tools(back
     ensemble_calls = [json.loads(line) for line in log.read_text().splitlines()]
     assert [(c["tool"], c["usd"]) for c in ensemble_calls] == [("ensemble_solver", 0.5)]  # the log shows the price
     drawn = _make(backend, task_options="random")
-    names = drawn.unwrapped.source.spec.names
+    names = drawn.unwrapped.source.tool_spec.names
     tools = []
     for _ in range(2):
         drawn.reset(seed=7, options={"preference": list(range(len(names) + 3))})
@@ -331,13 +331,13 @@ def test_an_engine_that_cannot_charge_episode_prices_is_refused_at_the_reset(bac
     env = gym.make("ParaOrch-v0", tools="real", engine=engine)
     env.reset(seed=0)  # no prices: it plays
     with pytest.raises(ValueError, match="takes no prices="):
-        env.reset(seed=0, options={"tool_prices": {env.unwrapped.source.spec.names[0]: 0.5}})
+        env.reset(seed=0, options={"tool_prices": {env.unwrapped.source.tool_spec.names[0]: 0.5}})
 
 
 def _check_task_options(env: gym.Env, server: str) -> None:
     import httpx
 
-    names = env.unwrapped.source.spec.names
+    names = env.unwrapped.source.tool_spec.names
     reasoner, ensemble = names[Tool.STANDARD_REASONER], names[Tool.ENSEMBLE_SOLVER]
     obs, _ = env.reset(seed=0, options={"tools_available": [n for n in names if n != reasoner],
                                         "tool_prices": {ensemble: 0.5}})

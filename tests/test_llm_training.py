@@ -176,7 +176,7 @@ def test_reset_for_group_shares_the_task_through_reset_options() -> None:
                         for m in env.unwrapped.model_names)
         feedback, *_ = env.step(calls)
         *_, end = env.step(FINAL % 1)
-        return obs, env.unwrapped.engine.labels, feedback[len(obs):], end["task_index"]
+        return obs, env.unwrapped.labels, feedback[len(obs):], end["task_index"]
 
     runs = [play(21, tool) for tool in (1, 2, 3)]
     assert all(r[:2] == runs[0][:2] and r[3] == runs[0][3] for r in runs)
@@ -201,8 +201,8 @@ def test_reset_for_group_gives_real_engines_a_task_index() -> None:
         def run_round(self, calls: Any, **_: Any) -> list:
             return []
 
-        def finish(self, manager_answer: Any = None) -> EpisodeOutcome:
-            return EpisodeOutcome("", False, {})
+        def finish(self, manager_answer: Any = None, lead: str | None = None) -> EpisodeOutcome:
+            return EpisodeOutcome("", False)
 
     env = ParaOrchTextEnv(pool=None, tools="real", engine=Engine())
     picks = set()

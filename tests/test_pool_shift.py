@@ -168,7 +168,7 @@ class _Engine(EpisodeEngineBase):
     def run_round(self, calls: Any, **_: Any) -> list:
         raise AssertionError("not reached")
 
-    def finish(self, manager_answer: Any = None) -> EpisodeOutcome:
+    def finish(self, manager_answer: Any = None, lead: str | None = None) -> EpisodeOutcome:
         raise AssertionError("not reached")
 
 

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from parasim import _core
-from parasim.protocol.schema import MAX_TOOLS, NUM_TOOLS, Tool
-from parasim.scoring.batch import BatchValidationError, TrajectoryBatch, trajectory_record, trajectory_row
-from parasim.scoring.trajectory_schema import CORE_FIELDS, FIELD, FIELDS, TRAJECTORY_FIELDS, count_tools, new_rows
+from parasim.protocol.schema import MAX_TOOLS, NUM_TOOLS
+from parasim.scoring.batch import BatchValidationError, TrajectoryBatch
+from parasim.scoring.trajectory_schema import CORE_FIELDS, FIELD, FIELDS, TRAJECTORY_FIELDS, new_rows
 from parasim.sim import Simulator
 from parasim.sim.gather import gather_trajectories, lane_selection_fields, trajectory_fields
 from parasim.sim.kernel import F_COST, F_LAT, F_OUTCOME, F_TOKENS, F_USD, I_CALLS, I_EPISODE, I_FINAL, I_FMT, I_ROUND
@@ -80,24 +80,6 @@ def test_tool_count_is_explicit_and_bounds_distinct_tools() -> None:
         TrajectoryBatch.from_arrays(outcome=[1.0], num_tools=0)
     with pytest.raises(BatchValidationError, match=r"different tool counts \[7, 9\]"):
         TrajectoryBatch.concat([b, TrajectoryBatch.from_arrays(outcome=[0.0])])
-
-
-def test_trajectory_row_validates_and_derives_distinct_tools() -> None:
-    row = trajectory_row(outcome=1.0, rounds=2, tool_calls=3, tool_counts=count_tools([0, 0, 1]), usd=0.5)
-    assert list(row) == list(FIELDS)
-    assert all(v.shape[0] == 1 and v.dtype == FIELD[k].dtype for k, v in row.items())
-    assert row["distinct_tools"][0] == 2 and row["ended_with_final"][0] == 0 and row["group_id"][0] == 0
-    record = trajectory_record(outcome=1.0, tool_counts={"python": 2})
-    assert record["tool_counts"].tolist() == [0] * int(Tool.PYTHON) + [2, 0] and record["distinct_tools"] == 1
-    assert TrajectoryBatch.from_records([record, record]).tool_counts.shape == (2, NUM_TOOLS)
-    with pytest.raises(BatchValidationError, match=r"rounds\[0\] = 1.5: must be an integer"):
-        trajectory_row(outcome=1.0, rounds=1.5)
-    with pytest.raises(BatchValidationError, match=r"tool_calls\[0\] = True: a bool is not a number"):
-        trajectory_row(outcome=1.0, tool_calls=True)
-    with pytest.raises(BatchValidationError, match=r"unknown field\(s\) \['colour'\]"):
-        trajectory_row(outcome=1.0, colour=3)
-    with pytest.raises(ValueError, match=r"tool index 7 is outside \[0, 6\]"):
-        count_tools([Tool.FINAL_ANSWER])
 
 
 # --------------------------------------------------------------------------------------- the simulator's gather

@@ -78,7 +78,7 @@ def test_export_writes_verls_parquet_layout(exported: Path) -> None:
         env = gym.make("ParaOrchText-v0", **json.loads(extra["env_kwargs"]))
         _obs, info = reset_for_group(env, extra["task_seed"], extra["tool_seed"])
         assert info["messages"] == row["prompt"]  # the row replays its task
-        assert row["reward_model"]["ground_truth"] == env.unwrapped.engine.labels[0]  # answer id 0 is the gold one
+        assert row["reward_model"]["ground_truth"] == env.unwrapped.labels[0]  # answer id 0 is the gold one
         assert extra["task_index"] == info["task_index"]
 
 
@@ -196,13 +196,12 @@ class RealEngine(EpisodeEngineBase):
     def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> TaskView:
         return TaskView(self.task_id, "What is 3 + 4?", 0)
 
-    def run_round(self, calls: list[ToolCall]) -> list[CallResult]:
+    def run_round(self, calls: list[ToolCall], **_: Any) -> list[CallResult]:
         self.rounds.append(list(calls))
         return [CallResult(Status.OK, output="7", tokens_in=10, tokens_out=2) for _ in calls]
 
-    def finish(self, manager_answer: str | None = None) -> EpisodeOutcome:
-        return EpisodeOutcome("7", manager_answer == "7", {"outcome": float(manager_answer == "7"), "rounds": 1,
-                                                           "tool_calls": sum(len(r) for r in self.rounds)})
+    def finish(self, manager_answer: str | None = None, lead: str | None = None) -> EpisodeOutcome:
+        return EpisodeOutcome("7", manager_answer == "7")
 
 
 def test_agent_loop_runs_real_tools_through_an_engine_factory(tokenizer: Any, exported: Path) -> None:

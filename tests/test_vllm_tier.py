@@ -144,8 +144,7 @@ def test_real_tools_episode_through_vllm(served, tmp_path: Path):
             assert res.tokens_out == n * MAX_TOKENS and "answer" not in res.extra
         else:
             assert "answer" in res.extra
-    assert out.trajectory["tool_calls"] == 4 and out.trajectory["rounds"] == 2
-    assert out.trajectory["tokens"] == sum(r.tokens_out for r in results)
+    assert len(engine.calls) == 4 and out.termination_latency_s == engine.last_synthesis.latency_s
     assert engine.last_synthesis.tokens_in > 0 or engine.last_synthesis.method == "vote"
     table = read_calls(log)
     assert len(table) == 4 and table.carried[3] == table.correct[0]  # call 3 carried call 0's answer

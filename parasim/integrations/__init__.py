@@ -89,7 +89,7 @@ def task_rows(n: int, env_kwargs: Mapping[str, Any] | None = None, seed: int = 0
         if obs in seen:
             continue
         seen.add(obs)
-        labels = getattr(env.unwrapped.engine, "labels", None) or [""]
+        labels = env.unwrapped.labels or [""]
         rows.append(TaskRow(messages=json.loads(json.dumps(info["messages"])), observation=obs, task_seed=task_seed,
                             tool_seed=task_seed, task_index=int(info.get("task_index", -1)),
                             benchmark=_benchmark_name(info.get("benchmark")),

@@ -1,19 +1,21 @@
 """The episode engine interface shared by simulated and real tools.
 
-``ParaOrchText-v0`` drives an engine: the simulator-backed engine (structured env underneath) or the
-real-tools engine (vLLM endpoints, sandbox, retriever); ``ParaOrch-v0`` with ``tools="real"`` drives the latter.
-Keeping one explicit interface lets the same envs, rewards and trainers run against either without branches.
+Both environments, ParaOrch-v0 and ParaOrchText-v0, run real tools through the same call source
+(``envs.real_source.RealSource``), which keeps the episode under the compiled rules (``parasim.sim.rules``:
+validation, evidence and the vote, accounting, the round limit) and hands an engine only what the rules let run.
+So an engine runs calls and answers, nothing more: ``reset`` draws a task, ``run_round`` runs calls, ``finish``
+writes and verifies the final answer; it keeps no trajectory and does no accounting of its own.
 
 ``EpisodeEngine`` names every member the envs read: ``reset``, ``run_round``, ``finish`` and ``model_names``, which
-each engine writes, and the members an engine without a task list, a tool spec or a termination call can leave to
-``EpisodeEngineBase``'s defaults (``tasks``, ``task``, ``num_tasks``, ``task_weights``, ``task_info``, ``tools``,
-``counts_manager_tokens``, ``termination_latency_s``). The envs check an engine once, at construction
-(``check_engine``), so a missing member is a ``TypeError`` naming it rather than a default guessed at each use.
+each engine writes, and the members an engine without a task list or a tool spec can leave to
+``EpisodeEngineBase``'s defaults (``tasks``, ``task``, ``num_tasks``, ``task_weights``, ``task_info``, ``tools``).
+The envs check an engine once, at construction (``check_engine``), so a missing member is a ``TypeError`` naming it
+rather than a default guessed at each use.
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -36,11 +38,13 @@ class TaskView:
 
 @dataclass
 class EpisodeOutcome:
-    """The end of an episode: the termination model's answer and the verifier's verdict."""
+    """The end of an episode: the termination model's answer, the verifier's verdict, and what the termination call
+    itself cost (the call source adds it to the episode's accounting: 0 for an engine without one)."""
 
     answer: str
     correct: bool
-    trajectory: dict[str, Any] = field(default_factory=dict)  # the TrajectoryBatch fields of this episode
+    termination_usd: float = 0.0
+    termination_latency_s: float = 0.0
 
 
 class EpisodeEngine(Protocol):
@@ -49,7 +53,6 @@ class EpisodeEngine(Protocol):
     model_names: tuple[str, ...]  # the pool model ids the manager may name (a real engine may know them after reset)
     tasks: Sequence[Any]  # the task list an engine draws from and ``task_index`` indexes; () without one
     task: Any  # the current episode's task object (None when the engine has none): ``task_info`` finds it in tasks
-    counts_manager_tokens: bool  # the engine's trajectory already holds the manager's own tokens (the simulator's)
 
     @property
     def num_tasks(self) -> int:
@@ -61,28 +64,25 @@ class EpisodeEngine(Protocol):
         """The tools the manager may call (the pool's tool spec), None to leave them to the env's ``pool`` option."""
         ...
 
-    @property
-    def termination_latency_s(self) -> float:
-        """Seconds the last ``finish`` spent on its own call (the termination model's), beyond the tool calls."""
-        ...
-
     def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> TaskView:
         """Start a new episode and return the task as the manager sees it."""
         ...
 
     def run_round(self, calls: Sequence[ToolCall], *, action: Sequence[int] | None = None,
                   slots: Sequence[int] | None = None) -> list[CallResult]:
-        """Execute one round of parallel calls (already parsed and validated). The structured env also passes the
-        round's ``action`` and each call's ``slot`` in it, for an engine's episode log (``parasim validate-sim``
-        replays them); an engine without a log ignores them. An episode with its own tool prices (the task option
-        ``tool_prices``) also passes ``prices`` (tool index -> USD per call), which the engine charges for those
-        tools' calls instead of its own figures; only an engine whose ``run_round`` takes ``prices`` can play
-        such episodes (``RealEpisodeEngine`` does)."""
+        """Execute one round of parallel calls (already validated by the rules: only calls that run reach an
+        engine). The call source also passes the round's ``action`` and each call's ``slot`` in it, for an
+        engine's episode log (``parasim validate-sim`` replays them); an engine without a log ignores them. An
+        episode with its own tool prices (the task option ``tool_prices``) also passes ``prices`` (tool index ->
+        USD per call), which the engine charges for those tools' calls instead of its own figures; only an engine
+        whose ``run_round`` takes ``prices`` can play such episodes (``RealEpisodeEngine`` does)."""
         ...
 
-    def finish(self, manager_answer: str | None = None) -> EpisodeOutcome:
-        """Synthesize the final answer from the trajectory and verify it (the text env passes the manager's answer
-        to a ``finish`` that takes ``manager_answer``)."""
+    def finish(self, manager_answer: str | None = None, lead: str | None = None) -> EpisodeOutcome:
+        """Write the final answer from the episode's calls and verify it. ``manager_answer`` is the manager's own
+        ``final_answer`` text (the text env's; None from the structured env or at the round limit); ``lead`` is the
+        answer the rules' vote leads with (``parasim.sim.rules.lane_lead`` over the evidence, None when no call gave
+        an answer): the answer when the engine writes none itself, as the simulated termination model's."""
         ...
 
     def task_weights(self) -> np.ndarray:
@@ -97,18 +97,16 @@ class EpisodeEngine(Protocol):
 
 # what check_engine asks of an engine: every member the envs read (EpisodeEngineBase supplies the optional ones)
 ENGINE_METHODS = ("reset", "run_round", "finish", "task_weights", "task_info")
-ENGINE_ATTRIBUTES = ("model_names", "tasks", "task", "num_tasks", "tools", "counts_manager_tokens",
-                     "termination_latency_s")
+ENGINE_ATTRIBUTES = ("model_names", "tasks", "task", "num_tasks", "tools")
 
 
 class EpisodeEngineBase:
-    """The defaults of ``EpisodeEngine``'s optional members, for engines without a task list, a tool spec of their
-    own or a termination call. A subclass writes ``reset``, ``run_round``, ``finish`` and ``model_names`` and
+    """The defaults of ``EpisodeEngine``'s optional members, for engines without a task list or a tool spec of
+    their own. A subclass writes ``reset``, ``run_round``, ``finish`` and ``model_names`` and
     overrides what it knows better (a task list: ``tasks`` and ``task``; the simulator's suite weights)."""
 
     tasks: Sequence[Any] = ()
     task: Any = None
-    counts_manager_tokens: bool = False
 
     @property
     def num_tasks(self) -> int:
@@ -119,11 +117,6 @@ class EpisodeEngineBase:
     def tools(self) -> ToolSpec | None:
         """None: the env's ``pool`` option gives the tool spec."""
         return None
-
-    @property
-    def termination_latency_s(self) -> float:
-        """0: no termination call beyond the tool calls."""
-        return 0.0
 
     def task_weights(self) -> np.ndarray:
         """Uniform over the task list (float64[num_tasks]); a ValueError without one (nothing to draw from)."""

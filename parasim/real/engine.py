@@ -5,11 +5,12 @@ vector of envs) share one ``RealToolBackend``, hence its per-endpoint concurrenc
 Each round's calls run concurrently; a call that names an earlier one (``target``) gets that call's output
 as context. Every finished call is verified (agent answers against the gold answer) and logged at once in
 the calibration schema, so a crash loses only calls in flight. ``finish`` asks the termination model for
-the final answer and the verifier for the outcome, and returns the episode's trajectory record
-(``parasim.scoring.batch.trajectory_record``: the fields the engine knows; the env adds the manager's own tokens and its
-format violations, which the record holds as 0). With a logger, ``finish`` also writes the episode's line of the
-episode log (``episode_record``), which ``parasim validate-sim`` replays in the simulator; a caller that knows the
-round's action (the structured env) passes it to ``run_round`` with each call's slot, so the replay is exact.
+the final answer (the rules' vote lead when it gives none) and the verifier for the outcome, and returns them
+with the termination call's own USD and latency. The engine keeps no trajectory and does no accounting: the call
+source (``envs.real_source``) keeps the episode under the compiled rules, for ParaOrch-v0 and ParaOrchText-v0
+alike. With a logger, ``finish`` also writes the episode's line of the episode log (``episode_record``), which
+``parasim validate-sim`` replays in the simulator; the call source passes ``run_round`` the round's action and each
+call's slot, so the replay is exact.
 """
 from __future__ import annotations
 
@@ -20,21 +21,11 @@ from typing import Any
 import numpy as np
 
 from parasim.protocol.engine import EpisodeEngineBase, EpisodeOutcome, TaskView
-from parasim.protocol.schema import (
-    MAX_ROUNDS,
-    NUM_TOOLS,
-    RAN_STATUSES,
-    CallResult,
-    Status,
-    Tool,
-    ToolCall,
-)
+from parasim.protocol.schema import RAN_STATUSES, CallResult, Status, ToolCall
 from parasim.real.backend import CallInput, RealToolBackend, approx_tokens
 from parasim.real.calllog import CallLogger
 from parasim.real.tasks import RealTask, parse_task
-from parasim.real.termination import Synthesis, TerminationModel, vote_answer
-from parasim.scoring.batch import trajectory_record
-from parasim.scoring.trajectory_schema import count_tools
+from parasim.real.termination import Synthesis, TerminationModel, fallback_answer
 from parasim.tools.spec import ToolSpec
 
 Verifier = Callable[[str, RealTask], bool]
@@ -63,7 +54,7 @@ class RealEpisodeEngine(EpisodeEngineBase):
 
     def __init__(self, backend: RealToolBackend, tasks: Sequence[RealTask | dict[str, Any]], *,
                  logger: CallLogger | None = None, verifier: Verifier | None = None,
-                 use_termination_model: bool = True, max_rounds: int = MAX_ROUNDS, seed: int | None = None) -> None:
+                 use_termination_model: bool = True, seed: int | None = None) -> None:
         if not tasks:
             raise ValueError("tasks: expected at least one task")
         self.backend = backend
@@ -72,12 +63,10 @@ class RealEpisodeEngine(EpisodeEngineBase):
         self.verifier = verifier or default_verifier
         self.termination = (TerminationModel(backend.chat, backend.endpoints.termination)
                             if use_termination_model else None)
-        self.max_rounds = max_rounds
         self._rng = np.random.default_rng(seed)
         self.task: RealTask | None = None
         self.calls: list[ToolCall] = []
         self.results: list[CallResult] = []
-        self.round_latency: list[float] = []
         self._rounds_log: list[dict[str, Any]] = []  # per round: its calls' indices and, if given, its action
         self._prices: dict[str, float] = {}
         self._episode = -1
@@ -95,11 +84,6 @@ class RealEpisodeEngine(EpisodeEngineBase):
         a stand-in backend without one (the env's ``pool`` option then gives them)."""
         spec = getattr(self.backend, "tools", None)
         return spec if isinstance(spec, ToolSpec) else None
-
-    @property
-    def termination_latency_s(self) -> float:
-        """The last ``finish``'s termination call's latency (0 before any ``finish``)."""
-        return 0.0 if self.last_synthesis is None else float(self.last_synthesis.latency_s)
 
     def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> TaskView:
         """Start an episode on ``options["task"]`` (a task or its dict), ``options["task_index"]``, or a random task."""
@@ -119,7 +103,7 @@ class RealEpisodeEngine(EpisodeEngineBase):
             self.task = self.tasks[int(self._rng.integers(len(self.tasks)))]
         self._episode_seed = int(self._rng.integers(1 << 31))
         self._episode = self.logger.new_episode() if self.logger is not None else self._episode + 1
-        self.calls, self.results, self.round_latency = [], [], []
+        self.calls, self.results = [], []
         self._rounds_log = []
         self._prices: dict[str, float] = {}  # the episode's own price of each tool it called (``run_round``)
         return self.task.view()
@@ -143,15 +127,11 @@ class RealEpisodeEngine(EpisodeEngineBase):
             raise RuntimeError("run_round before reset")
         if slots is not None and len(slots) != len(calls):
             raise ValueError(f"slots: expected one slot per call ({len(calls)}), got {len(slots)}")
-        round_index = len(self.round_latency)
+        round_index = len(self._rounds_log)
         first = len(self.calls)
         self._rounds_log.append({"calls": list(range(first, first + len(calls)))}
                                 | ({} if action is None else {"action": [int(x) for x in action]}))
-        if round_index >= self.max_rounds:
-            results = [CallResult(Status.BUDGET_EXCEEDED, detail=f"the round limit ({self.max_rounds}) was reached")
-                       for _ in calls]
-        else:
-            results = self.backend.run_round(calls, [self._input(c, first + i) for i, c in enumerate(calls)])
+        results = self.backend.run_round(calls, [self._input(c, first + i) for i, c in enumerate(calls)])
         for i, (call, result) in enumerate(zip(calls, results)):
             price = (prices or {}).get(int(call.tool))
             if price is not None:
@@ -160,7 +140,6 @@ class RealEpisodeEngine(EpisodeEngineBase):
                 result.extra["backend_usd"] = result.usd
                 result.usd = float(price)
             self._record(call, result, first + i, round_index, None if slots is None else int(slots[i]))
-        self.round_latency.append(max((r.latency_s for r in results), default=0.0))
         return results
 
     def _record(self, call: ToolCall, result: CallResult, index: int, round_index: int, slot: int | None) -> None:
@@ -186,16 +165,17 @@ class RealEpisodeEngine(EpisodeEngineBase):
         except Exception:  # a verifier crash on odd model output scores the answer wrong, never the run
             return False
 
-    def finish(self, manager_answer: str | None = None) -> EpisodeOutcome:
-        """The termination model's answer (or the vote fallback), its verdict and the trajectory fields."""
+    def finish(self, manager_answer: str | None = None, lead: str | None = None) -> EpisodeOutcome:
+        """The termination model's answer (or, when it gives none, ``fallback_answer``: the rules' vote ``lead``,
+        else the manager's), its verdict, and the termination call's USD and latency."""
         if self.task is None:
             raise RuntimeError("finish before reset")
         task = self.task
-        synthesis = Synthesis(vote_answer(self.results, manager_answer), "vote")
+        synthesis = Synthesis(fallback_answer(lead, manager_answer), "vote")
         if self.termination is not None:
             try:
                 synthesis = self.backend.run(self.termination.synthesize(
-                    task.question, task.options, self.calls, self.results, manager_answer,
+                    task.question, task.options, self.calls, self.results, manager_answer, lead,
                     seed=_call_seed(self._episode_seed, -1)))
             except Exception as err:  # a reply the client cannot digest must not end the episode: vote instead
                 synthesis.status, synthesis.detail = Status.EXEC_ERR, f"{type(err).__name__}: {err}"[:300]
@@ -203,8 +183,9 @@ class RealEpisodeEngine(EpisodeEngineBase):
         self.last_synthesis = synthesis
         if self.logger is not None:
             self.logger.log_episode(self.episode_record(synthesis, correct, manager_answer is not None))
-        trajectory = self._trajectory(correct, synthesis, manager_answer is not None)
-        return EpisodeOutcome(answer=synthesis.answer, correct=correct, trajectory=trajectory)
+        return EpisodeOutcome(answer=synthesis.answer, correct=correct,
+                              termination_usd=float(self.backend.termination_usd(synthesis)),
+                              termination_latency_s=float(synthesis.latency_s))
 
     def episode_record(self, synthesis: Synthesis, correct: bool, manager_answered: bool) -> dict[str, Any]:
         """The episode log's line for the finished episode (schema: docs/validate_sim.md): the task, the models
@@ -221,17 +202,3 @@ class RealEpisodeEngine(EpisodeEngineBase):
             "termination_latency_s": round(float(synthesis.latency_s), 6),
             "termination_usd": float(self.backend.termination_usd(synthesis)),
         } | ({"tool_prices": dict(self._prices)} if self._prices else {})
-
-    def _trajectory(self, correct: bool, synthesis: Synthesis, ended_with_final: bool) -> dict[str, Any]:
-        """The episode's trajectory record: outcome, rounds, calls per tool (final_answer is no tool call) and the
-        tools' tokens, cost, USD (termination call included) and latency."""
-        spec = getattr(self.backend, "tools", None)  # the backend's tool spec (a stand-in backend may have none)
-        num_tools = spec.num_tools if spec is not None else NUM_TOOLS
-        return trajectory_record(
-            num_tools=num_tools, outcome=float(correct), ended_with_final=int(ended_with_final),
-            rounds=len(self.round_latency), tool_calls=len(self.calls),
-            tool_counts=count_tools((int(c.tool) for c in self.calls if c.tool is not Tool.FINAL_ANSWER), num_tools),
-            tokens=float(sum(r.tokens_out for r in self.results)),  # tool outputs fed back to the manager
-            cost_units=float(sum(r.cost_units for r in self.results)),
-            usd=float(sum(r.usd for r in self.results)) + self.backend.termination_usd(synthesis),
-            latency_s=float(sum(self.round_latency)) + synthesis.latency_s)

@@ -3,8 +3,9 @@
 ParaManager ends an episode by handing the whole trajectory (every tool result and the manager's proposed
 answer) to a termination model that writes the answer a verifier then scores; the manager's own
 ``final_answer`` is evidence, not the verdict. When the termination endpoint cannot answer (down, timing
-out, an empty reply) the answer falls back to a majority vote over the answers of OK agent calls and the
-manager's proposal, so an outage lowers quality instead of ending the run.
+out, an empty reply) the answer falls back to the rules' vote (``fallback_answer``: the lead of the episode's
+evidence, as the simulated termination model answers, else the manager's proposal), so an outage lowers quality
+instead of ending the run.
 """
 from __future__ import annotations
 
@@ -50,13 +51,11 @@ def evidence_lines(calls: Sequence[ToolCall], results: Sequence[CallResult]) -> 
     return lines
 
 
-def vote_answer(results: Sequence[CallResult], manager_answer: str | None) -> str:
-    """Majority over OK calls' answers and the manager's proposal; answers a reviewer flagged are left out."""
-    answers = [str(r.extra["answer"]) for r in results
-               if r.status is Status.OK and r.extra.get("answer") and r.extra.get("flagged") is not True]
-    if manager_answer:
-        answers.append(manager_answer)
-    return prompts.majority_vote(answers)[0]
+def fallback_answer(lead: str | None, manager_answer: str | None) -> str:
+    """The answer without a termination model's: the rules' vote lead (``parasim.sim.rules.lane_lead``: the
+    highest score of the reliability-weighted votes and the reviewers' verdicts, the call source's), else the
+    manager's own answer, as the simulated termination model answers (``parasim.sim.sim_source.sim_finish``)."""
+    return lead if lead else (manager_answer or "")
 
 
 class TerminationModel:
@@ -66,7 +65,7 @@ class TerminationModel:
         self.chat, self.spec = chat, spec
 
     async def synthesize(self, question: str, options: Sequence[str], calls: Sequence[ToolCall],
-                         results: Sequence[CallResult], manager_answer: str | None,
+                         results: Sequence[CallResult], manager_answer: str | None, lead: str | None = None,
                          seed: int | None = None) -> Synthesis:
         messages = prompts.termination_messages(question, evidence_lines(calls, results), manager_answer, options)
         comp = await self.chat.chat(self.spec.model, messages, max_tokens=self.spec.max_tokens,
@@ -75,5 +74,5 @@ class TerminationModel:
         if answer:
             return Synthesis(answer, "model", comp.tokens_in, comp.tokens_out, comp.latency_s)
         detail = comp.detail or "the termination model gave no answer"
-        return Synthesis(vote_answer(results, manager_answer), "vote", comp.tokens_in, comp.tokens_out,
+        return Synthesis(fallback_answer(lead, manager_answer), "vote", comp.tokens_in, comp.tokens_out,
                          comp.latency_s, comp.status, detail)

@@ -21,7 +21,7 @@ from parasim.protocol.schema import NUM_TOOLS, Tool
 from parasim.scoring.trajectory_schema import FIELD, FIELDS, PREFERENCE_TAIL, TRAJECTORY_FIELDS, new_rows
 
 __all__ = ["FIELDS", "BatchValidationError", "TrajectoryBatch", "bool_scalar", "flag_array", "int_array",
-           "int_scalar", "real_array", "real_scalar", "trajectory_record", "trajectory_row"]
+           "int_scalar", "real_array", "real_scalar"]
 
 
 class BatchValidationError(ValueError):
@@ -187,7 +187,7 @@ class TrajectoryBatch:
     @classmethod
     def from_records(cls, records: Sequence[Mapping[str, Any]] | Iterable[Mapping[str, Any]], *,
                      num_tools: int = NUM_TOOLS) -> TrajectoryBatch:
-        """Build from one dict per trajectory (e.g. ``EpisodeOutcome.trajectory``).
+        """Build from one dict per trajectory (e.g. a terminal step's ``info["trajectory"]``).
 
         ``tool_counts`` may be a length-``num_tools`` sequence or a mapping keyed by tool index, or (default
         tool spec) by :class:`Tool` or its wire name. Errors name the record index.
@@ -265,26 +265,6 @@ class TrajectoryBatch:
 
 def _rebuild(arrays: dict[str, np.ndarray]) -> TrajectoryBatch:
     return TrajectoryBatch(**arrays)
-
-
-def trajectory_row(*, num_tools: int = NUM_TOOLS, **values: Any) -> dict[str, np.ndarray]:
-    """One episode's trajectory row: every schema field as a length-1 array of its contract dtype, validated as
-    :meth:`TrajectoryBatch.from_records` validates (``outcome`` required; unset fields take the defaults).
-    ``distinct_tools``, when not given, is derived from ``tool_counts`` (tools called at least once).
-
-    The producers of single episodes (the real-tools engine and envs) build their rows with this, so that no
-    producer spells the fields or their dtypes out again.
-    """
-    if "distinct_tools" not in values and "tool_counts" in values:
-        values["distinct_tools"] = int((np.asarray(_tool_row(values["tool_counts"], 0, num_tools)) > 0).sum())
-    return TrajectoryBatch.from_records([values], num_tools=num_tools).as_dict()
-
-
-def trajectory_record(*, num_tools: int = NUM_TOOLS, **values: Any) -> dict[str, Any]:
-    """One episode's row as a record, validated as :func:`trajectory_row`: every field a NumPy scalar of its
-    dtype, ``tool_counts`` an int32[num_tools] array. What ``EpisodeOutcome.trajectory`` and a terminal step's
-    ``info["trajectory"]`` hold; ``TrajectoryBatch.from_records`` takes a list of them back."""
-    return {k: v[0] for k, v in trajectory_row(num_tools=num_tools, **values).items()}
 
 
 def _vector_row(value: Any, i: int, name: str, width: int) -> list[float]:

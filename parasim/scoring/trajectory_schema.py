@@ -16,7 +16,6 @@ terminal infos); a NaN row given to ``TrajectoryBatch`` still means none (``has_
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -115,15 +114,3 @@ def new_rows(n: int, num_tools: int = NUM_TOOLS, *, fill: bool = True) -> dict[s
 
 
 PREFERENCE_TAIL: tuple[str, ...] = ("outcome", "cost", "latency")  # ``preference``'s columns after the tools
-
-
-def count_tools(tools: Iterable[int], num_tools: int = NUM_TOOLS) -> np.ndarray:
-    """``tool_counts`` of one episode from the tool index of each call (int32[num_tools]); an index outside
-    [0, num_tools) is an error, not a dropped call."""
-    counts = np.zeros(num_tools, np.int32)
-    for t in tools:
-        t = int(t)
-        if not 0 <= t < num_tools:
-            raise ValueError(f"tool_counts: tool index {t} is outside [0, {num_tools - 1}] (the tool spec's tools)")
-        counts[t] += 1
-    return counts

@@ -15,34 +15,13 @@ import numpy as np
 from parasim.config.env_options import check_episode_options, check_int, check_task_option_mode
 from parasim.pools.harness import with_harness
 from parasim.pools.pool import PoolSpec, load_pool
-from parasim.protocol.schema import Status
-from parasim.sim.gather import trajectory_fields
+from parasim.sim.gather import lane_selection_fields, trajectory_fields
 from parasim.sim.kernel import (
-    C_ANSWER,
-    C_COST,
-    C_KIND,
-    C_LAT,
-    C_TOK_IN,
-    C_TOK_OUT,
-    C_USD,
-    F_COST,
-    F_LAT,
-    F_OUTCOME,
-    F_TOKENS,
-    F_USD,
     I_ANSWER,
     I_BENCH,
-    I_CALLS,
     I_EPISODE,
-    I_FINAL,
-    I_FMT,
-    I_ROUND,
     I_ROW,
-    NO_CALL,
     NUM_TARGETS,
-    OUT_ANSWER,
-    OUT_CONFIRM,
-    OUT_FLAG,
     TARGET_CARRY,
     TARGET_QUESTION,
     TARGET_VERIFY,
@@ -59,8 +38,9 @@ from parasim.sim.state import (
     allocate_obs,
     episode_tools,
     lane_views,
+    slot_records,
 )
-from parasim.sim.step import reset_lanes, step_lanes, step_lanes_parallel
+from parasim.sim.step import cut_lanes, reset_lanes, step_lanes, step_lanes_parallel
 from parasim.sim.tables import (
     E_MAX_ROUNDS,
     E_SERIAL,
@@ -71,7 +51,7 @@ from parasim.sim.tables import (
     build_tables,
     kernel_params,
 )
-from parasim.sim.task_options import option_stream, preference_fields, set_lane_options
+from parasim.sim.task_options import option_stream, set_lane_options
 from parasim.tasks.suites import TaskSuite, load_suite
 
 PARALLEL_MIN_LANES = 1024
@@ -215,26 +195,25 @@ class Simulator:
         self._step(actions, reset_first, self.done, *self._kernel_args)
         return self.done
 
+    def cut(self, mask: np.ndarray) -> np.ndarray:
+        """End the running episodes of the lanes in ``mask`` (uint8[N]) now, as episodes that never answered
+        (``parasim.sim.step.cut_lanes``); returns ``done``."""
+        mask = np.ascontiguousarray(mask, dtype=np.uint8)
+        if mask.shape != self.done.shape:
+            raise ValueError(f"Simulator.cut: expected a mask of shape {self.done.shape}, got {mask.shape}")
+        cut_lanes(mask, self.done, *self._kernel_args)
+        return self.done
+
     def observation(self, lanes: Any = slice(None)) -> dict[str, np.ndarray]:
         """Copies of the observation arrays of ``lanes``."""
         return {k: v[lanes].copy() for k, v in self._obs_items}
 
     def trajectory(self, lanes: Any = slice(None)) -> dict[str, np.ndarray]:
-        """The TrajectoryBatch fields of the episodes in ``lanes`` (as they stand)."""
+        """The TrajectoryBatch fields of the episodes in ``lanes`` (as they stand; any NumPy selection of lanes), read
+        by the one compiled gather the envs use (``parasim.sim.gather``)."""
         if isinstance(lanes, np.ndarray) and lanes.ndim == 1 and lanes.dtype.kind in "iu":  # the envs' case
             return trajectory_fields(np.ascontiguousarray(lanes, np.int64), self._lanes.lanes)
-        st_i, st_f, counts_t = self.state.st_i[lanes], self.state.st_f[lanes], self.state.counts_t[lanes]
-        return {
-            "outcome": st_f[..., F_OUTCOME].copy(), "format_violations": st_i[..., I_FMT].astype(np.int32),
-            "ended_with_final": st_i[..., I_FINAL].astype(np.uint8), "rounds": st_i[..., I_ROUND].astype(np.int32),
-            "tool_calls": st_i[..., I_CALLS].astype(np.int32),
-            "distinct_tools": (counts_t > 0).sum(-1).astype(np.int32), "tool_counts": counts_t.copy(),
-            "tokens": st_f[..., F_TOKENS].copy(), "cost_units": st_f[..., F_COST].copy(),
-            "usd": st_f[..., F_USD].copy(), "latency_s": st_f[..., F_LAT].copy(),
-            "group_id": st_i[..., I_EPISODE].copy(),  # the lane's episode number since it was seeded
-            **preference_fields(self._lanes.lanes["preference"][lanes]),
-            "role_id": np.zeros(np.shape(st_i[..., 0]), np.int32),
-        }
+        return lane_selection_fields(lanes, self.num_lanes, self._lanes.lanes)
 
     def episode_tools(self, lanes: Any = slice(None)) -> EpisodeTools:
         """The current episodes' task options per lane (copies): the tools each offers (``available`` bool[n, T]),
@@ -248,17 +227,7 @@ class Simulator:
         ``kind`` is "answer" (``answer`` is an answer id, 0 = gold), "flag" / "confirm" (a review of the
         leading answer ``answer``) or None (the call failed or was malformed: see ``status``).
         """
-        kinds = {OUT_ANSWER: "answer", OUT_FLAG: "flag", OUT_CONFIRM: "confirm"}
-        out = []
-        for k, status in enumerate(self.state.last_status[lane]):
-            if status == NO_CALL:
-                continue
-            ci, cf = self.state.call_i[lane, k], self.state.call_f[lane, k]
-            out.append({"slot": k, "status": Status(int(status)), "kind": kinds.get(int(ci[C_KIND])),
-                        "answer": int(ci[C_ANSWER]), "tokens_in": float(cf[C_TOK_IN]),
-                        "tokens_out": float(cf[C_TOK_OUT]), "latency_s": float(cf[C_LAT]), "usd": float(cf[C_USD]),
-                        "cost_units": float(cf[C_COST])})
-        return out
+        return slot_records(self.state.last_status, self.state.call_i, self.state.call_f, lane)
 
     def final_answers(self) -> np.ndarray:
         """The termination model's answer id per lane (-1 while running; 0 is the gold answer)."""

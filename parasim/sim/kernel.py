@@ -87,8 +87,11 @@ TASK_ROW, TASK_KEYED = range(2)
 # the evidence per answer: ev[answer, c] in a lane record (the state view ``SimState.ev`` is [lane, c, answer])
 E_SCORE, E_SUPPORT, E_FLAGS, E_CONFIRMS = range(4)
 NUM_EVIDENCE = 4
-# last round's per-call records: call_i[k, c] and call_f[k, c]
-C_KIND, C_ANSWER = range(2)
+# last round's per-call records: call_i[k, c] and call_f[k, c]; C_RULE is the rule that decided the slot
+# (``parasim.sim.rules.slot_rule``: RULE_RUNS for a call that ran or an empty slot), so a caller that shows why a call
+# was rejected (the text env) reads the plan's own verdict instead of checking the slot again
+C_KIND, C_ANSWER, C_RULE = range(3)
+NUM_CALL_I = 3
 C_TOK_IN, C_TOK_OUT, C_LAT, C_USD, C_COST = range(5)
 NUM_CALL_F = 5
 

@@ -26,6 +26,8 @@ through the one-lane entry points of ``parasim.sim.step``.
 """
 from __future__ import annotations
 
+from typing import Any
+
 from numba import njit
 
 from parasim.protocol.schema import NUM_STATUSES
@@ -34,6 +36,7 @@ from parasim.sim.kernel import (
     C_COST,
     C_KIND,
     C_LAT,
+    C_RULE,
     C_TOK_OUT,
     C_USD,
     CAND_FEATURES,
@@ -94,6 +97,12 @@ from parasim.tasks.suites import NUM_ANSWERS
 
 # ``last_status`` of a slot that the plan lets run, until its call source writes the call's status
 PENDING = NUM_STATUSES + 1
+
+# The stop flag, an action row's first value: ROUND plays the row's slots as a round, STOP is ``final_answer``; any
+# other value is a malformed turn that still plays its slots and counts as one format violation (``round_start``),
+# once per round whatever else in it broke the protocol. The text env writes MALFORMED_ROUND for a turn whose text
+# broke the protocol outside its slots (unreadable blocks, calls beyond max_parallel).
+ROUND, STOP, MALFORMED_ROUND = 0, 1, 2
 
 # Why a slot does or does not run (``slot_rule``), checked in this order: the INVALID_TOOL rules, then the
 # FORMAT_ERR rules, then the budget.
@@ -229,17 +238,20 @@ def begin_episode(L, i, last_status, P, row, R, z):
 def plan_slot(i, k, last_status, call_i, call_f, actions, tt, allowed, nm, has_lead, ctx, budget, off):
     """Phase (a) for slot ``k`` of lane ``i`` (the tool table ``tt``, ``allowed`` slots, ``nm`` pool models, the
     round-start lead and context, the token budget, the episode's unoffered tools ``off``): its outcome record
-    cleared, and its status (``NO_CALL`` for an empty slot, tool value T, a protocol status, or ``PENDING`` for a
-    call that runs) written to ``last_status[i, k]`` and returned with the slot's (tool, model, target)."""
+    cleared, its rule (``lane_rule``; ``RULE_RUNS`` for an empty slot) written to ``call_i[i, k, C_RULE]`` and its
+    status (``NO_CALL`` for an empty slot, tool value T, a protocol status, or ``PENDING`` for a call that runs) to
+    ``last_status[i, k]``, and returned with the slot's (tool, model, target)."""
     call_i[i, k, C_KIND] = OUT_NONE
     call_i[i, k, C_ANSWER] = -1
     for c in range(NUM_CALL_F):
         call_f[i, k, c] = 0.0
     tool, model, target = slot_call(actions, i, k)
     if tool == tt.shape[0]:
-        status = NO_CALL
+        rule, status = RULE_RUNS, NO_CALL
     else:
-        status = rule_status(lane_rule(tt, off, tool, model, target, k, allowed, nm, has_lead, ctx, budget))
+        rule = lane_rule(tt, off, tool, model, target, k, allowed, nm, has_lead, ctx, budget)
+        status = rule_status(rule)
+    call_i[i, k, C_RULE] = rule
     last_status[i, k] = status
     return status, tool, model, target
 
@@ -354,6 +366,13 @@ def end_episode(L, P, ended_final, answer, outcome):
     st_i[I_ANSWER] = answer
     L.st_f[F_OUTCOME] = outcome
     st_i[I_DONE] = 1
+
+
+def malformed_stop(lanes: Any, i: int) -> None:
+    """A ``final_answer`` turn whose text also broke the protocol (unreadable blocks): one format violation, counted
+    in lane ``i``'s record before the stop (a stop plays no round, so nothing else counts it; a malformed round's is
+    its stop flag's, ``MALFORMED_ROUND``)."""
+    lanes["st_i"][i, I_FMT] += 1
 
 
 @njit(cache=True, inline="always")

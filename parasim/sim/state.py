@@ -15,20 +15,33 @@ a structured array is several times slower.
 from __future__ import annotations
 
 from functools import cache
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from parasim.pools.pool import MAX_MODELS
-from parasim.protocol.schema import NUM_STATUSES, NUM_TOOLS
+from parasim.protocol.schema import NUM_STATUSES, NUM_TOOLS, Status
 from parasim.sim.kernel import (
+    C_ANSWER,
+    C_COST,
+    C_KIND,
+    C_LAT,
+    C_RULE,
+    C_TOK_IN,
+    C_TOK_OUT,
+    C_USD,
     CAND_FEATURES,
+    NO_CALL,
     NUM_CALL_F,
+    NUM_CALL_I,
     NUM_CANDIDATES,
     NUM_EVIDENCE,
     NUM_F,
     NUM_I,
     NUM_TARGETS,
+    OUT_ANSWER,
+    OUT_CONFIRM,
+    OUT_FLAG,
     TASK_ROW,
 )
 from parasim.tasks.suites import NUM_ANSWERS
@@ -86,7 +99,7 @@ class SimState(NamedTuple):
     order: np.ndarray  # int8[N, NUM_ANSWERS] answers in first-seen order
     rng: np.ndarray  # uint64[N]
     scratch: np.ndarray  # int8[N, NUM_ANSWERS] ensemble samples
-    call_i: np.ndarray  # int8[N, K, 2] last round, per slot: output kind, answer id (-1 none)
+    call_i: np.ndarray  # int8[N, K, NUM_CALL_I] last round, per slot: output kind, answer id (-1 none), rule
     call_f: np.ndarray  # float64[N, K, 5] last round, per slot: tokens in, tokens out, latency, USD, cost units
     task: np.ndarray  # int64[N, 2] the next reset's task: suite row (-1 = drawn by weight), keyed flag
     task_rng: np.ndarray  # uint64[N] start of the task stream of keyed lanes
@@ -197,7 +210,7 @@ class LaneArrays(NamedTuple):
 
     lanes: np.ndarray  # lane_dtype(T)[N]
     last_status: np.ndarray  # int8[N, K]
-    call_i: np.ndarray  # int8[N, K, 2]
+    call_i: np.ndarray  # int8[N, K, NUM_CALL_I]
     call_f: np.ndarray  # float64[N, K, NUM_CALL_F]
 
 
@@ -208,7 +221,7 @@ def allocate_lanes(n: int, slots: int, num_tools: int) -> LaneArrays:
     lanes["arrival"] = -1
     lanes["task"][:, TASK_ROW] = -1
     lanes["preference"] = np.nan
-    return LaneArrays(lanes, np.full((n, slots), NUM_STATUSES, np.int8), np.full((n, slots, 2), -1, np.int8),
+    return LaneArrays(lanes, np.full((n, slots), NUM_STATUSES, np.int8), np.full((n, slots, NUM_CALL_I), -1, np.int8),
                       np.zeros((n, slots, NUM_CALL_F)))
 
 
@@ -236,3 +249,25 @@ def allocate_obs(n: int, slots: int, num_models: int, tools: ToolSpec) -> ObsBuf
         action_mask=np.zeros((n, int(action_nvec(slots, num_models, t).sum())), np.int8))
     obs.action_mask[:] = static_action_mask(slots, slots, num_models, tools)
     return obs
+
+
+OUTPUT_KINDS = {OUT_ANSWER: "answer", OUT_FLAG: "flag", OUT_CONFIRM: "confirm"}
+
+
+def slot_records(last_status: np.ndarray, call_i: np.ndarray, call_f: np.ndarray,
+                 lane: int = 0) -> list[dict[str, Any]]:
+    """Lane ``lane``'s last round as the per-slot records say it, one dict per slot that held a call (slot order):
+    ``slot``, ``status``, ``rule`` (why the plan let it run or not: ``parasim.sim.rules.slot_rule``), ``kind``
+    ("answer": ``answer`` is an answer id, 0 the gold one; "flag" / "confirm": a review of the leading answer
+    ``answer``; None: no output, see ``status``), tokens in / out, latency, USD and cost units. Both call sources
+    fill these records, so what a round did reads the same for simulated and real tools."""
+    out = []
+    for k, status in enumerate(last_status[lane]):
+        if status == NO_CALL:
+            continue
+        ci, cf = call_i[lane, k], call_f[lane, k]
+        out.append({"slot": k, "status": Status(int(status)), "rule": int(ci[C_RULE]),
+                    "kind": OUTPUT_KINDS.get(int(ci[C_KIND])), "answer": int(ci[C_ANSWER]),
+                    "tokens_in": float(cf[C_TOK_IN]), "tokens_out": float(cf[C_TOK_OUT]), "latency_s": float(cf[C_LAT]),
+                    "usd": float(cf[C_USD]), "cost_units": float(cf[C_COST])})
+    return out

@@ -21,7 +21,7 @@ from numba.extending import intrinsic
 
 from parasim.sim.kernel import F_LAT, F_USD, I_DONE, I_ROW, TASK_KEYED
 from parasim.sim.rules import apply_round, begin_episode, end_episode, plan_round, write_obs
-from parasim.sim.sim_source import reset_lane, step_lane
+from parasim.sim.sim_source import reset_lane, sim_finish, step_lane
 from parasim.sim.task_options import begin_options
 
 # No division in the kernels can have a zero divisor (polynomial denominators > 0, 1 + exp(-x) >= 1, a timed-out
@@ -60,6 +60,22 @@ def reset_lanes(mask, lanes, last_status, call_i, call_f, rows, row_cdf, params,
         if mask[i]:
             L = lanes[i]
             reset_lane(L, i, last_status, rows, row_cdf, P)
+            write_obs(i, L, last_status, P, o_task, o_round, o_budget, o_cand, o_evid, o_tools, o_status, o_last,
+                      o_mask)
+
+
+@njit(cache=True, error_model=ERROR_MODEL)
+def cut_lanes(mask, done, lanes, last_status, call_i, call_f, rows, row_cdf, params, o_task, o_round, o_budget,
+              o_cand, o_evid, o_tools, o_status, o_last, o_mask):
+    """End the running episodes of the lanes where ``mask`` is set, as episodes that never answered: the simulated
+    termination model answers from the evidence so far, as at the round limit (no round, no format violation), and
+    each lane's observation is written (a trainer's token limit cut the manager off mid-episode)."""
+    P = params[0]
+    for i in range(mask.shape[0]):
+        L = lanes[i]
+        if mask[i] and L.st_i[I_DONE] == 0:
+            sim_finish(L, rows[L.st_i[I_ROW]], P, 0)
+            done[i] = 1
             write_obs(i, L, last_status, P, o_task, o_round, o_budget, o_cand, o_evid, o_tools, o_status, o_last,
                       o_mask)
 
