@@ -20,8 +20,8 @@ import numpy as np
 from parasim.protocol.schema import NUM_TOOLS, Tool
 from parasim.scoring.trajectory_schema import FIELD, FIELDS, PREFERENCE_TAIL, TRAJECTORY_FIELDS, new_rows
 
-__all__ = ["FIELDS", "BatchValidationError", "TrajectoryBatch", "bool_scalar", "flag_array", "int_array",
-           "int_scalar", "real_array", "real_scalar", "trajectory_record", "trajectory_row"]
+__all__ = ["FIELDS", "BatchValidationError", "TrajectoryBatch", "bool_scalar", "check_no_overlap", "flag_array",
+           "int_array", "int_scalar", "real_array", "real_scalar", "trajectory_record", "trajectory_row"]
 
 
 class BatchValidationError(ValueError):
@@ -411,6 +411,22 @@ def real_scalar(name: str, value: Any, lo: float, *, lo_open: bool = False) -> f
     if not math.isfinite(v) or (v <= lo if lo_open else v < lo):
         raise ValueError(f"{name} = {value!r}: must be finite and {'>' if lo_open else '>='} {lo}")
     return v
+
+
+def check_no_overlap(outputs: Mapping[str, np.ndarray], inputs: Mapping[str, np.ndarray | None]) -> None:
+    """Refuse output buffers that share memory with an input or with each other.
+
+    The core's kernels take their arrays as ``__restrict`` pointers and read inputs while they write outputs, so an
+    ``out=`` that aliases an input (``out=(rewards, keep)``, a view of a batch column) gives wrong numbers without
+    any error. Every array reaching the core is C-contiguous, where ``np.may_share_memory`` (a bounds check) is exact.
+    """
+    items = list(outputs.items())
+    for i, (name, buf) in enumerate(items):
+        clashes = [(other, arr) for other, arr in (*items[i + 1:], *inputs.items()) if arr is not None]
+        for other, arr in clashes:
+            if np.may_share_memory(buf, arr):
+                raise ValueError(f"{name}: shares memory with {other}; the core reads its inputs while writing its "
+                                 "outputs, so an output must be a separate buffer (pass a new array or out=None)")
 
 
 def bool_scalar(name: str, value: Any) -> bool:

@@ -30,7 +30,7 @@ import numpy as np
 
 from parasim import _core
 from parasim.scoring.batch import FIELDS as BATCH_FIELDS
-from parasim.scoring.batch import TrajectoryBatch
+from parasim.scoring.batch import TrajectoryBatch, check_no_overlap
 from parasim.scoring.reward_config import (
     FORMULA_FIELDS,
     FORMULAS,
@@ -129,7 +129,8 @@ def compute_rewards_grid(batch: TrajectoryBatch, configs: Sequence[RewardConfig 
                          out: np.ndarray | None = None) -> np.ndarray:
     """Totals of ``batch`` under each config: float64[C, N], one pass over the batch for all configs.
 
-    ``out`` (float64[C, N], C-contiguous) is filled in place when given, e.g. to reuse a buffer in a sweep.
+    ``out`` (float64[C, N], C-contiguous) is filled in place when given, e.g. to reuse a buffer in a sweep; it may
+    not share memory with the batch (ValueError naming the field: the core reads the batch while it writes ``out``).
     """
     _check_batch(batch)
     cfgs = [resolve_config(c) for c in configs]
@@ -138,6 +139,8 @@ def compute_rewards_grid(batch: TrajectoryBatch, configs: Sequence[RewardConfig 
         out = np.empty(shape)
     elif out.shape != shape or out.dtype != np.float64 or not out.flags.c_contiguous:
         raise ValueError(f"out: expected a C-contiguous float64 array of shape {shape}, got {out.dtype} {out.shape}")
+    else:
+        check_no_overlap({"out": out}, {f"batch.{name}": arr for name, arr in _core_fields(batch).items()})
     if cfgs:
         _core.score_rewards(_core_fields(batch), _param_rows(batch, cfgs), out)
     return out
