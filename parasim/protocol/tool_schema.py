@@ -28,6 +28,7 @@ class Argument:
     description: str
     required: bool = True
     aliases: tuple[str, ...] = ()
+    call_id: bool = False  # an earlier call's id ("context_from"): 3, "3", "#3" or "call_3"; negative is none
 
 
 _MODEL = Argument("model", "string", "Id of the pool model that runs this call.")
@@ -38,7 +39,7 @@ _SUBTASK = Argument(
 _CONTEXT = Argument(
     "context_from", "integer",
     "Optional id of an earlier call (as shown in its result, e.g. 3 for call #3) whose output this call receives.",
-    required=False, aliases=("target", "context", "use_output_of"),
+    required=False, aliases=("target", "context", "use_output_of"), call_id=True,
 )
 
 _FINAL = Argument("answer", "string", "The final answer to the question.",
