@@ -18,7 +18,14 @@ from typing import Any
 import numpy as np
 
 from parasim.protocol.schema import NUM_TOOLS, Tool
-from parasim.scoring.trajectory_schema import FIELD, FIELDS, PREFERENCE_TAIL, TRAJECTORY_FIELDS, new_rows
+from parasim.scoring.trajectory_schema import (
+    FIELD,
+    FIELDS,
+    MAX_REWARD_MAGNITUDE,
+    PREFERENCE_TAIL,
+    TRAJECTORY_FIELDS,
+    new_rows,
+)
 
 __all__ = ["FIELDS", "BatchValidationError", "TrajectoryBatch", "bool_scalar", "check_no_overlap", "flag_array",
            "int_array", "int_scalar", "real_array", "real_scalar", "trajectory_record", "trajectory_row"]
@@ -105,6 +112,13 @@ def _coerce_vector(name: str, arr: np.ndarray) -> np.ndarray:
         i = np.unravel_index(int(np.flatnonzero(bad)[0]), out.shape)
         raise _fail(name, i, float(out[i]), "a row must be all finite numbers, or all NaN (none: the reward "
                     "config's preference vector applies)")
+    if out.shape[1]:  # the row's |weights| sum bounds its toolorchestra reward: scaled, so the sum cannot overflow
+        scale = np.nansum(np.abs(np.ldexp(out, -1000)), axis=1)
+        over = np.flatnonzero(scale > np.ldexp(MAX_REWARD_MAGNITUDE, -1000))
+        if over.size:
+            i = int(over[0])
+            raise _fail(name, i, out[i].tolist(), f"the sum of its absolute weights must be <= 2**1000 "
+                        f"(~{MAX_REWARD_MAGNITUDE:.3g}), the largest reward magnitude scored (it bounds the reward)")
     return out
 
 
