@@ -4,8 +4,9 @@ The probe forks 64 children that each try to allocate and touch 1.5 GB. Before t
 the only limit and it was per process (2 GiB, with 64 processes allowed): 4 such children took 6 GB of the host.
 Now the call runs in a memory cgroup of ``memory_bytes`` where one can be made (as root here), else each process
 gets memory_bytes / max_processes. The test samples the proportional set size (PSS, anonymous and shared memory)
-of every process of the call from ``/proc`` while it runs, and kills the call (and fails) as soon as the sum passes the bound, so that running
-it against a sandbox without the bound cannot exhaust the host.
+of every process of the call from ``/proc`` while it runs, and kills the call (and fails) as soon as the sum passes
+the bound (with a tenth of slack for the sampling), so that running it against a sandbox without the bound cannot
+exhaust the host; where there is a cgroup, the kernel's exact peak must be within the bound.
 """
 from __future__ import annotations
 
