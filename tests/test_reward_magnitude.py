@@ -65,7 +65,7 @@ def test_weights_whose_rewards_could_overflow_are_refused_naming_the_fields(fiel
 @given(weights=st.lists(st.floats(0.0, F64_MAX), min_size=5, max_size=5),
        pref=st.lists(st.floats(-F64_MAX, F64_MAX), min_size=10, max_size=10))
 def test_every_accepted_config_and_preference_scores_finite(weights: list[float], pref: list[float]) -> None:
-    from parasim.scoring.reference import mean_std
+    from parasim.scoring.rewards import mean_std
 
     names = ("w_outcome", "w_protocol", "w_diversity", "w_length", "w_cost")
     configs = []
@@ -88,7 +88,7 @@ def test_every_accepted_config_and_preference_scores_finite(weights: list[float]
 
 
 def test_mean_std_of_rewards_near_the_bound_is_finite() -> None:
-    from parasim.scoring.reference import mean_std
+    from parasim.scoring.rewards import mean_std
     from parasim.scoring.trajectory_schema import MAX_REWARD_MAGNITUDE as bound
 
     assert bound == MAX_REWARD_MAGNITUDE

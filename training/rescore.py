@@ -20,8 +20,7 @@ import numpy as np
 
 from parasim.protocol.schema import NUM_TOOLS
 from parasim.scoring.batch import TrajectoryBatch
-from parasim.scoring.reference import mean_std
-from parasim.scoring.rewards import FORMULA_FIELDS, RewardConfig, compute_rewards_grid, preset
+from parasim.scoring.rewards import FORMULA_FIELDS, RewardConfig, compute_rewards_grid, mean_std, preset
 from parasim.scoring.trajectory_schema import FIELD, FIELDS
 
 # fields older trajectory files may lack: the ids default to 0 (one group, one role), no row has a preference

@@ -104,16 +104,6 @@ def _scaled(x: np.ndarray) -> tuple[np.ndarray, int]:
     return np.ldexp(x, -e), e
 
 
-def mean_std(x: np.ndarray) -> tuple[float, float]:
-    """Mean and (biased) std of ``x`` computed on its power-of-two rescaling, so that neither the sum nor the
-    squares overflow for any finite values (a plain mean of N rewards near 1e301 is inf); 0, 0 when empty."""
-    x = np.asarray(x, np.float64)
-    if x.size == 0:
-        return 0.0, 0.0
-    scaled, e = _scaled(x)
-    return float(np.ldexp(scaled.mean(), e)), float(np.ldexp(scaled.std(), e))
-
-
 def _ldexp(x: np.ndarray | float, e: np.ndarray | int) -> np.ndarray:
     """x * 2**e, inf past the float64 maximum without a warning: an advantage may truly overflow."""
     with np.errstate(over="ignore"):

@@ -44,7 +44,7 @@ from parasim.scoring.reward_config import (
 )
 
 __all__ = ["COMPONENTS", "FORMULAS", "FORMULA_FIELDS", "PRESETS", "PRESET_SOURCES", "RewardConfig", "RewardResult",
-           "compute_rewards", "compute_rewards_grid", "parse_field", "preset", "register_preset",
+           "compute_rewards", "compute_rewards_grid", "mean_std", "parse_field", "preset", "register_preset",
            "resolve_config"]
 
 # the reward's parts, which sum to ``total`` (the core's component rows, in this order)
@@ -67,6 +67,18 @@ class RewardResult:
 
     def as_dict(self) -> dict[str, np.ndarray]:
         return {"total": self.total, **{k: getattr(self, k) for k in COMPONENTS}}
+
+
+def mean_std(x: np.ndarray) -> tuple[float, float]:
+    """Mean and (biased) std of rewards ``x``, computed on their power-of-two rescaling (exact), so that neither the
+    sum nor the squares overflow for any finite rewards (a plain mean of N rewards near 1e301 is inf); 0, 0 when
+    empty."""
+    x = np.asarray(x, np.float64)
+    if x.size == 0:
+        return 0.0, 0.0
+    e = int(np.frexp(np.max(np.abs(x)))[1])
+    scaled = np.ldexp(x, -e)
+    return float(np.ldexp(scaled.mean(), e)), float(np.ldexp(scaled.std(), e))
 
 
 def _check_batch(batch: TrajectoryBatch) -> None:
