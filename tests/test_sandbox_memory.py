@@ -104,6 +104,23 @@ def test_fork_and_allocate_probe_is_held_to_the_whole_call_bound(tag: str, proce
     assert_nothing_left(tag)
 
 
+def test_without_a_cgroup_the_process_cap_times_the_share_is_the_bound(tag: str,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fallback (no memory cgroup: an unprivileged user without delegation): each process gets
+    memory_bytes / max_processes of address space, and the probe stays within memory_bytes."""
+    from parasim.tools import memcg
+
+    monkeypatch.setattr(memcg, "find_parent", lambda: (None, "disabled by the test"))
+    sb = make(tag)
+    assert sb.cgroup is None and sb.memory_per_process * sb.config.max_processes <= sb.config.memory_bytes
+    peak, res, killed = _run_watched(tag, sb.config.memory_bytes)
+    assert not killed and peak <= sb.config.memory_bytes and "memory_peak_bytes" not in res.extra
+    assert res.status is Status.OK and 0 < int(res.output) < CHILDREN  # the cap stopped the forks; allocations failed
+    with pytest.raises(ValueError, match=r"memory_bytes=.* / max_processes=64: no memory cgroup here"):
+        make(tag, max_processes=64)  # 32 MiB each: below what an interpreter needs, refused rather than broken
+    assert_nothing_left(tag)
+
+
 def _has_cgroup(tag: str) -> bool:
     return getattr(make(tag), "cgroup", None) is not None
 
