@@ -55,6 +55,16 @@ def test_anything_else_is_a_format_error_with_the_reason(pool_path: Path, value:
         value == "null" and "'count' is null" in error.reason), error.reason
 
 
+def test_the_tool_list_states_the_range_the_parser_accepts(pool_path: Path) -> None:
+    from parasim.protocol.tool_schema import tool_list
+
+    functions = {f["function"]["name"]: f["function"]["parameters"]["properties"]
+                 for f in tool_list(["m"], load_pool(pool_path).tools)}
+    assert functions["repeater"]["count"] == {"type": "integer", "description": "How many times.",
+                                              "minimum": -LIMIT, "maximum": LIMIT}
+    assert "minimum" not in functions["repeater"]["context_from"]  # a call id, not a number to range over
+
+
 def test_string_arguments_stay_strings_and_call_ids_stay_call_ids(pool_path: Path) -> None:
     spec = load_pool(pool_path).tools
     (call,) = parse_tool_calls(_turn('"3 mi in km"', "unit_converter", "quantity"), tools=spec).calls

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from parasim.protocol.schema import Status, Tool, ToolCall
-from parasim.protocol.tool_schema import Argument, tool_table
+from parasim.protocol.tool_schema import INTEGER_LIMIT, Argument, tool_table
 from parasim.tools.spec import SpecTool, ToolSpec
 
 _OPEN = re.compile(r"<\s*tool_call\s*>", re.IGNORECASE)
@@ -35,7 +35,6 @@ _BRACES_TRIED = 8  # braces before a ``name`` key tried as the start of its obje
 _DEFAULT_TABLE = tool_table()
 ToolTable = dict[str, tuple["Tool | SpecTool", tuple[Argument, ...]]]
 _SNIPPET = 200
-INTEGER_LIMIT = 2**53 - 1  # an integer argument's bound: what every JSON reader holds exactly (a double's integers)
 _DECIMAL = re.compile(r"\s*[-+]?\d{1,16}\s*")
 
 

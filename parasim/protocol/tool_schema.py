@@ -31,6 +31,7 @@ class Argument:
     call_id: bool = False  # an earlier call's id ("context_from"): 3, "3", "#3" or "call_3"; negative is none
 
 
+INTEGER_LIMIT = 2**53 - 1  # an integer argument's bound: what every JSON reader holds exactly (a double's integers)
 _MODEL = Argument("model", "string", "Id of the pool model that runs this call.")
 _SUBTASK = Argument(
     "subtask", "string", "Self-contained instruction for this call; include any earlier output it needs.",
@@ -75,6 +76,8 @@ def _function(name: str, description: str, args: Sequence[Argument], models: Seq
     properties: dict[str, Any] = {}
     for arg in args:
         prop: dict[str, Any] = {"type": arg.json_type, "description": arg.description}
+        if arg.json_type == "integer" and not arg.call_id:  # the range the parser accepts
+            prop["minimum"], prop["maximum"] = -INTEGER_LIMIT, INTEGER_LIMIT
         if arg.name == "model":
             prop["enum"] = list(models)
         properties[arg.name] = prop
