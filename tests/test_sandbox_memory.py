@@ -13,9 +13,10 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import uuid
 
 import pytest
-from test_sandbox import assert_nothing_left, make, needs_bwrap, tag, tagged_pids  # noqa: F401 (tag: a fixture)
+from test_sandbox import assert_nothing_left, make, needs_bwrap, tagged_pids
 
 from parasim.protocol.schema import Status
 
@@ -46,6 +47,11 @@ for pid in kids:
     os.waitpid(pid, 0)
 print(len(kids))
 """
+
+
+@pytest.fixture
+def tag() -> str:
+    return uuid.uuid4().hex
 
 
 def _pss(pid: int) -> int:
