@@ -12,7 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from parasim import _core, reference
+from parasim import _core
+from parasim.scoring import reference
 from parasim.scoring.advantages import METHODS, group_advantages
 from parasim.scoring.batch import BatchValidationError, TrajectoryBatch
 from parasim.scoring.masks import broadcast_to_tokens, loss_mask_from_spans, loss_normalizers
@@ -227,7 +228,7 @@ CALLS = {
     "turn_ids": (lambda v: broadcast_to_tokens(np.zeros((N, 3)), MASK, v), np.ones((N, 5), int), "int32"),
     "global_tokens": (lambda v: loss_normalizers(MASK, "token-mean", global_tokens=v), 8.0, "real>=0"),
     "global_seqs": (lambda v: loss_normalizers(MASK, "seq-mean-token-sum", global_seqs=v), 2.0, "real>=0"),
-    "norm_len": (lambda v: loss_normalizers(MASK, "seq-mean-token-sum-norm", norm_len=v), 3.0, "real>0"),
+    "norm_len": (lambda v: loss_normalizers(MASK, "seq-mean-token-sum-norm", norm_len=v), 3.0, "real>=1"),
     "TrajectoryBatch.role_id": (lambda v: TrajectoryBatch.from_arrays(outcome=np.zeros(4), role_id=v),
                                 np.array([0, 1, 0, 1]), "role"),
     "TrajectoryBatch.group_id": (lambda v: TrajectoryBatch.from_arrays(outcome=np.zeros(4), group_id=v),
@@ -251,10 +252,11 @@ def hostile(draw):
     """(argument name, a bad value for it, the text its error must contain)."""
     name = draw(st.sampled_from(sorted(CALLS)))
     _, valid, kind = CALLS[name]
-    if kind in ("real>=0", "real>0", "int>=0", "bool"):
+    if kind in ("real>=0", "real>0", "real>=1", "int>=0", "bool"):
         bad = draw(st.sampled_from({
             "real>=0": [True, "1", float("nan"), float("inf"), -1.0, 1j],
             "real>0": [True, "1", float("nan"), float("-inf"), 0.0, -2, 1j],
+            "real>=1": [True, "1", float("nan"), float("inf"), 0.0, 0.5, 5e-324, -2, 1j],
             "int>=0": [True, False, 1.5, np.float64(3.0), "3", -1, 2**64],
             "bool": [1, 0.0, float("nan"), "yes", None],
         }[kind]))

@@ -7,8 +7,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from parasim import _core, reference
+from parasim import _core
 from parasim.protocol.schema import MAX_TOOLS
+from parasim.scoring import reference
 from parasim.scoring.batch import BatchValidationError, TrajectoryBatch
 from parasim.scoring.reward_config import FORMULA_FIELDS, FORMULAS
 from parasim.scoring.rewards import COMPONENTS, PRESETS, RewardConfig, compute_rewards, compute_rewards_grid

@@ -517,11 +517,11 @@ print(json.dumps({"fork": [fork.status.name, fork.output], "writes": [writes.sta
 
 
 def run_as_nobody(check: str, *args: str) -> dict[str, object]:
-    """Run ``check`` as nobody with the system interpreter and a world-readable copy of the two modules it
+    """Run ``check`` as nobody with the system interpreter and a world-readable copy of the three modules it
     needs; its last stdout line, as JSON. The host environment it starts with holds a secret to look for."""
     work = Path(tempfile.mkdtemp(prefix="parasim-nonroot-", dir="/tmp"))
     try:
-        for rel in ("parasim/protocol/schema.py", "parasim/tools/sandbox.py"):
+        for rel in ("parasim/protocol/schema.py", "parasim/tools/sandbox.py", "parasim/tools/memcg.py"):
             (work / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(REPO / rel, work / rel)
         for pkg in ("parasim", "parasim/protocol", "parasim/tools"):
@@ -545,7 +545,7 @@ def run_as_nobody(check: str, *args: str) -> dict[str, object]:
 @pytest.mark.skipif(not os.access("/usr/bin/python3", os.X_OK), reason="needs a system /usr/bin/python3")
 def test_unprivileged_user_path_when_ci_runs_as_root() -> None:
     """As root the tests above take the privilege-drop path; this runs the user-namespace path too,
-    as nobody, with the system interpreter and a world-readable copy of the two modules it needs."""
+    as nobody, with the system interpreter and a world-readable copy of the three modules it needs."""
     out = run_as_nobody(NON_ROOT_CHECK, str(REPO / "escaped.txt"))
     if "skip" in out:
         pytest.skip(f"user namespaces unavailable to unprivileged users: {out['skip']}")

@@ -4,7 +4,7 @@ as data (import it as ``from user_tools import ...``; pytest puts tests/ on the 
 
 ``verifier`` is an agent tool with the reviewer behaviour (its verdicts enter the vote as critical_reviewer's do);
 ``unit_converter`` a basic solver whose real-mode function converts a length; ``exploder`` and ``sleeper`` are
-basic tools whose functions raise and hang.
+basic tools whose functions raise and hang; ``repeater`` takes an ``integer`` argument and says what it received.
 """
 from __future__ import annotations
 
@@ -42,6 +42,9 @@ UNIT_CONVERTER = {
     "call_model": _BASIC_MODEL, "real": {"callable": "user_tools:convert"}}
 EXPLODER = dict(UNIT_CONVERTER, name="exploder", real={"callable": "user_tools:explode"})
 SLEEPER = dict(UNIT_CONVERTER, name="sleeper", real={"callable": "user_tools:sleep_long"})
+REPEATER = dict(UNIT_CONVERTER, name="repeater", description="Repeats 'ab' the given number of times.",
+                argument={"name": "count", "type": "integer", "description": "How many times.", "aliases": ["n"]},
+                real={"callable": "user_tools:repeat"})
 _METRES = {"m": 1.0, "km": 1000.0, "mi": 1609.344, "ft": 0.3048}
 
 
@@ -52,6 +55,11 @@ def convert(quantity: str) -> str:
         raise ValueError(f"expected '<number> <unit> in <unit>', got {quantity!r}")
     value, src, dst = float(match.group(1)), match.group(2), match.group(3)
     return f"{value * _METRES[src] / _METRES[dst]:.4f}"
+
+
+def repeat(count: int) -> str:
+    """'ab' ``count`` times, after its argument's type and value: what the function received."""
+    return f"{type(count).__name__} {count}: " + "ab" * max(0, min(count, 8))
 
 
 def explode(quantity: str) -> str:

@@ -20,7 +20,7 @@ import numpy as np
 
 from parasim.protocol.schema import NUM_TOOLS
 from parasim.scoring.batch import TrajectoryBatch
-from parasim.scoring.rewards import FORMULA_FIELDS, RewardConfig, compute_rewards_grid, preset
+from parasim.scoring.rewards import FORMULA_FIELDS, RewardConfig, compute_rewards_grid, mean_std, preset
 from parasim.scoring.trajectory_schema import FIELD, FIELDS
 
 # fields older trajectory files may lack: the ids default to 0 (one group, one role), no row has a preference
@@ -138,14 +138,16 @@ def rank_changes(base: np.ndarray, other: np.ndarray, k: int) -> tuple[float, fl
 
 
 def rescore(batch: TrajectoryBatch, configs: Sequence[tuple[str, Any]], top_k: int = 100) -> list[dict[str, Any]]:
-    """Score ``batch`` under every config in one core call and compare each ranking with the first."""
+    """Score ``batch`` under every config in one core call and compare each ranking with the first. Every figure is
+    finite or None (Kendall's tau where a ranking is constant), so the rows are strict JSON."""
     rewards = compute_rewards_grid(batch, [c for _, c in configs])
     k = min(top_k, rewards.shape[1])
     rows = []
     for (label, cfg), r in zip(configs, rewards):
         tau, overlap = rank_changes(rewards[0], r, k)
-        rows.append({"config": label, "mean_reward": float(r.mean()), "std_reward": float(r.std()),
-                     "kendall_tau_vs_base": tau, f"top{k}_overlap_vs_base": overlap,
+        mean, std = mean_std(r)
+        rows.append({"config": label, "mean_reward": mean, "std_reward": std,
+                     "kendall_tau_vs_base": None if np.isnan(tau) else tau, f"top{k}_overlap_vs_base": overlap,
                      "reward_config": dataclasses.asdict(cfg)})
     return rows
 
@@ -161,7 +163,8 @@ def print_rescore(rows: Sequence[dict[str, Any]], n: int) -> None:
         table.add_column(col, justify="left" if col == "config" else "right", overflow="fold")
     for r in rows:
         table.add_row(r["config"], f"{r['mean_reward']:.4f}", f"{r['std_reward']:.4f}",
-                      f"{r['kendall_tau_vs_base']:.3f}", f"{r[overlap_key]:.2f}")
+                      "n/a" if r["kendall_tau_vs_base"] is None else f"{r['kendall_tau_vs_base']:.3f}",
+                      f"{r[overlap_key]:.2f}")
     console = Console()
     if not console.is_terminal:
         console = Console(width=200)  # logs and pipes: do not squeeze the table to 80 columns

@@ -58,6 +58,6 @@ def run(args: argparse.Namespace) -> int:
             writer.writerows(table)
             atomic_write_bytes(out, text.getvalue().encode())
         else:
-            atomic_write_bytes(out, json.dumps(rows, indent=1).encode())
+            atomic_write_bytes(out, json.dumps(rows, indent=1, allow_nan=False).encode())  # strict JSON
         print(f"wrote {out}")
     return 0

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from parasim.protocol.schema import Status, Tool, ToolCall
-from parasim.protocol.tool_schema import Argument, tool_table
+from parasim.protocol.tool_schema import INTEGER_LIMIT, Argument, tool_table
 from parasim.tools.spec import SpecTool, ToolSpec
 
 _OPEN = re.compile(r"<\s*tool_call\s*>", re.IGNORECASE)
@@ -35,6 +35,7 @@ _BRACES_TRIED = 8  # braces before a ``name`` key tried as the start of its obje
 _DEFAULT_TABLE = tool_table()
 ToolTable = dict[str, tuple["Tool | SpecTool", tuple[Argument, ...]]]
 _SNIPPET = 200
+_DECIMAL = re.compile(r"\s*[-+]?\d{1,16}\s*")
 
 
 @dataclass(frozen=True)
@@ -432,7 +433,8 @@ def _build_call(tool: Tool | SpecTool, spec: tuple[Argument, ...], args: dict[st
     context = values.get("context_from")
     target = -1 if context is None else context
     if not tool.is_agent:
-        return ToolCall(tool=tool, subtask=values[spec[0].name], target=target)
+        value = values[spec[0].name]
+        return ToolCall(tool=tool, subtask=str(value), target=target, argument=value)
     model = values["model"] or ""
     if models is not None:
         model = _resolve_model(model, models, repairs)
@@ -453,8 +455,10 @@ def _argument(spec: Argument, args: dict[str, Any], repairs: list[str]) -> Any:
         if spec.required and spec.name != "model":
             raise _Unreadable(f"missing required argument {spec.name!r}")
         return None
-    if spec.json_type == "integer":
+    if spec.call_id:
         return _call_id(value, spec.name)
+    if spec.json_type == "integer":
+        return _integer(value, spec.name, repairs)
     if not isinstance(value, str):
         if value is None:
             raise _Unreadable(f"argument {spec.name!r} is null")
@@ -463,6 +467,25 @@ def _argument(spec: Argument, args: dict[str, Any], repairs: list[str]) -> Any:
     if spec.required and spec.name != "model" and not value.strip():
         raise _Unreadable(f"argument {spec.name!r} is empty")
     return value
+
+
+def _integer(value: Any, name: str, repairs: list[str]) -> int:
+    """An ``integer`` argument as a Python int in [-INTEGER_LIMIT, INTEGER_LIMIT]: a JSON integer, an integral
+    float (7.0) or a decimal string ("7"), the last two reported as repairs; anything else (null, true, "#7", 7.5,
+    1e300) is unreadable, with the reason."""
+    number: int | None = None
+    if isinstance(value, int) and not isinstance(value, bool):
+        number = value
+    elif isinstance(value, float) and value.is_integer() and abs(value) <= INTEGER_LIMIT:
+        number = int(value)
+        repairs.append(f"read {name!r} from a float")
+    elif isinstance(value, str) and _DECIMAL.fullmatch(value):
+        number = int(value)
+        repairs.append(f"read {name!r} from a string")
+    if number is None or abs(number) > INTEGER_LIMIT:
+        shown = json.dumps(value, ensure_ascii=False)[:40]  # a JSON value: null, true, "#7", 1e+300, [1]
+        raise _Unreadable(f"argument {name!r} must be an integer in [{-INTEGER_LIMIT}, {INTEGER_LIMIT}], got {shown}")
+    return number
 
 
 def _call_id(value: Any, name: str) -> int | None:

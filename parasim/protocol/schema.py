@@ -84,12 +84,16 @@ NUM_DOMAINS = len(Domain)
 class ToolCall:
     """One call of a round: ``model`` is a pool model id (agent tools) or empty (basic tools). ``tool`` is a ``Tool``
     for the default spec's tools, else the spec's ``parasim.tools.spec.SpecTool`` (an int index with ``wire_name``
-    and ``is_agent``): ``ToolSpec.call_tool`` gives it."""
+    and ``is_agent``): ``ToolSpec.call_tool`` gives it. ``subtask`` is the call's text (a basic tool's argument as
+    text); ``argument`` a basic tool's argument as the parser typed it by the tool's declared JSON type (an ``int``
+    for ``integer``, a ``str`` for ``string``), what a user's function receives; None where the call was not parsed
+    from text (a structured action's slot), whose text is its argument."""
 
     tool: Tool  # or a SpecTool (see above)
     model: str = ""
     subtask: str = ""
     target: int = -1  # index of an earlier call whose output the subtask carries, -1 for none
+    argument: str | int | None = None
 
 
 @dataclass

@@ -28,8 +28,10 @@ class Argument:
     description: str
     required: bool = True
     aliases: tuple[str, ...] = ()
+    call_id: bool = False  # an earlier call's id ("context_from"): 3, "3", "#3" or "call_3"; negative is none
 
 
+INTEGER_LIMIT = 2**53 - 1  # an integer argument's bound: what every JSON reader holds exactly (a double's integers)
 _MODEL = Argument("model", "string", "Id of the pool model that runs this call.")
 _SUBTASK = Argument(
     "subtask", "string", "Self-contained instruction for this call; include any earlier output it needs.",
@@ -38,7 +40,7 @@ _SUBTASK = Argument(
 _CONTEXT = Argument(
     "context_from", "integer",
     "Optional id of an earlier call (as shown in its result, e.g. 3 for call #3) whose output this call receives.",
-    required=False, aliases=("target", "context", "use_output_of"),
+    required=False, aliases=("target", "context", "use_output_of"), call_id=True,
 )
 
 _FINAL = Argument("answer", "string", "The final answer to the question.",
@@ -74,6 +76,8 @@ def _function(name: str, description: str, args: Sequence[Argument], models: Seq
     properties: dict[str, Any] = {}
     for arg in args:
         prop: dict[str, Any] = {"type": arg.json_type, "description": arg.description}
+        if arg.json_type == "integer" and not arg.call_id:  # the range the parser accepts
+            prop["minimum"], prop["maximum"] = -INTEGER_LIMIT, INTEGER_LIMIT
         if arg.name == "model":
             prop["enum"] = list(models)
         properties[arg.name] = prop

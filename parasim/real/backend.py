@@ -236,7 +236,7 @@ class RealToolBackend:
             elif tool.is_agent:
                 result = await self._agent(call, tool, inp)
             elif tool.callable is not None:
-                result = await self._user_tool(tool, call.subtask)
+                result = await self._user_tool(tool, call)
             elif tool.behaviour == "code_exec":
                 result = await self._basic(self.python_tool, tool.name, call.subtask)
             else:  # a basic search tool without a callable: the retriever (the spec allows no other)
@@ -262,16 +262,20 @@ class RealToolBackend:
             result.tokens_out = approx_tokens(result.output)
         return result
 
-    async def _user_tool(self, tool: ToolDef, text: str) -> CallResult:
+    async def _user_tool(self, tool: ToolDef, call: ToolCall) -> CallResult:
         """A user's basic tool: its ``real.callable`` on the call's argument in a daemon thread, within the time
-        limit; its ``str`` return is the output (and, for a ``solver`` tool, the answer)."""
+        limit; its ``str`` return is the output (and, for a ``solver`` tool, the answer). The function receives the
+        argument as the parser typed it (``ToolCall.argument``: an ``int`` for an ``integer`` argument), or the
+        call's text where the call was not parsed from text."""
+        text = call.subtask
         func = resolve_callable(tool)
         timeout = self.config.user_tool_timeout_s
         if timeout is None:
             timeout = float(self.pool.timeout[tool.index]) if self.pool is not None else 60.0
         start = time.perf_counter()
         try:
-            value = await asyncio.wait_for(_in_thread(func, text, tool.name), timeout)
+            argument = text if call.argument is None else call.argument
+            value = await asyncio.wait_for(_in_thread(func, argument, tool.name), timeout)
         except TimeoutError:
             return CallResult(Status.TIMEOUT, latency_s=timeout, tokens_in=approx_tokens(text),
                               detail=f"{tool.name} did not return within {timeout:g} s")
@@ -356,7 +360,7 @@ class RealToolBackend:
         return result
 
 
-def _in_thread(func: Callable[[str], Any], arg: str, name: str) -> asyncio.Future[Any]:
+def _in_thread(func: Callable[[Any], Any], arg: str | int, name: str) -> asyncio.Future[Any]:
     """``func(arg)`` in a new daemon thread, as a future of the running loop: a function that never returns keeps
     only its own thread (a pool's worker would be lost to later calls, and a non-daemon thread would hold up the
     process at exit)."""

@@ -22,6 +22,14 @@ shares); JSON nested past the recursion limit is "not JSON"; usage counts must b
 U+FFFD, so that every caller can log the text and send it on in a request body (httpx encodes strict UTF-8).
 Each refusal is an EXEC_ERR naming the field, the value and the allowed range, and is not retried (the same
 request gets the same body).
+
+A response must answer its own request. A server (or proxy) that sends an extra response on a kept-alive
+connection would otherwise have it read as the answer to the next request on that connection, even one for
+another model. So each attempt carries a fresh ``X-Request-Id`` (``parasim-<hex>``), and a 200 whose ``model``
+is not the model asked for, whose ``X-Request-Id`` header is another request's, or whose ``id`` carries another
+parasim request id (vLLM builds ``chatcmpl-<X-Request-Id>``) is an EXEC_ERR naming both; its connection is
+closed at once (the answer that request is still owed would arrive on it) and the attempt is retried on a fresh
+one. A server that echoes neither the id nor the model cannot be checked beyond ``model``.
 """
 from __future__ import annotations
 
@@ -31,6 +39,7 @@ import random
 import re
 import reprlib
 import time
+import uuid
 from collections.abc import Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field
@@ -47,7 +56,9 @@ MAX_USAGE_TOKENS = 10**9  # more than any context window times any n: a larger u
 _RETRY_HTTP = frozenset({408, 429})
 _DETAIL_CHARS = 300
 _DETAIL_BYTES = 4 * _DETAIL_CHARS  # what is read of an error body: enough UTF-8 for the detail
-_SURROGATES = re.compile("[\ud800-\udfff]")  # in a str these are always lone: JSON decoding joins valid pairs
+_SURROGATES = re.compile("[\ud800-\udfff]")
+REQUEST_ID_HEADER = "X-Request-Id"
+_REQUEST_ID_PREFIX = "parasim-"  # in a str these are always lone: JSON decoding joins valid pairs
 
 
 @dataclass
@@ -165,26 +176,63 @@ class ChatClient:
     async def _post(self, ep: Endpoint, body: dict[str, Any]) -> Any:
         """The decoded JSON of a 200 answer; any other answer, or a body past the cap, is a ``_Failure``."""
         url = f"{ep.base_url}/chat/completions"
+        request_id = f"{_REQUEST_ID_PREFIX}{uuid.uuid4().hex}"
+        headers = {**ep.headers(), REQUEST_ID_HEADER: request_id}
         try:
-            async with self._client().stream("POST", url, json=body, headers=ep.headers()) as response:
+            async with self._client().stream("POST", url, json=body, headers=headers) as response:
                 if response.status_code != 200:
                     head, _ = await _read_capped(response, _DETAIL_BYTES)
                     raise _Failure(Status.EXEC_ERR, f"HTTP {response.status_code}: {_text(head)}",
                                    retryable_status(response.status_code))
                 raw, complete = await _read_capped(response, self.max_response_bytes)
+                if not complete:
+                    raise _Failure(Status.EXEC_ERR, f"response larger than {self.max_response_bytes} bytes", False)
+                data = _decode(raw)
+                stray = _mismatch(data, response.headers.get(REQUEST_ID_HEADER), body["model"], request_id)
+                if stray is not None:
+                    await _drop_connection(response)
+                    raise _Failure(Status.EXEC_ERR, f"response does not answer this request ({stray}); its "
+                                   "connection was dropped", True)
+                return data
         except httpx.TransportError as err:  # refused, reset, dropped mid-response, DNS
             raise _Failure(Status.TIMEOUT, f"{type(err).__name__}: {err}"[:_DETAIL_CHARS], True) from None
         except httpx.DecodingError as err:  # a Content-Encoding (gzip, ...) whose bytes do not decode
             raise _Failure(Status.EXEC_ERR, f"{type(err).__name__}: {err}"[:_DETAIL_CHARS], False) from None
-        if not complete:
-            raise _Failure(Status.EXEC_ERR, f"response larger than {self.max_response_bytes} bytes", False)
-        try:
-            return json.loads(raw)  # bytes: the encoding is detected as httpx's Response.json does
-        except RecursionError:
-            reason = "nested too deeply to decode"
-        except ValueError as err:  # JSONDecodeError and UnicodeDecodeError
-            reason = f"{type(err).__name__}: {err}"[:_DETAIL_CHARS]
-        raise _Failure(Status.EXEC_ERR, f"response is not JSON ({reason}): {_text(raw)!r}", False)
+
+
+def _decode(raw: bytes) -> Any:
+    """The JSON of a body; a body that is not JSON (or nests past the recursion limit) is a ``_Failure``."""
+    try:
+        return json.loads(raw)  # bytes: the encoding is detected as httpx's Response.json does
+    except RecursionError:
+        reason = "nested too deeply to decode"
+    except ValueError as err:  # JSONDecodeError and UnicodeDecodeError
+        reason = f"{type(err).__name__}: {err}"[:_DETAIL_CHARS]
+    raise _Failure(Status.EXEC_ERR, f"response is not JSON ({reason}): {_text(raw)!r}", False)
+
+
+def _mismatch(data: Any, echoed: str | None, model: str, request_id: str) -> str | None:
+    """Why a decoded 200 is not the answer to the request (``model``, ``request_id``), or None when nothing says
+    so: another model, another ``X-Request-Id`` echoed, or a completion ``id`` carrying another parasim request id."""
+    if echoed is not None and echoed != request_id:
+        return f"{REQUEST_ID_HEADER} {reprlib.repr(echoed)}, sent {request_id!r}"
+    if not isinstance(data, dict):
+        return None  # not a completion: _parse_completion names what is wrong with it
+    answered = data.get("model")
+    if answered is not None and answered != model:
+        return f"model {reprlib.repr(answered)}, asked {model!r}"
+    cid = data.get("id")
+    if isinstance(cid, str) and _REQUEST_ID_PREFIX in cid and not cid.endswith(request_id):
+        return f"id {reprlib.repr(cid)}, sent {request_id!r}"
+    return None
+
+
+async def _drop_connection(response: httpx.Response) -> None:
+    """Close the socket a response came on, so that the pool never lends the connection again (an idle connection
+    whose socket is closed counts as expired) and the answer still owed on it is never read."""
+    stream = response.extensions.get("network_stream")
+    if stream is not None:
+        await stream.aclose()
 
 
 async def _read_capped(response: httpx.Response, limit: int) -> tuple[bytes, bool]:

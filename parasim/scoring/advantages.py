@@ -19,7 +19,7 @@ import numpy as np
 
 from parasim import _core
 from parasim.config.fields import opt
-from parasim.scoring.batch import int_array, real_array, real_scalar
+from parasim.scoring.batch import check_no_overlap, int_array, real_array, real_scalar
 
 __all__ = ["ADV_SCALES", "ADV_STDS", "METHODS", "SCALES", "AdvantageConfig", "AdvantageMethod", "group_advantages"]
 
@@ -70,7 +70,8 @@ def group_advantages(rewards: np.ndarray, group_ids: np.ndarray, method: str = "
     the method's default (grpo and per_role: group; dr_grpo and rloo: none). ``std`` is ``unbiased``
     (ddof 1, as torch.std in verl) or ``biased``. ``min_group_std`` marks groups whose reward std is below
     it as not kept, with advantage 0 (ToolOrchestra drops groups with std < 0.1). ``clip`` bounds the
-    result to [-clip, clip]. ``out`` = (advantages, keep) preallocated buffers, filled in place.
+    result to [-clip, clip]. ``out`` = (advantages, keep) preallocated buffers, filled in place; they may not share
+    memory with an input or each other (ValueError: the core reads the rewards while it writes the advantages).
 
     Rewards of another real dtype become float64 where that is exact (integers up to 2**53); ids become
     int64 (``group_ids``, int32 kept) and int32 (``role_ids``) only where every value fits. Bools, floats
@@ -104,6 +105,7 @@ def group_advantages(rewards: np.ndarray, group_ids: np.ndarray, method: str = "
             raise ValueError(f"out[0]: expected a C-contiguous {r.dtype} array of shape {r.shape}")
         if keep.shape != r.shape or keep.dtype != np.bool_ or not keep.flags.c_contiguous:
             raise ValueError(f"out[1]: expected a C-contiguous bool array of shape {r.shape}")
+        check_no_overlap({"out[0]": adv, "out[1]": keep}, {"rewards": r, "group_ids": g, "role_ids": roles})
     _core.group_advantages(r, g, roles, spec.code, SCALES.index(scale), std == "unbiased", eps, clip,
                            min_group_std, adv, keep.view(np.uint8))
     return adv, keep

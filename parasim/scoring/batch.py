@@ -18,10 +18,17 @@ from typing import Any
 import numpy as np
 
 from parasim.protocol.schema import NUM_TOOLS, Tool
-from parasim.scoring.trajectory_schema import FIELD, FIELDS, PREFERENCE_TAIL, TRAJECTORY_FIELDS, new_rows
+from parasim.scoring.trajectory_schema import (
+    FIELD,
+    FIELDS,
+    MAX_REWARD_MAGNITUDE,
+    PREFERENCE_TAIL,
+    TRAJECTORY_FIELDS,
+    new_rows,
+)
 
-__all__ = ["FIELDS", "BatchValidationError", "TrajectoryBatch", "bool_scalar", "flag_array", "int_array",
-           "int_scalar", "real_array", "real_scalar"]
+__all__ = ["FIELDS", "BatchValidationError", "TrajectoryBatch", "bool_scalar", "check_no_overlap", "flag_array",
+           "int_array", "int_scalar", "real_array", "real_scalar"]
 
 
 class BatchValidationError(ValueError):
@@ -105,6 +112,13 @@ def _coerce_vector(name: str, arr: np.ndarray) -> np.ndarray:
         i = np.unravel_index(int(np.flatnonzero(bad)[0]), out.shape)
         raise _fail(name, i, float(out[i]), "a row must be all finite numbers, or all NaN (none: the reward "
                     "config's preference vector applies)")
+    if out.shape[1]:  # the row's |weights| sum bounds its toolorchestra reward: scaled, so the sum cannot overflow
+        scale = np.nansum(np.abs(np.ldexp(out, -1000)), axis=1)
+        over = np.flatnonzero(scale > np.ldexp(MAX_REWARD_MAGNITUDE, -1000))
+        if over.size:
+            i = int(over[0])
+            raise _fail(name, i, out[i].tolist(), f"the sum of its absolute weights must be <= 2**1000 "
+                        f"(~{MAX_REWARD_MAGNITUDE:.3g}), the largest reward magnitude scored (it bounds the reward)")
     return out
 
 
@@ -391,6 +405,22 @@ def real_scalar(name: str, value: Any, lo: float, *, lo_open: bool = False) -> f
     if not math.isfinite(v) or (v <= lo if lo_open else v < lo):
         raise ValueError(f"{name} = {value!r}: must be finite and {'>' if lo_open else '>='} {lo}")
     return v
+
+
+def check_no_overlap(outputs: Mapping[str, np.ndarray], inputs: Mapping[str, np.ndarray | None]) -> None:
+    """Refuse output buffers that share memory with an input or with each other.
+
+    The core's kernels take their arrays as ``__restrict`` pointers and read inputs while they write outputs, so an
+    ``out=`` that aliases an input (``out=(rewards, keep)``, a view of a batch column) gives wrong numbers without
+    any error. Every array reaching the core is C-contiguous, where ``np.may_share_memory`` (a bounds check) is exact.
+    """
+    items = list(outputs.items())
+    for i, (name, buf) in enumerate(items):
+        clashes = [(other, arr) for other, arr in (*items[i + 1:], *inputs.items()) if arr is not None]
+        for other, arr in clashes:
+            if np.may_share_memory(buf, arr):
+                raise ValueError(f"{name}: shares memory with {other}; the core reads its inputs while writing its "
+                                 "outputs, so an output must be a separate buffer (pass a new array or out=None)")
 
 
 def bool_scalar(name: str, value: Any) -> bool:

@@ -15,7 +15,15 @@ from __future__ import annotations
 import numpy as np
 
 from parasim import _core
-from parasim.scoring.batch import bool_scalar, flag_array, int_array, int_scalar, real_array, real_scalar
+from parasim.scoring.batch import (
+    bool_scalar,
+    check_no_overlap,
+    flag_array,
+    int_array,
+    int_scalar,
+    real_array,
+    real_scalar,
+)
 
 __all__ = ["LOSS_AGG_MODES", "broadcast_to_tokens", "loss_mask_from_spans", "loss_normalizers", "mask_row_counts"]
 
@@ -68,6 +76,8 @@ def loss_mask_from_spans(row_offsets: np.ndarray, starts: np.ndarray, ends: np.n
         out = np.empty((rows, seq_len), np.uint8)
     elif out.shape != (rows, seq_len) or out.dtype != np.uint8 or not out.flags.c_contiguous:
         raise ValueError(f"out: expected a C-contiguous uint8 array of shape {(rows, seq_len)}")
+    check_no_overlap({"out": out}, {"row_offsets": offsets, "starts": st, "ends": en, "trainable": flags,
+                                    "truncated": trunc})
     turns = np.empty((rows, seq_len), np.int32) if with_turns else None
     counts = np.empty(rows, np.int64)
     _core.loss_mask_from_spans(offsets, st, en, flags, seq_len, trunc, mask_truncated, out, turns, counts)
@@ -98,6 +108,7 @@ def broadcast_to_tokens(values: np.ndarray, mask: np.ndarray, turn_ids: np.ndarr
         out = np.empty(m.shape, v.dtype)
     elif out.shape != m.shape or out.dtype != v.dtype or not out.flags.c_contiguous:
         raise ValueError(f"out: expected a C-contiguous {v.dtype} array of shape {m.shape}")
+    check_no_overlap({"out": out}, {"values": v, "mask": m, "turn_ids": turns})
     _core.broadcast_to_tokens(v, m, turns, out)
     return out
 
@@ -108,6 +119,16 @@ def mask_row_counts(mask: np.ndarray) -> np.ndarray:
     counts = np.empty(m.shape[0], np.int64)
     _core.mask_row_counts(m, counts)
     return counts
+
+
+def _count(name: str, value: float, *, zero: bool = True) -> float:
+    """A total of tokens, sequences or a length: 0 (with ``zero``: nothing to weigh) or at least 1. A count in
+    (0, 1) is no count, and its reciprocal, the weight, could be infinite (5e-324 gives inf)."""
+    v = real_scalar(name, value, 0.0)
+    if v < 1.0 and not (zero and v == 0.0):
+        raise ValueError(f"{name} = {value!r}: must be {'0 or ' if zero else ''}>= 1 (a count of tokens or "
+                         "sequences; its reciprocal is the weight)")
+    return v
 
 
 def loss_normalizers(mask: np.ndarray, mode: str, *, global_tokens: float | None = None,
@@ -121,14 +142,15 @@ def loss_normalizers(mask: np.ndarray, mode: str, *, global_tokens: float | None
       ``norm_len`` defaults to T.
 
     Under data parallelism pass ``global_tokens`` / ``global_seqs`` summed over ranks so that every rank
-    weighs tokens alike; by default they are this mask's totals. ``seqs`` counts rows with at least one
+    weighs tokens alike; by default they are this mask's totals. They are counts, 0 or >= 1 (``norm_len`` >= 1),
+    so every weight is at most 1. ``seqs`` counts rows with at least one
     trained token (an empty row contributes nothing). Empty totals give weight 0, not a division by zero.
     """
     if mode not in LOSS_AGG_MODES:
         raise ValueError(f"mode = {mode!r}: must be one of {list(LOSS_AGG_MODES)}")
-    g_tok = None if global_tokens is None else real_scalar("global_tokens", global_tokens, 0.0)
-    g_seq = None if global_seqs is None else real_scalar("global_seqs", global_seqs, 0.0)
-    n_len = None if norm_len is None else real_scalar("norm_len", norm_len, 0.0, lo_open=True)
+    g_tok = None if global_tokens is None else _count("global_tokens", global_tokens)
+    g_seq = None if global_seqs is None else _count("global_seqs", global_seqs)
+    n_len = None if norm_len is None else _count("norm_len", norm_len, zero=False)
     counts = mask_row_counts(mask).astype(np.float64)
     n_tok = float(counts.sum()) if g_tok is None else g_tok
     n_seq = float((counts > 0).sum()) if g_seq is None else g_seq

@@ -17,6 +17,7 @@ import numpy as np
 
 from parasim.config.fields import check, opt, spec_of, validate
 from parasim.protocol.schema import MAX_PARALLEL, MAX_TOOLS, NUM_TOOLS
+from parasim.scoring.trajectory_schema import MAX_REWARD_MAGNITUDE
 
 FORMULAS: tuple[str, ...] = ("paramanager", "toolorchestra", "xrouter", "router_r1")
 
@@ -32,6 +33,11 @@ FORMULA_FIELDS: dict[str, tuple[str, ...]] = {
 }
 
 INF = math.inf
+# the weights whose absolute sum bounds each formula's |reward| (its other terms are at most 1)
+MAGNITUDE_FIELDS: dict[str, tuple[str, ...]] = {
+    "paramanager": ("w_outcome", "w_protocol", "w_diversity", "w_length", "w_cost"),
+    "toolorchestra": ("pref_tools", "pref_outcome", "pref_cost", "pref_latency"),
+    "xrouter": (), "router_r1": ("format_reward",)}
 
 
 @dataclass(frozen=True)
@@ -94,6 +100,19 @@ class RewardConfig:
             raise ValueError("RewardConfig.cost_lo / cost_hi: set both (fixed bounds) or neither (batch percentiles)")
         if self.cost_lo is not None and self.cost_lo >= self.cost_hi:  # type: ignore[operator]
             raise ValueError(f"RewardConfig.cost_lo = {self.cost_lo}: must be < cost_hi = {self.cost_hi}")
+        self._check_magnitude()
+
+    def _check_magnitude(self) -> None:
+        """Refuse weights whose rewards could overflow: the absolute weights the formula reads, summed (scaled by
+        2**-1000, so the sum itself cannot overflow), bound |reward| and must stay <= ``MAX_REWARD_MAGNITUDE``;
+        w_outcome = w_diversity = 1e308 each pass their own range but their total is inf."""
+        names = MAGNITUDE_FIELDS[self.formula]
+        weights = [w for n in names for w in np.atleast_1d(np.asarray(getattr(self, n), np.float64))]
+        if math.fsum(math.ldexp(abs(w), -1000) for w in weights) > math.ldexp(MAX_REWARD_MAGNITUDE, -1000):
+            shown = ", ".join(f"{n} = {getattr(self, n)}" for n in names)
+            raise ValueError(f"RewardConfig: {shown}: the sum of their absolute values bounds the reward and must be "
+                             f"<= 2**1000 (~{MAX_REWARD_MAGNITUDE:.3g}) so that rewards, their sums and advantages "
+                             "stay finite")
 
     def replace(self, **changes: Any) -> RewardConfig:
         """A copy with ``changes`` applied (strings are parsed, e.g. from a ``--grid`` flag).

@@ -30,7 +30,7 @@ import numpy as np
 
 from parasim import _core
 from parasim.scoring.batch import FIELDS as BATCH_FIELDS
-from parasim.scoring.batch import TrajectoryBatch
+from parasim.scoring.batch import TrajectoryBatch, check_no_overlap
 from parasim.scoring.reward_config import (
     FORMULA_FIELDS,
     FORMULAS,
@@ -44,7 +44,7 @@ from parasim.scoring.reward_config import (
 )
 
 __all__ = ["COMPONENTS", "FORMULAS", "FORMULA_FIELDS", "PRESETS", "PRESET_SOURCES", "RewardConfig", "RewardResult",
-           "compute_rewards", "compute_rewards_grid", "parse_field", "preset", "register_preset",
+           "compute_rewards", "compute_rewards_grid", "mean_std", "parse_field", "preset", "register_preset",
            "resolve_config"]
 
 # the reward's parts, which sum to ``total`` (the core's component rows, in this order)
@@ -67,6 +67,18 @@ class RewardResult:
 
     def as_dict(self) -> dict[str, np.ndarray]:
         return {"total": self.total, **{k: getattr(self, k) for k in COMPONENTS}}
+
+
+def mean_std(x: np.ndarray) -> tuple[float, float]:
+    """Mean and (biased) std of rewards ``x``, computed on their power-of-two rescaling (exact), so that neither the
+    sum nor the squares overflow for any finite rewards (a plain mean of N rewards near 1e301 is inf); 0, 0 when
+    empty."""
+    x = np.asarray(x, np.float64)
+    if x.size == 0:
+        return 0.0, 0.0
+    e = int(np.frexp(np.max(np.abs(x)))[1])
+    scaled = np.ldexp(x, -e)
+    return float(np.ldexp(scaled.mean(), e)), float(np.ldexp(scaled.std(), e))
 
 
 def _check_batch(batch: TrajectoryBatch) -> None:
@@ -129,7 +141,8 @@ def compute_rewards_grid(batch: TrajectoryBatch, configs: Sequence[RewardConfig 
                          out: np.ndarray | None = None) -> np.ndarray:
     """Totals of ``batch`` under each config: float64[C, N], one pass over the batch for all configs.
 
-    ``out`` (float64[C, N], C-contiguous) is filled in place when given, e.g. to reuse a buffer in a sweep.
+    ``out`` (float64[C, N], C-contiguous) is filled in place when given, e.g. to reuse a buffer in a sweep; it may
+    not share memory with the batch (ValueError naming the field: the core reads the batch while it writes ``out``).
     """
     _check_batch(batch)
     cfgs = [resolve_config(c) for c in configs]
@@ -138,6 +151,8 @@ def compute_rewards_grid(batch: TrajectoryBatch, configs: Sequence[RewardConfig 
         out = np.empty(shape)
     elif out.shape != shape or out.dtype != np.float64 or not out.flags.c_contiguous:
         raise ValueError(f"out: expected a C-contiguous float64 array of shape {shape}, got {out.dtype} {out.shape}")
+    else:
+        check_no_overlap({"out": out}, {f"batch.{name}": arr for name, arr in _core_fields(batch).items()})
     if cfgs:
         _core.score_rewards(_core_fields(batch), _param_rows(batch, cfgs), out)
     return out

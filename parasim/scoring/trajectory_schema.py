@@ -25,6 +25,10 @@ from parasim.protocol.schema import NUM_TOOLS
 _I32_MAX = int(np.iinfo(np.int32).max)
 _I64 = np.iinfo(np.int64)
 NUM_TOOLS_BOUND = "num_tools"  # an upper bound that is the tool count of the batch
+# The largest reward magnitude a config or a preference vector may produce: the sum of the absolute weights a
+# formula reads (each component is a weight times a value in [-1, 1]) must stay at or below it, so that a total, a
+# batch's sum of totals (scaled) and every advantage stays finite. 2**1000 (~1.07e301) leaves 2**23 of headroom.
+MAX_REWARD_MAGNITUDE = 2.0**1000
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,14 @@ hard limit's SIGKILL, which looks like any other kill. The bootstrap therefore f
 runs the code, the parent waits for it (``wait4``) and reports a SIGKILL after at least the soft
 limit's CPU seconds as SIGXCPU, through its exit code (128 + signal, as bwrap reports signals).
 
+One memory bound for the whole call. ``SandboxConfig.memory_bytes`` bounds the memory of all of a call's
+processes together. Where a memory cgroup can be made (``parasim.tools.memcg``: cgroup v2 with the controller
+delegated, or cgroup v1 as root) each call runs in its own group with that limit (the kernel OOM-kills inside the
+group past it) and each process may use all of it (RLIMIT_AS = memory_bytes); ``extra["memory_peak_bytes"]`` is
+the group's peak. Elsewhere RLIMIT_AS is memory_bytes / max_processes, so that the process cap times the
+per-process limit is the same bound (``Sandbox.memory_per_process``). An RLIMIT_AS alone bounded one process:
+with 64 processes allowed, one call's children took 6 GB.
+
 Where bwrap is missing or cannot create namespaces, :class:`Sandbox` refuses with a clear error
 unless the user opts into ``SandboxConfig(mode="unsafe-subprocess")`` by name: same rlimits and
 timeouts, no isolation at all.
@@ -63,6 +71,7 @@ from pathlib import Path
 from typing import Any
 
 from parasim.protocol.schema import CallResult, Status
+from parasim.tools import memcg
 
 MODES = ("bwrap", "unsafe-subprocess")
 MARKER_ENV = "PARASIM_SANDBOX_RUN"  # every sandboxed process carries it: tests find leftovers by it
@@ -70,6 +79,7 @@ WORKDIR = "/tmp"  # the private tmpfs inside the sandbox
 SCRIPT_NAME = "main.py"
 SANDBOX_UID = 65534  # the sandbox uid seen inside a user namespace (non-root path)
 _EXIT_DRAIN_GRACE_S = 0.5  # after the main process exits, how long stray pipe holders may keep output open
+MIN_PROCESS_MEMORY = 64 << 20  # the least RLIMIT_AS an interpreter starts with
 
 VENV_DIR = "/opt/venv"  # where the sandbox shows a virtual environment
 PYTHON_DIR = "/opt/python"  # where it shows an interpreter prefix that lies outside /usr
@@ -136,16 +146,17 @@ class SandboxUnavailableError(RuntimeError):
 class SandboxConfig:
     """Limits of one sandboxed call. Defaults fit a tool call on a shared CPU box.
 
-    ``memory_bytes`` is RLIMIT_AS (virtual memory, per process), which is what makes a 4 GiB
-    allocation fail with ``MemoryError`` instead of swapping the host; ``max_processes`` counts
-    threads too, so keep it above the thread pools that imported libraries start.
+    ``memory_bytes`` bounds the memory of the whole call, every process it starts together (see the module
+    docstring: a memory cgroup where one can be made, else RLIMIT_AS of memory_bytes / max_processes per process);
+    RLIMIT_AS is also what makes a 4 GiB allocation fail with ``MemoryError`` instead of swapping the host.
+    ``max_processes`` counts threads too, so keep it above the thread pools that imported libraries start.
     """
 
     mode: str = "bwrap"
     timeout_s: float = 10.0
     cpu_time_s: int = 10
     memory_bytes: int = 2 << 30
-    max_processes: int = 64
+    max_processes: int = 16
     max_file_bytes: int = 16 << 20
     tmpfs_bytes: int = 64 << 20
     max_open_files: int = 256
@@ -448,6 +459,13 @@ class Sandbox:
         except (OSError, subprocess.SubprocessError, json.JSONDecodeError) as exc:
             raise ValueError(f"SandboxConfig.python={self.config.python!r}: cannot run it ({exc})") from None
         self._uids = uid_pool(self.config.uid_range) if self._as_root else self.config.uid_range
+        self.cgroup, self.cgroup_reason = memcg.find_parent()
+        if self.memory_per_process < MIN_PROCESS_MEMORY:
+            raise ValueError(
+                f"SandboxConfig.memory_bytes={self.config.memory_bytes} / max_processes={self.config.max_processes}: "
+                f"no memory cgroup here ({self.cgroup_reason}), so the call's bound is split over its processes, "
+                f"and {self.memory_per_process} bytes each is below {MIN_PROCESS_MEMORY} (an interpreter); raise "
+                "memory_bytes or lower max_processes")
         if self._interp is not None:
             for path in self.config.extra_ro_binds:
                 clash = [r for r in self._interp.roots if _covered(path, [r]) or _covered(r, [path])]
@@ -455,6 +473,13 @@ class Sandbox:
                     raise ValueError(f"SandboxConfig.extra_ro_binds: {path!r} overlaps {clash[0]}, where the "
                                      "sandbox mounts the interpreter; bind it elsewhere")
             self._self_test()
+
+    @property
+    def memory_per_process(self) -> int:
+        """Each process's RLIMIT_AS: the whole bound inside a memory cgroup (the group bounds their sum), else the
+        bound split over the process cap (their product is the bound)."""
+        c = self.config
+        return c.memory_bytes if self.cgroup is not None else c.memory_bytes // c.max_processes
 
     def _self_test(self) -> None:
         """Run one trivial script now, so a host that cannot run the sandbox fails here, clearly, once."""
@@ -483,7 +508,7 @@ class Sandbox:
         c = self.config
         rlimits = [
             ("RLIMIT_CPU", c.cpu_time_s, c.cpu_time_s + 1),  # SIGXCPU at the soft limit, SIGKILL a second later
-            ("RLIMIT_AS", c.memory_bytes, c.memory_bytes),
+            ("RLIMIT_AS", self.memory_per_process, self.memory_per_process),
             ("RLIMIT_NPROC", c.max_processes, c.max_processes),
             ("RLIMIT_FSIZE", c.max_file_bytes, c.max_file_bytes),
             ("RLIMIT_NOFILE", c.max_open_files, c.max_open_files),
@@ -567,9 +592,14 @@ class Sandbox:
         or TIMEOUT."""
         if not isinstance(code, str):
             raise TypeError(f"code must be str, got {type(code).__name__}")
-        feed = stdin.encode("utf-8", errors="surrogateescape") if isinstance(stdin, str) else bytes(stdin)
+        try:  # surrogateescape keeps bytes decoded that way; a lone surrogate outside it has no bytes at all
+            feed = stdin.encode("utf-8", errors="surrogateescape") if isinstance(stdin, str) else bytes(stdin)
+            data = code.encode("utf-8", errors="surrogateescape")
+        except UnicodeEncodeError as err:
+            which = "stdin" if isinstance(stdin, str) and _unencodable(stdin) else "code"
+            return CallResult(Status.EXEC_ERR, detail=f"{which} is not encodable as UTF-8: {err.reason} at index "
+                              f"{err.start} ({err.object[err.start:err.end]!r})", extra={"reason": "encoding"})
         run_id = uuid.uuid4().hex
-        data = code.encode("utf-8", errors="surrogateescape")
         if self.config.mode == "bwrap":
             with self._launch(data, run_id) as (argv, fds, env):
                 return await self._execute(argv, feed, pass_fds=fds, env=env, executable=self._bwrap)
@@ -581,16 +611,34 @@ class Sandbox:
 
     async def _execute(self, argv: list[str], feed: bytes, pass_fds: tuple[int, ...], env: dict[str, str],
                        cwd: str | None = None, executable: str | None = None) -> CallResult:
+        start = time.monotonic()
+        try:
+            group = memcg.CallGroup(self.cgroup, self.config.memory_bytes) if self.cgroup is not None else None
+        except OSError as exc:  # the parent group went away or is full: no bound, so no run
+            return CallResult(Status.EXEC_ERR, detail=f"sandbox could not start: memory cgroup: {exc}",
+                              latency_s=time.monotonic() - start, extra={"reason": "spawn failed"})
+        try:
+            result = await self._supervise(argv, feed, pass_fds, env, cwd, executable, group, start)
+        finally:
+            if group is not None:
+                peak = group.peak()
+                await asyncio.to_thread(group.remove)
+        if group is not None and peak is not None:
+            result.extra["memory_peak_bytes"] = peak
+        return result
+
+    async def _supervise(self, argv: list[str], feed: bytes, pass_fds: tuple[int, ...], env: dict[str, str],
+                         cwd: str | None, executable: str | None, group: memcg.CallGroup | None,
+                         start: float) -> CallResult:
         c = self.config
         out, err = _Capture(c.max_output_bytes), _Capture(c.max_output_bytes)
-        start = time.monotonic()
         try:
             proc = await asyncio.create_subprocess_exec(
                 *argv, executable=executable, stdin=subprocess.PIPE if feed else subprocess.DEVNULL,
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=pass_fds, env=env, cwd=cwd,
-                start_new_session=True,
+                start_new_session=True, preexec_fn=None if group is None else group.join,
             )
-        except OSError as exc:  # the host is out of processes or memory: this call fails, the episode goes on
+        except (OSError, subprocess.SubprocessError) as exc:  # out of processes or memory: the call fails
             return CallResult(Status.EXEC_ERR, detail=f"sandbox could not start: {exc}",
                               latency_s=time.monotonic() - start, extra={"reason": "spawn failed"})
 
@@ -679,6 +727,14 @@ def _memfd(name: str, data: bytes) -> int:
         view = view[os.write(fd, view):]
     os.lseek(fd, 0, os.SEEK_SET)
     return fd
+
+
+def _unencodable(text: str) -> bool:
+    try:
+        text.encode("utf-8", errors="surrogateescape")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 def _signal_name(signo: int) -> str:
