@@ -151,6 +151,30 @@ def test_joint_encoding_single_equals_vector_lane_and_checks_its_option():
         venv.step(np.zeros((2, 13), np.int64))
 
 
+def test_joint_encoding_under_maskable_ppo_samples_only_valid_rounds():
+    """MaskablePPO's own masked sampling (an untrained policy) through SB3's VecEnv bridge: no invalid call."""
+    contrib = pytest.importorskip("sb3_contrib")
+    import torch
+    from sb3_contrib.common.maskable.utils import get_action_masks
+
+    from parasim.integrations.sb3 import ParaOrchSB3VecEnv
+
+    torch.set_num_threads(1)
+    venv = ParaOrchSB3VecEnv(num_envs=50, seed=0, action_encoding="joint", max_rounds=6)
+    model = contrib.MaskablePPO("MultiInputPolicy", venv, n_steps=8, batch_size=100, n_epochs=1, seed=0,
+                                device="cpu", policy_kwargs={"net_arch": [16]})
+    obs = venv.reset()
+    episodes = bad = violations = 0
+    while episodes < 1000:
+        actions, _ = model.predict(obs, action_masks=get_action_masks(venv))
+        obs, _, dones, infos = venv.step(actions)
+        for i in np.flatnonzero(dones):
+            episodes += 1
+            bad += int(infos[i]["terminal_observation"]["status_counts"][list(BAD)].sum())
+            violations += int(infos[i]["trajectory"]["format_violations"])
+    assert (bad, violations) == (0, 0)
+
+
 def test_joint_encoding_params_come_from_the_rules_record():
     env = gym.make("ParaOrch-v0", action_encoding="joint", max_parallel=2).unwrapped
     again = JointEncoding(env.sim.params)
