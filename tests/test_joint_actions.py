@@ -179,3 +179,24 @@ def test_joint_encoding_params_come_from_the_rules_record():
     env = gym.make("ParaOrch-v0", action_encoding="joint", max_parallel=2).unwrapped
     again = JointEncoding(env.sim.params)
     assert np.array_equal(again.calls, env.joint.calls) and again.slots == 2
+
+
+def test_joint_encoding_runs_on_real_tools_with_the_same_rule(backend):
+    """The real-tools env (over the scripted server) takes the joint encoding too: masks from its own lane record
+    (the observation's), and masked draws that the engine runs without a protocol status."""
+    from test_env_real import _make
+
+    env = _make(backend, action_encoding="joint")
+    obs, _ = env.reset(seed=0)
+    joint = env.unwrapped.joint
+    assert env.action_space.nvec.tolist() == [joint.width] * joint.slots
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        mask = env.unwrapped.action_masks()
+        assert np.array_equal(mask, obs["action_mask"].astype(bool))
+        a = _sample(mask[None].astype(np.int8), joint.width, rng)[0]
+        a[0] = max(a[0], 1)
+        obs, _, term, _, _ = env.step(a)
+        assert not np.isin(obs["last_status"], BAD).any()
+        if term:
+            break
