@@ -81,6 +81,7 @@ class CallSource(Protocol):
     max_rounds: int
     obs: ObsBuffers
     lanes: np.ndarray
+    params: np.ndarray  # the compiled rules' parameter record (``parasim.sim.tables.kernel_params``)
 
     @property
     def num_tasks(self) -> int:
@@ -147,7 +148,7 @@ class SimSource:
         self.model_names: tuple[str, ...] = tuple(sim.pool.model_names[:-1])
         self.tool_spec = sim.pool.tools
         self.nvec, self.slots, self.max_rounds = sim.nvec, sim.slots, int(sim.env[0])
-        self.obs, self.lanes = sim.obs, sim.lane_records
+        self.obs, self.lanes, self.params = sim.obs, sim.lane_records, sim.params
         self._act = np.zeros((1, len(sim.nvec)), np.int64)
         self._keep = np.zeros(1, np.uint8)
 

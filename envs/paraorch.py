@@ -15,7 +15,9 @@ BUDGET_EXCEEDED), ``seed`` (None: seed used by the first ``reset()`` without a s
 on real tools with the same spaces and the same compiled rules, see ``envs.real_source``), ``harness``
 (None, or a dict: ``max_output_tokens`` replaces the pool's generation cap; ``temperature`` / ``reasoning_effort``
 must be the pool's calibrated setting: ``parasim.pools.harness.with_harness``; simulated tools only), ``descriptors``
-(False: True adds the observation keys ``models`` and ``tools``, ``parasim.pools.descriptors``).
+(False: True adds the observation keys ``models`` and ``tools``, ``parasim.pools.descriptors``), ``action_encoding``
+("factored", the layout below; "joint": one choice per slot under a mask that only opens valid calls,
+``parasim.sim.joint_actions``).
 One class for both: the env holds a call source (``envs.call_source``), and the rules of a round
 (``parasim.sim.rules``) are the same compiled functions whichever source answers the calls.
 
@@ -30,10 +32,12 @@ tool spec, ``parasim.tools.spec``; M = pool models):
   Masked or out-of-range parts become call statuses, never exceptions: an unknown tool or model or a
   reviewer with nothing to review is INVALID_TOOL; a bad or inapplicable target is FORMAT_ERR; a round with
   no call, or a stop flag other than 0/1, is a format violation (counted in the trajectory's
-  ``format_violations``). The per-dimension mask cannot express the one cross-dimension rule (the
-  critical_reviewer takes target 2 and only it does), so a factorized policy should condition the target
-  on the tool. An action of the wrong shape or a non-integer dtype raises ValueError (a caller bug, not
-  model output).
+  ``format_violations``). The per-dimension mask cannot express the cross-dimension rules (the
+  critical_reviewer takes target 2 and only it does; a round holds a call), so a policy that samples the
+  dimensions independently should use ``action_encoding="joint"``: ``MultiDiscrete([1 + J] * K)``, per slot 0 =
+  none (``final_answer`` in slot 0) or one of the J calls the rules can run, each slot's mask computed by the
+  compiled rule itself, so every masked sample is a valid round (``parasim.sim.joint_actions``). An action of
+  the wrong shape or a non-integer dtype raises ValueError (a caller bug, not model output).
 
 Observation, a Dict of arrays (C = 4 candidates, S = 7 statuses, ``parasim.protocol.schema.NUM_STATUSES``):
   - ``task`` float32[8]: domain one-hot (math, science, knowledge, code), free-form flag, multiple-choice
@@ -47,7 +51,8 @@ Observation, a Dict of arrays (C = 4 candidates, S = 7 statuses, ``parasim.proto
   - ``tool_counts`` float32[T]: calls per tool so far; ``status_counts`` float32[S]: calls per status.
   - ``last_status`` int8[K]: status of each slot's call in the last round (S = no call).
   - ``action_mask`` int8[sum(nvec)]: the per-dimension masks of the action, concatenated in ``nvec``
-    order (stop 2, then per slot tool T+1, model M, target 3); 1 = allowed.
+    order (stop 2, then per slot tool T+1, model M, target 3); 1 = allowed. With ``action_encoding="joint"``,
+    int8[K * (1 + J)]: each slot's joint mask.
   - with ``descriptors=True`` only: ``models`` float32[M, 13] and ``tools`` float32[T, 5], the pool's model and tool
     descriptors in [0, 1] (price, speed, time to first token, published accuracy per domain, context window; tool
     kind and cost; ``parasim.pools.descriptors``), the same values every step (they describe the pool, not the episode,
@@ -102,6 +107,7 @@ from parasim.pools.descriptors import Descriptors, descriptor_spaces, episode_to
 from parasim.protocol.schema import NUM_STATUSES, ToolCall
 from parasim.sim import Simulator
 from parasim.sim.gather import trajectory_fields
+from parasim.sim.joint_actions import JointEncoding, check_action_encoding
 from parasim.sim.kernel import CAND_FEATURES, NUM_CANDIDATES
 from parasim.sim.state import TASK_FEATURES, episode_tools
 from parasim.tasks.suites import load_suite
@@ -126,16 +132,17 @@ def make_simulator(tools: str, num_lanes: int, *, pool: Any, suite: Any, max_rou
                      token_budget=token_budget, threads=threads, harness=harness, task_options=task_options)
 
 
-def observation_space(sim: Simulator, descriptors: bool = False) -> spaces.Dict:
+def observation_space(sim: Simulator, descriptors: bool = False, joint: JointEncoding | None = None) -> spaces.Dict:
     """The single-episode Dict observation space of a simulator's envs (see the module docstring)."""
-    return dict_observation_space(sim.slots, float(sim.env[0]), sim.nvec, descriptors)
+    return dict_observation_space(sim.slots, float(sim.env[0]), sim.nvec, descriptors, joint)
 
 
-def dict_observation_space(slots: int, max_rounds: float, nvec: np.ndarray, descriptors: bool = False) -> spaces.Dict:
+def dict_observation_space(slots: int, max_rounds: float, nvec: np.ndarray, descriptors: bool = False,
+                           joint: JointEncoding | None = None) -> spaces.Dict:
     """The Dict observation space for K = ``slots`` call slots, R rounds and the action sizes ``nvec`` (whose tool
     dimension, T + 1, gives the tool count T, and whose model dimension the model count M); the simulated and the
     real-tools env share it, so a policy trained on one runs on the other. ``descriptors`` adds the ``models`` and
-    ``tools`` keys (``parasim.pools.descriptors``)."""
+    ``tools`` keys (``parasim.pools.descriptors``); ``joint`` sizes the action mask for the joint encoding."""
     inf = np.inf
     f32 = np.float32
     num_tools = int(nvec[1]) - 1
@@ -150,7 +157,7 @@ def dict_observation_space(slots: int, max_rounds: float, nvec: np.ndarray, desc
         "tool_counts": spaces.Box(0, inf, (num_tools,), f32),
         "status_counts": spaces.Box(0, inf, (NUM_STATUSES,), f32),
         "last_status": spaces.Box(0, NUM_STATUSES, (slots,), np.int8),
-        "action_mask": spaces.Box(0, 1, (int(nvec.sum()),), np.int8),
+        "action_mask": spaces.Box(0, 1, (int((nvec if joint is None else joint.nvec).sum()),), np.int8),
         **extra,
     })
 
@@ -215,17 +222,20 @@ class ParaOrchEnv(gym.Env):
                  max_parallel: int = 4, serial: bool = False, reward: Any = "paramanager", tools: str = "sim",
                  token_budget: float | None = None, seed: int | None = None, render_mode: str | None = None,
                  engine: Any = None, harness: dict[str, Any] | None = None, descriptors: bool = False,
-                 task_options: str | None = None) -> None:
+                 task_options: str | None = None, action_encoding: str = "factored") -> None:
         self.render_mode = check_render_mode(render_mode)
         descriptors = check_bool("descriptors", descriptors)
+        encoding = check_action_encoding(action_encoding)
         self.source: CallSource = make_source(tools, engine, pool=pool, suite=suite, max_rounds=max_rounds,
                                               max_parallel=max_parallel, serial=serial, token_budget=token_budget,
                                               harness=harness, task_options=task_options)
         self.tools = self.source.tools
         self.reward_config = resolve_reward(reward)
+        # the joint encoding's call table and masks (None: the factored layout), ``parasim.sim.joint_actions``
+        self.joint = JointEncoding(self.source.params) if encoding == "joint" else None
         self.observation_space = dict_observation_space(self.source.slots, float(self.source.max_rounds),
-                                                        self.source.nvec, descriptors)
-        self.action_space = spaces.MultiDiscrete(self.source.nvec)
+                                                        self.source.nvec, descriptors, self.joint)
+        self.action_space = spaces.MultiDiscrete(self.source.nvec if self.joint is None else self.joint.nvec)
         self.model_names: tuple[str, ...] = self.source.model_names
         self._initial_seed = check_seed(seed)
         self._lane = np.zeros(1, np.int64)
@@ -309,13 +319,15 @@ class ParaOrchEnv(gym.Env):
         return self._observation(), info
 
     def step(self, action: Any) -> tuple[dict, float, bool, bool, dict]:
+        if self.joint is not None:  # the joint encoding's action, as the factored one the call source plays
+            action = self.joint.decode(check_action(action, self.action_space.nvec)[None])[0]
         return self.turn(action)
 
     def turn(self, action: Any, calls: dict[int, ToolCall] | None = None,
              manager_answer: str | None = None) -> tuple[dict, float, bool, bool, dict]:
         """``step`` with what a text manager adds to its action (ParaOrchText-v0 translates its text into this
-        env's actions): the call it wrote for each slot, which real tools run (``envs.real_source``), and its own
-        answer with a stop, which a real engine's termination model reads."""
+        env's factored actions): the call it wrote for each slot, which real tools run (``envs.real_source``), and its
+        own answer with a stop, which a real engine's termination model reads."""
         a = check_action(action, self.source.nvec)
         if self._done:
             raise RuntimeError("ParaOrch-v0: the episode is over; call reset() before step()")
@@ -355,6 +367,8 @@ class ParaOrchEnv(gym.Env):
     def _observation(self) -> dict[str, np.ndarray]:
         """The observation (copies: the buffers change with the next step)."""
         obs = {k: v.copy() for k, v in self._obs_views}
+        if self.joint is not None:
+            obs["action_mask"] = self.joint.masks(self.source.lanes[:1])[0]
         if self._constant_obs:
             obs.update({k: v.copy() for k, v in self._constant_obs.items()})
             if self._episode_prices:  # the episode may have its own tool prices (task options)
@@ -370,6 +384,8 @@ class ParaOrchEnv(gym.Env):
     def action_masks(self) -> np.ndarray:
         """The current observation's ``action_mask`` as bool[sum(nvec)]: what sb3-contrib's MaskablePPO reads
         (before the first reset: the mask with no leading answer yet)."""
+        if self.joint is not None:
+            return self.joint.masks(self.source.lanes[:1])[0].astype(bool)
         return self.source.obs.action_mask[0].astype(bool)
 
     def render(self) -> str | np.ndarray | None:

@@ -29,7 +29,9 @@ this env equal to it; a GRPO collection plays one episode per lane and resets wi
 Render and masks: with ``render_mode`` ``"ansi"`` or ``"rgb_array"``, ``render()`` returns a tuple with each lane's
 board (``envs.render``), as Gymnasium's vector envs return one frame per sub-env; the lanes' calls are
 recorded only then (a Python loop over the lanes per step: for watching a few lanes, not for training at scale).
-``action_masks()`` returns every lane's ``action_mask`` as bool[N, sum(nvec)].
+``action_masks()`` returns every lane's ``action_mask`` as bool[N, sum(nvec)]. ``action_encoding="joint"`` (see
+``ParaOrchEnv``, ``parasim.sim.joint_actions``) takes joint action rows [N, K] and shows each lane's joint mask,
+computed by the compiled rule over all lanes in one call.
 
 Descriptors: ``descriptors=True`` adds ``models`` [N, M, F_m] and ``tools`` [N, T, F_t]
 (``parasim.pools.descriptors``): one read-only broadcast of the pool's rows over the lanes, the same arrays every
@@ -66,6 +68,7 @@ from envs.render import (
 from envs.render_modes import RENDER_FPS, RENDER_MODES
 from parasim.config.env_options import check_bool, check_lane_seeds, check_option_keys, check_seed
 from parasim.pools.descriptors import episode_tool_rows, pool_descriptors
+from parasim.sim.joint_actions import JointEncoding, check_action_encoding
 
 
 def _masked(values: dict[str, np.ndarray], lanes: np.ndarray, n: int) -> dict[str, np.ndarray]:
@@ -91,11 +94,12 @@ class ParaOrchVectorEnv(VectorEnv):
                  tools: str = "sim", token_budget: float | None = None, seed: int | None = None,
                  autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP, render_mode: str | None = None,
                  threads: bool = False, harness: dict[str, Any] | None = None, descriptors: bool = False,
-                 task_options: str | None = None) -> None:
+                 task_options: str | None = None, action_encoding: str = "factored") -> None:
         if not isinstance(num_envs, int | np.integer) or num_envs < 1:
             raise ValueError(f"num_envs: expected a positive integer, got {num_envs!r}")
         self.render_mode = check_render_mode(render_mode)
         with_descriptors = check_bool("descriptors", descriptors)
+        encoding = check_action_encoding(action_encoding)
         mode = AutoresetMode(autoreset_mode)
         if mode not in (AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP):
             raise ValueError(f"autoreset_mode: expected NEXT_STEP or SAME_STEP, got {mode}")
@@ -106,8 +110,10 @@ class ParaOrchVectorEnv(VectorEnv):
         self.reward_config = resolve_reward(reward)
         self.metadata = {**self.metadata, "autoreset_mode": mode}
         self.autoreset_mode = mode
-        self.single_observation_space = observation_space(self.sim, with_descriptors)
-        self.single_action_space = spaces.MultiDiscrete(self.sim.nvec)
+        # the joint encoding's call table and masks (None: the factored layout), ``parasim.sim.joint_actions``
+        self.joint = JointEncoding(self.sim.params) if encoding == "joint" else None
+        self.single_observation_space = observation_space(self.sim, with_descriptors, self.joint)
+        self.single_action_space = spaces.MultiDiscrete(self.sim.nvec if self.joint is None else self.joint.nvec)
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
         self.num_tasks = self.sim.num_tasks
@@ -155,10 +161,12 @@ class ParaOrchVectorEnv(VectorEnv):
 
     def step(self, actions: Any) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray, np.ndarray, dict]:
         a = np.asarray(actions)
-        want = (self.num_envs, len(self.sim.nvec))
+        want = (self.num_envs, len(self.single_action_space.nvec))
         if a.shape != want or a.dtype.kind not in "iu":
             raise ValueError(f"actions: expected an integer array of shape {want}, got dtype {a.dtype} shape "
                              f"{a.shape}")
+        if self.joint is not None:
+            a = self.joint.decode(a)
         reset_first = self._autoreset.copy()
         done = self.sim.step(a, reset_first)
         if self._histories is not None:
@@ -196,6 +204,11 @@ class ParaOrchVectorEnv(VectorEnv):
     def _observation(self, lane: int | None = None) -> dict[str, np.ndarray]:
         """Every lane's observation (or lane ``lane``'s), the descriptor keys added when the env has them."""
         obs = self.sim.observation() if lane is None else self.sim.observation(lane)
+        if self.joint is not None:
+            records = self.sim.lane_records
+            obs["action_mask"] = self.joint.masks(records if lane is None else records[lane:lane + 1])
+            if lane is not None:
+                obs["action_mask"] = obs["action_mask"][0]
         if self._constant_obs:
             obs.update({k: v if lane is None else v[lane] for k, v in self._constant_obs.items()})
             if self._episode_prices:  # episodes may have their own tool prices: the tool rows are per lane
@@ -210,6 +223,8 @@ class ParaOrchVectorEnv(VectorEnv):
 
     def action_masks(self) -> np.ndarray:
         """Every lane's current ``action_mask`` as bool[N, sum(nvec)] (sb3-contrib's convention, batched)."""
+        if self.joint is not None:
+            return self.joint.masks(self.sim.lane_records).astype(bool)
         return self.sim.obs.action_mask.astype(bool)
 
     def render(self) -> tuple[str | np.ndarray, ...] | None:

@@ -4,7 +4,10 @@ One definition for the simulated env, its vector env and the real-tools env: eac
 observation, the recent rounds' calls as ``RoundRecord``s, and what only it knows: the question text, the candidates'
 answers, how the episode ended), and ``render_board`` lays out the same lines for both modes. The image draws those
 lines in a monospace font (DejaVu Sans Mono, shipped with matplotlib) with Pillow, a dependency of matplotlib; its
-size is fixed per env (``max_rounds`` and slots), as video recorders need frames of one shape.
+size is fixed per env, as video recorders need frames of one shape, and sized to what a board holds: the summary
+lines and a window of the most recent ``IMAGE_CALL_ROWS`` call rows (fewer when ``max_rounds`` times the slots is
+less), the oldest shown rows dropped first, so a frame is not a column of blank call rows (at the default 12 rounds
+of 4 slots the image held 48 call rows, most of them blank in any episode).
 
 Only the last ``SHOWN_ROUNDS`` rounds are kept and shown (the envs keep that bounded history only when a render mode
 is set), so the board's size does not grow with ``max_rounds``. Simulated answers are ids (0 is the gold answer),
@@ -31,6 +34,7 @@ TARGET_NAMES = ("question", "carry", "verify")
 COLUMNS = 112  # characters per image line (longer text lines are cut there)
 LABEL_CHARS = 40  # longest answer text shown (candidates, final answer)
 FIXED_LINES = 13  # board lines besides the call rows: 4 header lines, 5 of candidates, evidence, ending, 2 call headers
+IMAGE_CALL_ROWS = 12  # call rows the image shows, the most recent (three full rounds at K = 4)
 FONT_PX, LINE_PX, MARGIN_PX = 11, 14, 8
 COLOURS = {"head": (20, 40, 120), "text": (20, 20, 20), "ok": (0, 110, 40), "fail": (180, 20, 20),
            "dim": (120, 120, 120)}
@@ -127,10 +131,11 @@ def render_board(board: Board, mode: str) -> str | np.ndarray:
 
 
 def board_capacity(board: Board) -> int:
-    """Lines of the fullest board of the env: its image height, the same for every frame."""
+    """Lines of the env's image: the summary and the call rows of its fullest board, at most ``IMAGE_CALL_ROWS`` of
+    them; the same for every frame."""
     obs = board.observation
     max_rounds = int(round(float(obs["round"].sum())))
-    return FIXED_LINES + min(max_rounds, SHOWN_ROUNDS) * len(obs["last_status"])
+    return FIXED_LINES + min(min(max_rounds, SHOWN_ROUNDS) * len(obs["last_status"]), IMAGE_CALL_ROWS)
 
 
 def board_lines(board: Board) -> list[Line]:
@@ -213,10 +218,24 @@ def _font() -> Any:
     return ImageFont.truetype(str(Path(matplotlib.get_data_path()) / "fonts" / "ttf" / "DejaVuSansMono.ttf"), FONT_PX)
 
 
+def image_lines(lines: Sequence[Line], capacity: int) -> list[Line]:
+    """The board's lines that an image of ``capacity`` lines shows: the summary (the first ``FIXED_LINES``) always,
+    then the most recent call rows that fit, the calls header saying so when older rows are left out."""
+    rows = list(lines[FIXED_LINES:])
+    keep = capacity - FIXED_LINES
+    shown = list(lines[:FIXED_LINES])
+    if len(rows) > keep:
+        text, colour = shown[FIXED_LINES - 2]
+        shown[FIXED_LINES - 2] = (f"{text[:-2]}; the last {keep} of {len(rows)} call rows):", colour)
+        rows = rows[len(rows) - keep:] if keep > 0 else []
+    return shown + rows
+
+
 def board_image(lines: Sequence[Line], capacity: int) -> np.ndarray:
-    """``lines`` drawn on a frame of ``capacity`` lines by ``COLUMNS`` characters: uint8[H, W, 3]."""
+    """``lines`` drawn on a frame of ``capacity`` lines by ``COLUMNS`` characters (``image_lines``): uint8[H, W, 3]."""
     from PIL import Image, ImageDraw
 
+    lines = image_lines(lines, capacity)
     font = _font()
     width = 2 * MARGIN_PX + int(np.ceil(font.getlength("M" * COLUMNS)))
     height = 2 * MARGIN_PX + capacity * LINE_PX

@@ -176,3 +176,36 @@ def test_task_options_are_validated():
     vec.reset(seed=1)
     obs, _ = vec.reset(options={"reset_mask": mask, "task_index": np.full(N, 6)})
     assert (obs["task"][mask, 3] == 1).all()  # LiveCodeBench (code) in the masked lanes
+
+
+@pytest.mark.parametrize("mode", [AutoresetMode.SAME_STEP, AutoresetMode.NEXT_STEP])
+def test_make_vec_takes_the_autoreset_mode_in_vector_kwargs(mode):
+    """``vector_kwargs={"autoreset_mode": ...}``, as Gymnasium's vectorizers take it, reaches the compiled vector env
+    (default and explicit vector-entry-point mode) and the sync vectorizer alike, and they agree step for step;
+    other vector_kwargs are still refused by Gymnasium for the vector entry point."""
+    kwargs = {"max_rounds": 3}
+    compiled = [gym.make_vec("ParaOrch-v0", num_envs=N, vector_kwargs={"autoreset_mode": mode}, **kwargs),
+                gym.make_vec("ParaOrch-v0", num_envs=N, vectorization_mode="vector_entry_point",
+                             vector_kwargs={"autoreset_mode": mode}, **kwargs)]
+    sync = gym.make_vec("ParaOrch-v0", num_envs=N, vectorization_mode="sync", vector_kwargs={"autoreset_mode": mode},
+                        **kwargs)
+    for env in compiled:
+        assert isinstance(env.unwrapped, ParaOrchVectorEnv) and env.unwrapped.autoreset_mode == mode
+        assert env.metadata["autoreset_mode"] == mode
+    assert isinstance(sync, SyncVectorEnv) and sync.metadata["autoreset_mode"] == mode
+    outs = [env.reset(seed=3)[0] for env in (*compiled, sync)]
+    for o in outs[1:]:
+        _assert_tree_equal(outs[0], o, "reset")
+    finished = 0
+    for t, a in enumerate(_policy_actions(sync.action_space, 12, 2)):
+        steps = [env.step(a) for env in (*compiled, sync)]
+        for s in steps[1:]:
+            for name, x, y in zip(("obs", "reward", "terminated", "truncated", "info"), steps[0], s, strict=True):
+                _assert_tree_equal(x, y, f"step {t} {name}")
+        finished += int(steps[0][2].sum())
+        if mode == AutoresetMode.SAME_STEP and steps[0][2].any():
+            assert "final_obs" in steps[0][4]
+    assert finished > 0
+    assert gym.spec("ParaOrch-v0").kwargs == {}  # the registered kwargs are not changed by a make_vec
+    with pytest.raises(gym.error.Error, match="vector_kwargs"):
+        gym.make_vec("ParaOrch-v0", num_envs=2, vector_kwargs={"copy": False})

@@ -20,7 +20,21 @@ from test_env_real import _make as _real  # the real-tools env over the scripted
 import parasim  # noqa: F401  (registers the envs)
 from envs.action_masks import tuple_mask
 from envs.paraorch import ParaOrchEnv
-from envs.render import COLUMNS, FIXED_LINES, SHOWN_ROUNDS, Board, board_lines, ending_text, render_board
+from envs.render import (
+    BACKGROUND,
+    COLUMNS,
+    FIXED_LINES,
+    IMAGE_CALL_ROWS,
+    LINE_PX,
+    MARGIN_PX,
+    SHOWN_ROUNDS,
+    Board,
+    board_capacity,
+    board_lines,
+    ending_text,
+    image_lines,
+    render_board,
+)
 from parasim.protocol.schema import Tool
 
 pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"), pytest.mark.timeout(120)]
@@ -205,6 +219,42 @@ def test_board_keeps_the_last_rounds_only_and_the_image_keeps_its_shape():
     board = text.render()
     assert f"calls (rounds 4-{SHOWN_ROUNDS + 3} of {SHOWN_ROUNDS + 3})" in board
     assert "\n  3   " not in board and "\n  4   0    standard_reasoner" in board
+
+
+def _inked_lines(frame: np.ndarray) -> np.ndarray:
+    """Per line slot of a board image, whether any pixel in it differs from the background."""
+    body = frame[MARGIN_PX:frame.shape[0] - MARGIN_PX]
+    slots = body.reshape(-1, LINE_PX, *body.shape[1:])
+    return (slots != np.array(BACKGROUND, np.uint8)).any(axis=(1, 2, 3))
+
+
+def test_rgb_board_is_sized_to_its_content():
+    """The image holds the summary and the most recent IMAGE_CALL_ROWS call rows: a board with that many calls fills
+    every line of it (no column of blank call rows, as at 12 rounds x 4 slots = 48 reserved rows before), older rows
+    give way to newer ones with the header saying so, and every frame keeps the env's one shape."""
+    env = gym.make("ParaOrch-v0", render_mode="rgb_array")
+    env.reset(seed=0)
+    first = env.render()
+    assert first.shape[0] == 2 * MARGIN_PX + (FIXED_LINES + IMAGE_CALL_ROWS) * LINE_PX
+    assert _inked_lines(first)[:FIXED_LINES].all() and not _inked_lines(first)[FIXED_LINES:].any()
+    four = _act([0, 0, 0], [0, 1, 0], [0, 2, 0], [6, 0, 0])
+    for _ in range(IMAGE_CALL_ROWS // 4):
+        env.step(four)
+    full = env.render()
+    assert full.shape == first.shape and _inked_lines(full).all()
+    env.step(four)  # one round more than the window: the oldest rows leave it
+    later = env.render()
+    assert later.shape == first.shape and _inked_lines(later).all() and not np.array_equal(later, full)
+    board = env.unwrapped._board()
+    lines = board_lines(board)
+    shown = image_lines(lines, board_capacity(board))
+    assert len(lines) == FIXED_LINES + IMAGE_CALL_ROWS + 4 and len(shown) == FIXED_LINES + IMAGE_CALL_ROWS
+    assert shown[FIXED_LINES - 2][0] == f"calls (rounds 1-4 of 4; the last {IMAGE_CALL_ROWS} of 16 call rows):"
+    assert shown[FIXED_LINES:] == lines[-IMAGE_CALL_ROWS:]  # the newest rows
+    assert "the last" not in render_board(board, "ansi")  # the text board shows every kept round
+    small = gym.make("ParaOrch-v0", render_mode="rgb_array", max_rounds=2, max_parallel=2)
+    small.reset(seed=0)
+    assert small.render().shape[0] == 2 * MARGIN_PX + (FIXED_LINES + 4) * LINE_PX  # 2 rounds x 2 slots of calls
 
 
 def test_vector_render_is_a_tuple_of_the_single_envs_boards():
