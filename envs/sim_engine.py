@@ -11,6 +11,11 @@ reset option it is drawn from the task's own stream (seeded by ``task_seed`` and
 so the lanes of a GRPO group, which share ``task_index`` / ``task_seed`` but not their tool seeds, see the
 same question with the same option letters; without one the task's draws come from the episode's stream,
 and so does the permutation.
+
+The question the manager reads is the task's text from its suite row (``TaskSuite.question``: a real MMLU-Pro or
+MATH question where the shipped banks have one, generated text otherwise), drawn from the same seeds as the
+labels under a tag of its own; each option label is shown beside the text of the answer id it stands for, so the
+gold option text sits under ``labels[0]``.
 """
 from __future__ import annotations
 
@@ -23,7 +28,7 @@ from envs.paraorch import ParaOrchEnv
 from parasim.protocol.engine import EpisodeEngineBase, EpisodeOutcome, TaskView
 from parasim.protocol.schema import RAN_STATUSES, CallResult, Domain, Status, ToolCall
 from parasim.sim import NUM_TARGETS, TARGET_CARRY, TARGET_QUESTION, TARGET_VERIFY
-from parasim.sim.kernel import F_QTOK, F_TOKENS, I_DOMAIN, I_EPISODE, I_NANS, leading_answer
+from parasim.sim.kernel import F_TOKENS, I_DOMAIN, I_EPISODE, I_NANS, leading_answer
 from parasim.sim.rules import (
     RULE_BAD_TARGET,
     RULE_BUDGET,
@@ -37,6 +42,7 @@ from parasim.sim.rules import (
 )
 from parasim.sim.state import empty_action, set_action_slot
 from parasim.sim.tables import E_SLOTS, E_TOKEN_BUDGET, TT_TIMEOUT
+from parasim.tasks.questions import Question
 from parasim.tasks.suites import BENCHMARKS, NUM_ANSWERS
 from parasim.tools.spec import ToolSpec
 
@@ -52,6 +58,7 @@ _REASONS = {
     RULE_BUDGET: "the token budget is spent",
 }
 LABELS_TAG = 0x6C6162656C73  # "labels": keeps the permutation's stream apart from other uses of a task seed
+QUESTION_TAG = 0x7175657374  # "quest": the stream that picks the task's question text (``TaskSuite.question``)
 
 
 def _labels(nans: int, rng: np.random.Generator) -> list[str]:
@@ -76,6 +83,7 @@ class SimEpisodeEngine(EpisodeEngineBase):
         self.sim = self.env.sim
         self.model_names: tuple[str, ...] = self.env.model_names
         self.labels: list[str] = []
+        self.question: Question | None = None  # the current task's question (text, options by answer id, gold)
         self.calls_so_far = 0
         self._info: dict[str, Any] | None = None
 
@@ -97,10 +105,14 @@ class SimEpisodeEngine(EpisodeEngineBase):
         bench = BENCHMARKS[task["benchmark"]]
         domain = Domain(int(st_i[I_DOMAIN]))
         episode = int(st_i[I_EPISODE])
+        seed = [int(task_seed), task["task_index"]] if task_seed is not None else [int(self.sim.state.rng[0])]
+        self.question = self.sim.suite.question(task["task_index"], np.random.default_rng([*seed, QUESTION_TAG]))
         options_view = tuple(sorted(self.labels)) if nans < NUM_ANSWERS else ()
+        lines = [f"[{bench.name}] {self.question.text}"]
+        if options_view:  # each label beside the text of the answer id it stands for (gold: id 0)
+            lines += [f"{label}. {self.question.options[self.labels.index(label)]}" for label in options_view]
         fmt = f"one of the options {', '.join(options_view)}" if options_view else "a free-form answer"
-        question = (f"[{bench.name}] Simulated {domain.name.lower()} task #{episode} "
-                    f"(about {self.sim.state.st_f[0, F_QTOK]:.0f} question tokens). Answer with {fmt}.")
+        question = "\n".join(lines) + f"\nAnswer with {fmt}."
         return TaskView(task_id=f"{bench.name}-{episode}", question=question, domain=int(domain),
                         options=options_view)
 
