@@ -18,8 +18,9 @@
   episode to the env: each turn the policy (the trainer's own model) samples from the exact token stream, the env
   parses and runs the round, and its feedback is appended as tokens with ``env_mask`` 0, so only the manager's
   tokens are trained. It returns the env's own episode reward as the ``env_reward`` column (``reward_func``
-  passes it to TRL) and the manager's turns as ``manager_turns``, which ``make_reward_func`` replays instead of the
-  completion when present.
+  passes it to TRL, logging the episodes' ``reward_components`` and ``correct`` columns per step) and the manager's
+  turns as ``manager_turns``, which ``make_reward_func`` replays instead of the completion when present. vLLM
+  generation is refused, for the reason docs/bridges.md gives; docs/bridges/trl_grpo.py is a complete script.
 
 Versions: written against TRL 1.16 (``rollout_func`` with ``env_mask``, the reward kwargs ``log_metric``).
 """
