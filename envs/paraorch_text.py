@@ -144,6 +144,7 @@ from parasim.sim.rules import (
     malformed_stop,
 )
 from parasim.sim.state import empty_action, set_action_slot
+from parasim.tasks.questions import Question
 
 CHARSET = "\t\n\r" + "".join(map(chr, range(0x20, 0xD800))) + "".join(map(chr, range(0xE000, 0xFFFE)))
 _ALLOWED = frozenset(CHARSET)
@@ -388,6 +389,12 @@ class ParaOrchTextEnv(gym.Env[str, str]):
     def labels(self) -> list[str]:
         """A simulated episode's answer labels (answer id -> label; id 0 is the gold answer); [] with real tools."""
         return self._sim_text.labels if self._sim_text is not None else []
+
+    @property
+    def question(self) -> Question | None:
+        """A simulated episode's question (its text, the options by answer id, the gold answer); None with real
+        tools (their task is ``reset``'s ``info["task"]``)."""
+        return self._sim_text.question if self._sim_text is not None else None
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict]:
         super().reset(seed=seed)

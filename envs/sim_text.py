@@ -5,6 +5,10 @@ permutation, so no label means "right". The permutation is part of the task: wit
 is drawn from the task's own stream (seeded by ``task_seed`` and the task index played), so the lanes of a GRPO
 group, which share ``task_index`` / ``task_seed`` but not their tool seeds, see the same question with the same
 option letters; without one the task's draws come from the episode's stream, and so does the permutation.
+The question the manager reads is the task's text from its suite row (``TaskSuite.question``: a real MMLU-Pro or
+MATH question where the shipped banks have one, generated text otherwise), drawn from the same seeds as the labels
+under a tag of its own; each option label is shown beside the text of the answer id it stands for, so the gold
+option text sits under ``labels[0]``.
 Nothing here decides an outcome: the call source and the compiled rules did (``parasim.sim.rules``); this module
 only writes what they decided as text.
 """
@@ -17,11 +21,13 @@ import numpy as np
 from parasim.protocol.engine import TaskView
 from parasim.protocol.schema import Domain, Status
 from parasim.sim import Simulator
-from parasim.sim.kernel import F_QTOK, I_DOMAIN, I_EPISODE, I_NANS
+from parasim.sim.kernel import I_DOMAIN, I_EPISODE, I_NANS
 from parasim.sim.tables import TT_TIMEOUT
+from parasim.tasks.questions import Question
 from parasim.tasks.suites import BENCHMARKS, NUM_ANSWERS
 
 LABELS_TAG = 0x6C6162656C73  # "labels": keeps the permutation's stream apart from other uses of a task seed
+QUESTION_TAG = 0x7175657374  # "quest": the stream that picks the task's question text (``TaskSuite.question``)
 
 
 def answer_labels(nans: int, rng: np.random.Generator) -> list[str]:
@@ -37,6 +43,7 @@ class SimEpisodeText:
     def __init__(self, sim: Simulator) -> None:
         self.sim = sim
         self.labels: list[str] = []
+        self.question: Question | None = None  # the current task's question (text, options by answer id, gold)
 
     def begin(self, options: dict[str, Any]) -> TaskView:
         """The task view of the episode just reset (``options``: the reset's, for ``task_seed``)."""
@@ -52,10 +59,14 @@ class SimEpisodeText:
         bench = BENCHMARKS[task["benchmark"]]
         domain = Domain(int(st_i[I_DOMAIN]))
         episode = int(st_i[I_EPISODE])
+        seed = [int(task_seed), task["task_index"]] if task_seed is not None else [int(self.sim.state.rng[0])]
+        self.question = self.sim.suite.question(task["task_index"], np.random.default_rng([*seed, QUESTION_TAG]))
         options_view = tuple(sorted(self.labels)) if nans < NUM_ANSWERS else ()
+        lines = [f"[{bench.name}] {self.question.text}"]
+        if options_view:  # each label beside the text of the answer id it stands for (gold: id 0)
+            lines += [f"{label}. {self.question.options[self.labels.index(label)]}" for label in options_view]
         fmt = f"one of the options {', '.join(options_view)}" if options_view else "a free-form answer"
-        question = (f"[{bench.name}] Simulated {domain.name.lower()} task #{episode} "
-                    f"(about {self.sim.state.st_f[0, F_QTOK]:.0f} question tokens). Answer with {fmt}.")
+        question = "\n".join(lines) + f"\nAnswer with {fmt}."
         return TaskView(task_id=f"{bench.name}-{episode}", question=question, domain=int(domain),
                         options=options_view)
 

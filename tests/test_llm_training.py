@@ -516,7 +516,9 @@ def test_a_cut_off_episode_is_scored_by_the_env_as_the_trainer_scores_it(tokeniz
     for env in envs:
         end = env.unwrapped.end_episode
         env.unwrapped.end_episode = lambda end=end: ended.append(end()[4]) or (None, 0.0, False, True, ended[-1])
-    prompt_len = len(tokenizer(envs[0].reset(seed=0)[0])["input_ids"])
+    from training.llm.rollout import reset_for_group
+
+    prompt_len = len(tokenizer(reset_for_group(envs[0], 1, 2)[0])["input_ids"])  # the group's task: its question
     trajs = collect(envs, Scripted(), tokenizer, [(1, 2), (1, 3)], [0, 0],
                     RolloutConfig(max_tokens=prompt_len + 3 * len(block), max_turn_tokens=len(block)), seed=0)
     assert len(ended) == 2 and all(t.truncated for t in trajs)

@@ -15,6 +15,7 @@ from parasim.protocol.schema import Status, Tool
 from parasim.scoring.rewards import PRESETS
 from training import config, sweep
 from training.population import population_key
+from training.result_schema import untimed
 from training.rollout import make_envs
 
 GPT_OSS = 2  # row of GPT-OSS-20B in the paramanager pool
@@ -153,11 +154,8 @@ def test_same_value_same_trajectories_and_a_changed_value_changes_them():
     assert not np.array_equal(_play(base), _play(other))
 
 
-TIMING = {"wall_s", "sft_s", "grpo_s", "eval_s", "env_steps_per_s", "step_s"}
-
-
 def _untimed(results: list[dict]) -> list[dict]:
-    return [{k: v for k, v in r.items() if k not in TIMING} for r in results]
+    return [untimed(r) for r in results]
 
 
 @pytest.mark.slow

@@ -14,6 +14,7 @@ import torch
 
 from parasim.cli import main as cli_main
 from training import config, grpo, report, sft, sweep
+from training.result_schema import untimed
 from training.store import ResultsStore
 
 TINY = {"grpo.steps": "2", "grpo.tasks_per_step": "4", "grpo.group_size": "4", "grpo.minibatches": "2",
@@ -130,7 +131,6 @@ def _tiny_args() -> list[str]:
     return [a for k, v in TINY.items() for a in ("--set", f"{k}={v}")]
 
 
-TIMING = {"wall_s", "sft_s", "grpo_s", "eval_s", "env_steps_per_s"}
 
 
 @pytest.mark.slow
@@ -208,7 +208,7 @@ def test_a_killed_population_sweep_resumes_each_point_from_its_checkpoints(tmp_p
     for p in points:
         a, b = (json.loads((root / "store" / "points" / f"{p.key}.json").read_text())
                 for root in (tmp_path / "whole", out))
-        assert {k: v for k, v in a.items() if k not in TIMING} == {k: v for k, v in b.items() if k not in TIMING}
+        assert untimed(a) == untimed(b)
     assert not (out / "work").exists()
 
 
@@ -221,5 +221,5 @@ def test_ray_backend_matches_local_backend(tmp_path):
     remote = sweep.run_sweep(points, tmp_path / "ray", "ray", workers=1, progress=False)  # ray.init(num_cpus=1)
     assert [r["key"] for r in remote] == [r["key"] for r in local]
     for a, b in zip(local, remote):
-        assert {k: v for k, v in a.items() if k not in TIMING} == {k: v for k, v in b.items() if k not in TIMING}
+        assert untimed(a) == untimed(b)
     assert local[0]["accuracy"] != local[1]["accuracy"] or local[0]["reward"] != local[1]["reward"]

@@ -53,6 +53,7 @@ def _result(point: sweep.GridPoint, accuracy: float = 0.5) -> dict[str, Any]:
         "train_reward_end": 0.3, "reward_curve": [0.2, 0.3], "accuracy_curve": [0.4, 0.5], "entropy_curve": [8.0, 7.9],
         "env_steps_per_s": 500.0, "sft_s": 0.3, "grpo_s": 0.3, "eval_s": 0.2, "wall_s": 0.9,
         "config": point.config().to_dict(), "sft_losses": [9.3], "expert": {"episodes": 64},
+        "history": [{"step": 0, "reward": 0.2, "accuracy": 0.4}, {"step": 1, "reward": 0.3, "accuracy": 0.5}],
     }
 
 
@@ -112,7 +113,7 @@ def test_a_result_that_breaks_the_schema_comes_back_as_a_failed_point(monkeypatc
     from training import pipeline
 
     point = _points("c_tar=4")[0]
-    monkeypatch.setattr(pipeline, "run_pipeline", lambda cfg: {**_result(point), "reward": math.inf})
+    monkeypatch.setattr(pipeline, "run_pipeline", lambda cfg, log=None: {**_result(point), "reward": math.inf})
     result = sweep.run_point(point)
     assert "reward=inf: allowed any finite number" in result["error"] and result["key"] == point.key
 

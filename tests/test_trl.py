@@ -26,6 +26,7 @@ from parasim.integrations.trl import (  # noqa: E402
 )
 from training.llm.rollout import reset_for_group  # noqa: E402
 
+ROOT = Path(__file__).resolve().parents[1]
 ENV_KWARGS = {"max_rounds": 2}
 FINAL = '<tool_call>\n{"name": "final_answer", "arguments": {"answer": "A"}}\n</tool_call>'
 PYTHON = '<tool_call>\n{"name": "python", "arguments": {"code": "print(6 * 7)"}}\n</tool_call>'
@@ -161,3 +162,29 @@ def test_rollout_refuses_prompts_of_another_dataset_and_vllm(dataset: Any) -> No
         make_reward_func("xrouter", {"reward": "paramanager"})
     with pytest.raises(ValueError, match="conversational: TRL would render these prompts without the tool list"):
         task_dataset(1, env_kwargs={"tokenizer": "a chat-template tokenizer"})
+
+
+@pytest.mark.slow  # two GRPOTrainer builds and steps: about 25 s on one free core
+def test_docs_example_script_trains_in_both_modes_and_logs_reward_components(tiny: Path, tmp_path: Path) -> None:
+    """docs/bridges/trl_grpo.py as users run it (its ``main``), one GRPO step per mode on the tiny model: TRL's
+    reward is finite and every step logs the env's reward components and accuracy (``parasim/...``)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("trl_grpo_example", ROOT / "docs" / "bridges" / "trl_grpo.py")
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)  # type: ignore[union-attr]
+    for mode in ("reward", "rollout"):
+        history = example.main(["--model", str(tiny), "--mode", mode, "--steps", "1", "--rows", "2", "--batch", "2",
+                                "--max-completion", "64", "--max-rounds", "2", "--out", str(tmp_path / mode)])
+        assert len(history) == 1 and math.isfinite(history[0]["reward"]), mode
+        logged = set(history[0])
+        assert {"parasim/total", "parasim/outcome", "parasim/protocol", "parasim/correct"} <= logged, (mode, logged)
+
+
+def test_rollout_reward_func_logs_the_episodes_components() -> None:
+    logged: dict[str, float] = {}
+    components = [{"total": 1.0, "outcome": 1.0}, {"total": 0.0, "outcome": 0.0}]
+    out = ParaOrchRollout.reward_func(prompts=["a", "b"], completions=["x", "y"], env_reward=[1.0, 0.0],
+                                      reward_components=components, correct=[True, False],
+                                      log_metric=logged.__setitem__)
+    assert out == [1.0, 0.0] and logged == {"parasim/total": 0.5, "parasim/outcome": 0.5, "parasim/correct": 0.5}

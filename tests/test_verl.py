@@ -1,11 +1,15 @@
-"""verl bridges: task export in verl's Parquet layout, ``compute_score``, and the ParaOrchText agent loop driven by a
-server manager with verl's ``generate`` signature (verl's own classes when verl is installed, else the shim with
-its signatures)."""
+"""verl bridges against the real verl 0.9 (installed by .ci/run: ``pip install --no-deps verl==0.9.1`` beside the
+test extra's pieces): task export in verl's Parquet layout, ``compute_score`` loaded by verl's own
+``get_custom_reward_fn`` from both documented paths, the docs' YAML files read as verl reads them, the ParaOrchText
+agent loop (a subclass of verl's ``AgentLoopBase``) driven by a server manager with verl's ``generate`` signature,
+and the errors of a partial or missing verl install."""
 from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import dataclass, field
+import subprocess
+import sys
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -15,11 +19,15 @@ import pyarrow.parquet as pq
 import pytest
 from tiny_lm import build_tokenizer
 
-import parasim  # noqa: F401  (registers the envs)
-from parasim.integrations import verl as pv
-from parasim.protocol.engine import EpisodeEngineBase, EpisodeOutcome, TaskView
-from parasim.protocol.schema import CallResult, Domain, Status, ToolCall
-from training.llm.rollout import reset_for_group
+pytest.importorskip("verl", reason="verl: .ci/run installs it (pip install --no-deps verl==0.9.1)")
+
+import parasim  # noqa: E402,F401  (registers the envs)
+from parasim.integrations import verl as pv  # noqa: E402  (a partial verl install fails here, naming the module)
+from parasim.protocol.engine import EpisodeEngineBase, EpisodeOutcome, TaskView  # noqa: E402
+from parasim.protocol.schema import CallResult, Domain, Status, ToolCall  # noqa: E402
+from training.llm.rollout import reset_for_group  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
 
 ENV_KWARGS = {"max_rounds": 3, "pool": "paramanager"}
 FINAL = '<tool_call>\n{"name": "final_answer", "arguments": {"answer": "A"}}\n</tool_call>'
@@ -106,11 +114,7 @@ def test_compute_score_is_the_envs_reward_of_the_solution(exported: Path) -> Non
     assert multi["score"] == env_total(extra, turns)
     with pytest.raises(ValueError, match=r"extra_info: missing \['task_seed', 'tool_seed'"):
         pv.compute_score("parasim/paramanager", FINAL, truth, {"env_kwargs": "{}", "reward": "{}"})
-    if pv.VERL_INSTALLED:  # other sources are verl's own
-        assert pv.compute_score("openai/gsm8k", "so #### 3", "3", {}) == 1.0
-    else:
-        with pytest.raises(ValueError, match="data_source: 'openai/gsm8k' is not a parasim row"):
-            pv.compute_score("openai/gsm8k", "so #### 3", "3", {})
+    assert pv.compute_score("openai/gsm8k", "so #### 3", "3", {}) == 1.0  # other sources are verl's own
 
 
 @dataclass
@@ -121,14 +125,14 @@ class TokenOutput:
     log_probs: list[float] | None = None
 
 
-@dataclass
 class Server:
     """A server manager with verl's ``generate(request_id, *, prompt_ids, sampling_params)`` that answers with
-    scripted manager turns (each ended by the end-of-turn token) and records its requests."""
+    scripted manager turns (each ended by the end-of-turn token) and records its requests. A plain class, as verl's
+    own server handle is: hydra would turn a dataclass argument into a config node."""
 
-    tokenizer: Any
-    script: list[str]
-    requests: list[tuple[list[int], dict[str, Any]]] = field(default_factory=list)
+    def __init__(self, tokenizer: Any, script: list[str]) -> None:
+        self.tokenizer, self.script = tokenizer, script
+        self.requests: list[tuple[list[int], dict[str, Any]]] = []
 
     async def generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any],
                        **kwargs: Any) -> TokenOutput:
@@ -222,22 +226,66 @@ def test_agent_loop_runs_real_tools_through_an_engine_factory(tokenizer: Any, ex
         agent_loop(tokenizer, server, engine_factory="no_colon")
 
 
-def test_agent_loop_is_registered_under_its_agent_name(tokenizer: Any) -> None:
-    if not pv.VERL_INSTALLED:
-        assert pv._REGISTRY["parasim_agent"] == {"_target_": "parasim.integrations.verl.ParaOrchAgentLoop"}
-        return
+def test_agent_loop_is_registered_and_built_from_the_docs_yaml_as_verls_worker_does(tokenizer: Any) -> None:
     import hydra
-    from verl.experimental.agent_loop.agent_loop import ToolListWrap, _agent_loop_registry
+    from omegaconf import OmegaConf
+    from verl.experimental.agent_loop.agent_loop import AgentLoopBase, ToolListWrap, _agent_loop_registry
+    from verl.utils.import_utils import resolve_config_path
 
-    assert _agent_loop_registry["parasim_agent"] == {"_target_": "parasim.integrations.verl.ParaOrchAgentLoop"}
+    assert issubclass(pv.ParaOrchAgentLoop, AgentLoopBase) and pv.VERL_INSTALLED
+    assert _agent_loop_registry["parasim_agent"] == {"_target_": "parasim.integrations.verl_bridge.ParaOrchAgentLoop"}
+    entries = OmegaConf.load(resolve_config_path(str(ROOT / "docs" / "bridges" / "verl_agent_loop.yaml")))
+    assert [e.name for e in entries] == ["parasim_agent"]
     config = SimpleNamespace(actor_rollout_ref=SimpleNamespace(rollout=SimpleNamespace(
         prompt_length=8192, response_length=64)))
-    loop = hydra.utils.instantiate(  # as verl's AgentLoopWorker builds an agent loop
-        config={**_agent_loop_registry["parasim_agent"], "max_turn_tokens": 8},
-        trainer_config=pv.DictConfigWrap(config), server_manager=Server(tokenizer, [FINAL]), tokenizer=tokenizer,
-        processor=None, hf_model_type=None, dataset_cls=None, data_config=pv.DictConfigWrap({}),
-        tools=ToolListWrap([]))
-    assert isinstance(loop, pv.ParaOrchAgentLoop) and loop.max_turn_tokens == 8
+    loop = hydra.utils.instantiate(  # as verl's AgentLoopWorker builds an agent loop from its config entry
+        config=entries[0], trainer_config=pv.DictConfigWrap(config), server_manager=Server(tokenizer, [FINAL]),
+        tokenizer=tokenizer, processor=None, hf_model_type=None, dataset_cls=None,
+        data_config=pv.DictConfigWrap({}), tools=ToolListWrap([]))
+    assert isinstance(loop, pv.ParaOrchAgentLoop) and loop.max_turn_tokens == 1024
+    assert loop.use_chat_template is False
+
+
+def test_verls_loader_reads_compute_score_from_both_documented_paths(exported: Path) -> None:
+    """verl 0.9's ``get_custom_reward_fn`` on the docs' reward config (``pkg://``) and on the file path of
+    ``parasim/integrations/verl.py`` (loaded with ``exec_module`` outside ``sys.modules``): both give parasim's
+    ``compute_score``, scoring as it does."""
+    from omegaconf import OmegaConf
+    from verl.trainer.ppo.reward import get_custom_reward_fn
+
+    docs = OmegaConf.load(ROOT / "docs" / "bridges" / "verl_reward.yaml")
+    assert docs.reward.custom_reward_function.path == "pkg://parasim.integrations.verl"
+    row = rows(exported)[0]
+    args = (row["data_source"], FINAL, row["reward_model"]["ground_truth"], dict(row["extra_info"]))
+    for path in (docs.reward.custom_reward_function.path, pv.__file__, "file://" + pv.__file__):
+        config = OmegaConf.merge(docs, {"reward": {"custom_reward_function": {"path": path}}})
+        fn = get_custom_reward_fn(config)
+        assert fn(*args) == pv.compute_score(*args), path
+    assert pv.__file__.endswith("parasim/integrations/verl.py")
+
+
+def _python(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
+
+
+def test_a_partial_verl_install_is_an_error_naming_the_missing_import() -> None:
+    """verl found, one module its agent loop imports missing (``tensordict`` blocked): importing the bridge raises
+    an ImportError that names it, instead of falling back to anything."""
+    run = _python("import sys; sys.modules['tensordict'] = None\nimport parasim.integrations.verl")
+    assert run.returncode != 0
+    last = run.stderr.strip().splitlines()[-1]
+    assert last.startswith("ImportError: verl is installed but its agent loop") and "tensordict is missing" in last
+
+
+def test_without_verl_the_export_works_and_the_agent_loop_says_verl_is_missing(tmp_path: Path) -> None:
+    run = _python("import sys; sys.modules['verl'] = None\n"
+                  "import parasim.integrations.verl as pv\n"
+                  f"pv.export_verl_parquet('paramanager', {str(tmp_path / 'x.parquet')!r}, 2)\n"
+                  "print('exported', pv.VERL_INSTALLED)\n"
+                  "pv.ParaOrchAgentLoop")
+    assert "exported False" in run.stdout and (tmp_path / "x.parquet").exists()
+    assert run.stderr.strip().splitlines()[-1].startswith(
+        "ImportError: ParaOrchAgentLoop subclasses verl's AgentLoopBase and verl is not installed")
 
 
 def test_end_episode_ends_as_cut_off_without_charging_rounds() -> None:

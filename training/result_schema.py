@@ -60,7 +60,22 @@ RESULT_FIELDS: dict[str, Field] = {
     "reward_curve": Field("numbers"), "accuracy_curve": Field("numbers", 0.0, 1.0), "entropy_curve": Field("numbers"),
     "env_steps_per_s": Field("number", 0.0, nullable=True), "sft_s": _SPEND, "grpo_s": _SPEND, "eval_s": _SPEND,
     "config": Field("object"), "sft_losses": Field("numbers"), "expert": Field("object"),
+    # every GRPO step's row, as ``parasim train`` logs it (``sweep.run_point`` / ``run_chunk``)
+    "history": Field("records"),
 }
+
+
+# measured durations and rates: they differ from run to run of the same point, at the top level and in each row of
+# ``history`` (what two runs of a point must agree on is the rest: ``untimed``)
+TIMINGS = frozenset({"wall_s", "sft_s", "grpo_s", "eval_s", "env_steps_per_s", "step_s"})
+
+
+def untimed(result: dict[str, Any]) -> dict[str, Any]:
+    """``result`` without its timings (``TIMINGS``), in its ``history`` rows too."""
+    out = {k: v for k, v in result.items() if k not in TIMINGS}
+    if isinstance(out.get("history"), list):
+        out["history"] = [{k: v for k, v in row.items() if k not in TIMINGS} for row in out["history"]]
+    return out
 
 
 def _show(value: Any) -> str:
@@ -123,9 +138,23 @@ def _check_object(name: str, value: Any, f: Field) -> str | None:
     return None if isinstance(value, dict) else f"{name}={_show(value)}: expected an object"
 
 
+def _check_records(name: str, value: Any, f: Field) -> str | None:
+    """A list of per-step rows: each an object with an integer ``step`` and numbers (the trainer's own record,
+    NaN included: a logger shows what the trainer measured)."""
+    if not isinstance(value, list):
+        return f"{name}={_show(value)}: expected a list of per-step objects"
+    for i, row in enumerate(value):
+        if not isinstance(row, dict) or isinstance(row.get("step"), bool) or not isinstance(row.get("step"), int):
+            return f"{name}[{i}]={_show(row)}: expected an object with an integer step"
+        bad = next((k for k, v in row.items() if isinstance(v, bool) or not isinstance(v, (int, float))), None)
+        if bad is not None:
+            return f"{name}[{i}][{bad!r}]={_show(row[bad])}: expected a number"
+    return None
+
+
 _CHECKS: dict[str, Callable[[str, Any, Field], str | None]] = {
     "str": _check_str, "int": _check_int, "number": _number, "numbers": _check_numbers, "strs": _check_strs,
-    "number_map": _check_number_map, "str_map": _check_str_map, "object": _check_object,
+    "number_map": _check_number_map, "str_map": _check_str_map, "object": _check_object, "records": _check_records,
 }
 
 

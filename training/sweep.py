@@ -124,11 +124,12 @@ def run_point(point: GridPoint) -> dict[str, Any]:
 
     torch.set_num_threads(1)
     start = time.perf_counter()
+    history: list[dict[str, Any]] = []
     try:
-        result = run_pipeline(point.config())
+        result = run_pipeline(point.config(), log=history.append)
     except Exception:  # noqa: BLE001 - reported with its traceback, the sweep goes on
         return {**_identity(point), "error": traceback.format_exc()}
-    result = {**result, **_identity(point), "wall_s": time.perf_counter() - start}
+    result = {**result, **_identity(point), "history": history, "wall_s": time.perf_counter() - start}
     problems = result_schema.problems(result)
     if problems:
         return {**_identity(point), "error": "the result breaks the result schema: " + "; ".join(problems)}
@@ -178,6 +179,16 @@ def _fraction(phase: str, done: int, total: int) -> float:
     return before + PHASE_SHARES[phase] * (done / total if total else 1.0)
 
 
+def grpo_history(workdir: Path | None) -> list[dict[str, Any]]:
+    """The GRPO rows a point's checkpoint in ``workdir`` already holds (a resumed point's steps before the resume;
+    none for a fresh point): its result's ``history`` starts with them and goes on with the rows the trainer
+    logs, so a stored point carries every step's record (``parasim sweep --loggers`` logs them as ``train``)."""
+    import torch
+
+    ckpt = workdir / "grpo.pt" if workdir is not None else None
+    return list(torch.load(ckpt, weights_only=False)["history"]) if ckpt is not None and ckpt.exists() else []
+
+
 def run_chunk(chunk: Chunk) -> list[dict[str, Any]]:
     """Train and evaluate a chunk of points as one population (runs in a worker process or a Ray task); one
     result per point, or its failure (``error``), as ``run_point`` returns them. The points finish together, so each
@@ -196,14 +207,16 @@ def run_chunk(chunk: Chunk) -> list[dict[str, Any]]:
             atomic_write_json(Path(chunk.progress_file), {"fraction": _fraction(phase, done, total)})
 
     workdirs = [Path(chunk.workdir) / p.key for p in chunk.points] if chunk.workdir else None
+    histories = [grpo_history(wd) for wd in workdirs or [None] * len(chunk.points)]
     try:
-        results = run_population([p.config() for p in chunk.points], workdirs, progress=progress)
+        results = run_population([p.config() for p in chunk.points], workdirs, [h.append for h in histories],
+                                 progress=progress)
     except Exception:  # noqa: BLE001 - reported with its traceback, the sweep goes on
         return [{**_identity(p), "error": traceback.format_exc()} for p in chunk.points]
     wall = time.perf_counter() - start
     out = []
-    for point, result in zip(chunk.points, results):
-        result = {**result, **_identity(point), "wall_s": wall}
+    for point, result, history in zip(chunk.points, results, histories):
+        result = {**result, **_identity(point), "history": history, "wall_s": wall}
         problems = result_schema.problems(result)
         out.append(result if not problems else
                    {**_identity(point), "error": "the result breaks the result schema: " + "; ".join(problems)})

@@ -40,8 +40,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default=os.path.join("parasim_out", "sweep"), help="output directory")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--loggers", default="", metavar="LIST",
-                   help="also log every point's training curves, one run per point under OUT/logs/POINT: "
-                        "comma-separated jsonl, tensorboard, wandb (offline); default: none")
+                   help="also log every point's training record, one run per point under OUT/logs/POINT with "
+                        "the tags of `parasim train` (docs/metrics.md): comma-separated jsonl, tensorboard, wandb "
+                        "(offline unless WANDB_MODE says otherwise); default: none")
     p.add_argument("--list-options", action="store_true",
                    help="print every option a grid axis may name (type, default, allowed values, help) and exit")
     p.add_argument("--print-config", action="store_true",
@@ -105,20 +106,22 @@ def run(args: argparse.Namespace) -> int:
 
 
 def log_curves(results: Sequence[dict[str, Any]], root: Path, kinds: Sequence[str]) -> None:
-    """Each point's GRPO curves as one logger run under ``root/<point key>``, written whole from the stored result
-    once: a rerun skips the points already written (``.done``) and rewrites a half-written one from scratch, so no
-    step is logged twice."""
+    """Each point's training record as one logger run under ``root/<point key>``, with the tags ``parasim train``
+    logs (every GRPO row of the point's ``history``, then its warm-start losses and final evaluation:
+    ``MetricLoggers.log_final``), written whole from the stored result once: a rerun skips the points already
+    written (``.done``) and rewrites a half-written one from scratch, so no step is logged twice."""
     import shutil
 
-    from training.loggers import MetricLoggers
+    from training.loggers import MetricLoggers, final_metrics
 
     for r in results if kinds else ():
         run = root / r["key"]
         if (run / ".done").exists():
             continue
         shutil.rmtree(run, ignore_errors=True)
-        curves = {"reward": r["reward_curve"], "accuracy": r["accuracy_curve"], "entropy": r["entropy_curve"]}
-        with MetricLoggers(run, "curves", kinds, config={"label": r["label"], "seed": r["seed"]}) as log:
-            for step, values in enumerate(zip(*curves.values()), start=1):
-                log.log(dict(zip(curves, values)), step)
+        with MetricLoggers(run, "train_metrics", kinds, config={"label": r["label"], "seed": r["seed"],
+                                                                **r.get("config", {})}) as log:
+            for row in r["history"]:
+                log.log(row, row["step"] + 1)
+            log.log_final(r["sft_losses"], final_metrics(r), len(r["history"]))
         (run / ".done").write_text("")

@@ -26,7 +26,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default=os.path.join("parasim_out", "train"), help="checkpoints and outputs")
     p.add_argument("--loggers", default="jsonl", metavar="LIST",
                    help="metric loggers, comma-separated: jsonl (OUT/train_metrics.jsonl), tensorboard "
-                        "(OUT/tensorboard), wandb (offline, OUT/wandb); empty: none (default: jsonl)")
+                        "(OUT/tensorboard), wandb (OUT/wandb; offline unless WANDB_MODE says otherwise); the names "
+                        "are in docs/metrics.md; empty: none (default: jsonl)")
     p.add_argument("--list-options", action="store_true",
                    help="print every option (type, default, allowed values, help) and exit")
     p.add_argument("--print-config", action="store_true",
@@ -58,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     import torch
 
-    from training.loggers import MetricLoggers, Progress
+    from training.loggers import MetricLoggers, Progress, final_metrics
     from training.pipeline import claim_workdir, grpo_resume_step, run_pipeline
     from training.rescore import write_parquet
 
@@ -85,6 +86,7 @@ def run(args: argparse.Namespace) -> int:
             result = run_pipeline(cfg, out / "ckpt", log, keep_trajectories=True, progress=bar.update)
         except OSError as err:
             raise CommandError(f"the run failed: {err}", RUN_FAILED) from None
+        metrics.log_final(result["sft_losses"], final_metrics(result), cfg.grpo.steps)
     write_parquet(result.pop("trajectories"), out / "trajectories.parquet")
     (out / "metrics.json").write_text(json.dumps(result, indent=1, default=str))
     print(f"accuracy SFT {result['sft_accuracy']:.4f} -> {result['accuracy']:.4f}  reward SFT "

@@ -18,8 +18,9 @@
   episode to the env: each turn the policy (the trainer's own model) samples from the exact token stream, the env
   parses and runs the round, and its feedback is appended as tokens with ``env_mask`` 0, so only the manager's
   tokens are trained. It returns the env's own episode reward as the ``env_reward`` column (``reward_func``
-  passes it to TRL) and the manager's turns as ``manager_turns``, which ``make_reward_func`` replays instead of the
-  completion when present.
+  passes it to TRL, logging the episodes' ``reward_components`` and ``correct`` columns per step) and the manager's
+  turns as ``manager_turns``, which ``make_reward_func`` replays instead of the completion when present. vLLM
+  generation is refused, for the reason docs/bridges.md gives; docs/bridges/trl_grpo.py is a complete script.
 
 Versions: written against TRL 1.16 (``rollout_func`` with ``env_mask``, the reward kwargs ``log_metric``).
 """
@@ -116,7 +117,9 @@ class ParaOrchRollout:
     each prompt's row (its seeds) is found by the prompt. ``max_turn_tokens`` bounds one manager turn; the whole
     completion (manager turns and env feedback) is bounded by the trainer's ``max_completion_length``, and an
     episode that reaches it ends there, never answered. Sampling uses the trainer's ``temperature`` and ``top_p``.
-    Generation runs on the trainer's own model (``use_vllm=False``)."""
+    Generation runs on the trainer's own model (``use_vllm=False``; why not vLLM: docs/bridges.md). The rollout
+    also hands the reward functions each episode's ``reward_components`` and ``correct``, which ``reward_func``
+    logs per step."""
 
     def __init__(self, dataset: Any, *, preset: Any = "paramanager", env_kwargs: Mapping[str, Any] | None = None,
                  max_turn_tokens: int = 512) -> None:
@@ -135,7 +138,10 @@ class ParaOrchRollout:
         from training.llm.rollout import HFEngine, SamplingParams
 
         if getattr(trainer, "use_vllm", False):
-            raise ValueError("use_vllm: ParaOrchRollout samples with the trainer's own model; set use_vllm=False")
+            raise ValueError("use_vllm: ParaOrchRollout samples with the trainer's own model; set use_vllm=False "
+                             "(TRL's vLLM generate is one collective call per batch with one max_completion_length, "
+                             "while an episode's turns differ in number per prompt and rank and each is bounded by "
+                             "the room it has left: docs/bridges.md)")
         seeds = [self._row(p) for p in prompts]
         while len(self.envs) < len(prompts):
             self.envs.append(make_text_env(self.env_kwargs, self.preset))
@@ -163,12 +169,19 @@ class ParaOrchRollout:
 
     @staticmethod
     def reward_func(prompts: Sequence[Any], completions: Sequence[Any], env_reward: Sequence[float],
+                    reward_components: Sequence[Mapping[str, float]] | None = None,
+                    correct: Sequence[bool] | None = None, log_metric: Callable[[str, float], None] | None = None,
                     **_columns: Any) -> list[float]:
         """The reward of each episode as the env paid it (the ``env_reward`` column of the rollout); for
-        ``GRPOTrainer(reward_funcs=rollout.reward_func)``. It needs no replay, so it also serves real tools."""
+        ``GRPOTrainer(reward_funcs=rollout.reward_func)``. It needs no replay, so it also serves real tools. It
+        logs the batch means of the episodes' reward components and accuracy (``parasim/<component>``,
+        ``parasim/correct``) through TRL's ``log_metric``, as ``make_reward_func`` does."""
         if len(env_reward) != len(completions):
             raise ValueError(f"env_reward: {len(env_reward)} values for {len(completions)} completions; use it with "
                              "the rollout_func=ParaOrchRollout(...) that supplies them")
+        if log_metric is not None and reward_components is not None and correct is not None:
+            _log_means(log_metric, [{"reward_components": rc, "correct": c}
+                                    for rc, c in zip(reward_components, correct)])
         return [float(r) for r in env_reward]
 
 
@@ -224,5 +237,6 @@ def play_batch(envs: Sequence[Any], seeds: Sequence[tuple[int, int]], engine: An
         ids, logprobs = traj.input_ids[n:n + max_completion], traj.sampled_logprobs[n:n + max_completion]
         mask = [int(role == ROLE_MANAGER) for s, e, role in traj.spans for _ in range(s, e)][n:n + max_completion]
         out.append({"prompt_ids": traj.input_ids[:n], "completion_ids": ids, "logprobs": logprobs, "env_mask": mask,
-                    "env_reward": info["reward_components"]["total"], "manager_turns": episode_turns})
+                    "env_reward": info["reward_components"]["total"], "manager_turns": episode_turns,
+                    "reward_components": dict(info["reward_components"]), "correct": bool(info["correct"])})
     return out

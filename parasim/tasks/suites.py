@@ -22,6 +22,7 @@ import numpy as np
 
 from parasim.config.jsonl import iter_json_objects
 from parasim.protocol.schema import Domain
+from parasim.tasks.questions import Question, task_question
 
 FREE_FORM = 0  # answer format: free-form answer (math, code); k > 1 means k options
 NUM_ANSWERS = 16  # answer ids 0..15: 0 is the gold answer, 1.. are wrong answers (distractors)
@@ -81,6 +82,15 @@ class TaskSuite:
 
     def __len__(self) -> int:
         return len(self.benchmark)
+
+    def question(self, row: int, rng: np.random.Generator) -> Question:
+        """The question text of a task of suite row ``row``, drawn with ``rng`` (the task's own stream, so one task
+        seed gives one question): a real question of the row's benchmark where a shipped bank has one, else
+        generated text of its domain (``parasim.tasks.questions``); options in answer-id order, gold first."""
+        if not 0 <= row < len(self):
+            raise ValueError(f"row: expected an int in [0, {len(self)}), got {row!r}")
+        return task_question(BENCHMARKS[int(self.benchmark[row])].name, int(self.domain[row]),
+                             int(self.options[row]), rng)
 
     def tables(self) -> dict[str, np.ndarray]:
         """Per-row arrays the compiled simulator reads (benchmark constants joined in)."""

@@ -100,7 +100,7 @@ class GRPOArgs(AdvantageConfig):
     dump_rollouts: bool = opt(False, help="append every trajectory (ids, spans, logprobs, record) to "
                                           "rollouts[_rankR].jsonl")
     loggers: str = opt("jsonl", help="metric loggers, comma-separated: jsonl (grpo_metrics.jsonl), tensorboard, "
-                                     "wandb (offline)")
+                                     "wandb (offline unless WANDB_MODE says otherwise); names: docs/metrics.md")
 
     def __post_init__(self) -> None:
         validate(self)

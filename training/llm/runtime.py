@@ -365,15 +365,16 @@ def barrier(info: DistInfo) -> None:
 # ---------------------------------------------------------------------------------------------- logging
 class StepLog:
     """A trainer's per-step record: to the metric loggers (``training.loggers``) and one line on stdout,
-    from the main process only. A resumed run passes the checkpoint's step, so steps after it are logged once."""
+    from the main process only. A resumed run passes the checkpoint's step, so steps after it are logged once.
+    ``record`` ("grpo" or "sft") picks the dashboard names (``training.loggers.metric_name``)."""
 
     def __init__(self, out: str | Path, name: str, loggers: str, info: DistInfo, *, resume_step: int | None,
-                 config: dict[str, Any] | None = None, echo: bool = True) -> None:
+                 config: dict[str, Any] | None = None, echo: bool = True, record: str = "grpo") -> None:
         from training.loggers import MetricLoggers, parse_loggers
 
         self.echo = echo and info.is_main
         self.sinks = MetricLoggers(out, name, parse_loggers(loggers), resume_step=resume_step, config=config,
-                                   enabled=info.is_main)
+                                   enabled=info.is_main, record=record)
 
     def log(self, record: dict[str, Any]) -> None:
         self.sinks.log(record, int(record["step"]))

@@ -53,7 +53,7 @@ class SFTArgs:
     keep_checkpoints: int = opt(2, lo=1, help="checkpoints kept")
     resume: bool = opt(True, help="continue from output_dir/checkpoints/latest when present")
     loggers: str = opt("jsonl", help="metric loggers, comma-separated: jsonl (sft_metrics.jsonl), tensorboard, "
-                                     "wandb (offline)")
+                                     "wandb (offline unless WANDB_MODE says otherwise); names: docs/metrics.md")
 
     def __post_init__(self) -> None:
         validate(self)
@@ -106,7 +106,7 @@ def main(args: SFTArgs) -> Path:
     optimizer = torch.optim.AdamW(policy.parameters(), lr=args.learning_rate, weight_decay=args.weight_decay)
     start = runtime.load_training_state(ckpt, policy, optimizer, info)["step"] if ckpt else 0
     logger = runtime.StepLog(out, "sft_metrics", args.loggers, info, resume_step=start if ckpt else None,
-                             config=asdict(args))
+                             config=asdict(args), record="sft")
 
     for step in range(start, args.total_steps):
         rows = batch_indices(step, len(data), args.batch_size, args.seed)[info.rank::info.world_size]
