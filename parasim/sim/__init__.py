@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numba
 import numpy as np
 
 from parasim.config.env_options import check_episode_options, check_int, check_task_option_mode
@@ -88,7 +89,7 @@ class Simulator:
 
     def __init__(self, pool: str | PoolSpec = "paramanager", suite: str | TaskSuite = "paramanager",
                  num_lanes: int = 1, *, max_rounds: int = 12, max_parallel: int = 4, serial: bool = False,
-                 token_budget: float | None = None, threads: bool = False,
+                 token_budget: float | None = None, num_threads: int = 1,
                  harness: dict[str, Any] | None = None, task_options: str | None = None) -> None:
         max_rounds, max_parallel, serial, token_budget = check_episode_options(max_rounds, max_parallel, serial,
                                                                                token_budget)
@@ -123,7 +124,8 @@ class Simulator:
         self._all_lanes = np.ones(self.num_lanes, np.uint8)
         # threads (results identical) pay off only with enough lanes and idle cores; opt-in, since sweeps
         # that already run one process per core would oversubscribe them
-        self._step = step_lanes_parallel if threads and self.num_lanes >= PARALLEL_MIN_LANES else step_lanes
+        self.num_threads = check_int("num_threads", num_threads, 1, numba.config.NUMBA_NUM_THREADS)
+        self._threaded = self.num_threads > 1 and self.num_lanes >= PARALLEL_MIN_LANES
 
     def seed(self, seeds: np.ndarray | list[int], lanes: np.ndarray | None = None) -> None:
         """Start the random streams of each lane (all lanes, or ``lanes``) from its seed: its calls' and its drawn task
@@ -212,7 +214,16 @@ class Simulator:
         if actions.shape != self._action_shape or reset_first.shape != self.done.shape:
             raise ValueError(f"Simulator.step: expected actions of shape {self._action_shape} and reset_first of "
                              f"shape {self.done.shape}, got {actions.shape} and {reset_first.shape}")
-        self._step(actions, reset_first, self.done, *self._kernel_args)
+        if self._threaded:
+            # numba's thread count is per calling thread: set it for this call only, lane blocks split over them
+            before = numba.get_num_threads()
+            numba.set_num_threads(self.num_threads)
+            try:
+                step_lanes_parallel(actions, reset_first, self.done, *self._kernel_args)
+            finally:
+                numba.set_num_threads(before)
+        else:
+            step_lanes(actions, reset_first, self.done, *self._kernel_args)
         return self.done
 
     def observation(self, lanes: Any = slice(None)) -> dict[str, np.ndarray]:
