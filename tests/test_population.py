@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 import torch
 
-from parasim.pools.descriptors import MODEL_FEATURES
 from training import sweep
 from training.config import make_config
 from training.pipeline import run_pipeline
@@ -137,37 +136,6 @@ def test_a_members_rows_give_its_floats_alone_wherever_they_sit_in_the_pass():
     for m, (policy, xm, am, lm) in enumerate(zip(policies, x.split(counts), actions.split(counts), logp.split(counts))):
         alone_actions, alone_logp = policy.act(xm.clone(), mask[: counts[m]], torch.Generator().manual_seed(m))
         assert torch.equal(alone_actions, am) and torch.equal(alone_logp, lm), m
-
-
-@pytest.mark.parametrize("model_head", ["index", "descriptor"])
-def test_a_members_gradient_is_its_gradient_alone_beside_larger_members(model_head):
-    """The fused pass pads every member to the largest member's rows: a member's loss gradient (weights, biases,
-    embedding, offset tables) must still be the one it gets alone, whether the others have fewer rows, more rows or
-    many more (several gradient tiles), and a member without rows gets zeros."""
-    torch.manual_seed(1)
-    nvec = [2] + [8, 3, 3] * 4
-    policies = [ManagerPolicy(78, nvec, ("a",), 5, PolicyConfig(model_head=model_head)) for _ in range(5)]
-    stack = PolicyStack(policies)
-    models = torch.rand(3, len(MODEL_FEATURES)) if model_head == "descriptor" else None
-    counts = [3, 290, 0, 123, 1]
-    x, mask = torch.randn(sum(counts), 78), torch.ones(sum(counts), sum(nvec), dtype=torch.bool)
-    gens = [torch.Generator().manual_seed(m) for m in range(5)]
-    actions, _ = stack.act(x, mask, counts, gens, [False] * 5, models)
-    logp, ent = stack.evaluate(x, mask, actions, counts, "grad", models)
-    torch.stack([(lp.sin() + e).mean() for lp, e in zip(logp.split(counts), ent.split(counts)) if len(lp)]).sum() \
-        .backward()
-    rows = np.cumsum([0, *counts])
-    for m, policy in enumerate(policies):
-        grads = [p.grad[m] for p in stack.stacked]
-        if not counts[m]:
-            assert all(not g.any() for g in grads)
-            continue
-        lo, hi = rows[m], rows[m + 1]
-        alone_logp, alone_ent = policy.evaluate(x[lo:hi].clone(), mask[lo:hi], actions[lo:hi], models)
-        assert torch.equal(alone_logp, logp[lo:hi]) and torch.equal(alone_ent, ent[lo:hi]), m
-        (alone_logp.sin() + alone_ent).mean().backward()
-        for (name, param), g in zip(policy.named_parameters(), grads):
-            assert torch.equal(param.grad, g), (m, name)
 
 
 def test_sampling_reproduces_multinomial_draw_for_draw():

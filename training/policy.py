@@ -20,14 +20,11 @@ descriptor head takes the pool's ``models`` rows ``[M, F_m]`` (all rows of a pas
 the trunk never reads them (their size depends on M).
 
 A population of policies (a sweep's grid points and seeds) runs as one ``PolicyStack``: P members' parameters
-stacked along a leading dimension, one pass for all. The members' rows are zero-padded to one ``[P, rows, in]``
-block and every layer is one batched GEMM over the members (``stacked_linear``) with one tanh, the descriptor
-head's embeddings and query scores too; everything after them (tool conditioning, masking, sampling,
-log-probabilities, entropies) is row by row and runs once over all members' rows. A member computes the same
-floats in a population as alone (``ManagerPolicy`` is a population of one and runs through the same code): a row's
-product does not depend on the other rows from ``MIN_ROWS`` rows on, and the weight gradients add fixed-size tiles
-of each member's own rows (``_StackedLinear``); ``MemberAdam`` steps each member exactly as ``torch.optim.Adam``
-steps it alone.
+stacked along a leading dimension, one pass for all. Each member's trunk and heads are its own matrix products
+on its own rows, of the shapes the member has alone; everything after them (tool conditioning, masking,
+sampling, log-probabilities, entropies) is row by row and runs once over all members' rows. A member therefore
+computes the same floats in a population as alone (``ManagerPolicy`` is a population of one and runs through the
+same code), and ``MemberAdam`` steps each member exactly as ``torch.optim.Adam`` steps it alone.
 """
 from __future__ import annotations
 
@@ -111,61 +108,14 @@ def relevance(actions: torch.Tensor, nvec: list[int], num_agent_tools: int) -> t
 
 @dataclass(frozen=True)
 class Weights:
-    """What one pass reads, stacked over the P members: the (weight ``[P, out, in]``, bias ``[P, out]``) pairs of
-    the trunk layers and then the heads, the per-tool offsets ``[P, slots, tools, models]`` (descriptor head:
-    ``[P, slots, tools, E]``) / ``[P, slots, tools, targets]``; the descriptor head adds the embedding's
-    (weight ``[P, E, F]``, bias ``[P, E]``)."""
+    """What one pass reads: each member's (weight, bias) pairs (trunk layers, then the heads) and the stacked
+    per-tool offsets ``[P, slots, tools, models]`` (descriptor head: ``[P, slots, tools, E]``) /
+    ``[P, slots, tools, targets]``; the descriptor head adds each member's embedding (weight, bias)."""
 
-    layers: list[tuple[torch.Tensor, torch.Tensor]]
+    layers: list[list[tuple[torch.Tensor, torch.Tensor]]]
     tool_model: torch.Tensor
     tool_target: torch.Tensor
-    embed: tuple[torch.Tensor, torch.Tensor] | None = None
-
-
-MIN_ROWS = 4  # MKL multiplies 1 to 3 rows differently from 4 or more; from 4 rows on, a row's floats do not depend
-TILE_ROWS = 64  # on the others. A member's rows are cut in tiles of this many for the weight gradients (below)
-
-
-class _StackedLinear(torch.autograd.Function):
-    """``x @ w^T + b`` per member, one batched GEMM: x ``[P, rows, in]`` (member ``p``'s rows, zero-padded), w
-    ``[P, out, in]``, b ``[P, out]`` or None.
-
-    Why a Function: autograd's own backward of ``baddbmm`` contracts the weight gradient over all ``rows``, and
-    MKL sums a longer contraction in another order, so a member's gradient would depend on how many rows the
-    largest member of the pass has. Here the rows are cut into ``tiles`` equal tiles per member (a member's tiles
-    hold its own rows only, the same ones alone and in a population), each tile's product is one batched GEMM of a
-    fixed size, and the tiles are added one after the other: padding tiles add exact zeros, so member ``p``'s
-    gradient is the one it gets alone. The input gradient and the forward pass are row by row (no contraction over
-    rows), the same for any number of rows from ``MIN_ROWS`` on."""
-
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, tiles: int) -> torch.Tensor:
-        ctx.save_for_backward(x, w)
-        ctx.tiles, ctx.bias = tiles, b is not None
-        return torch.bmm(x, w.transpose(1, 2)) if b is None else torch.baddbmm(b.unsqueeze(1), x, w.transpose(1, 2))
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        x, w = ctx.saved_tensors
-        p, rows, width = x.shape
-        t = ctx.tiles
-        gx = torch.bmm(grad, w) if ctx.needs_input_grad[0] else None
-        tiled = grad.reshape(p * t, rows // t, -1)
-        parts = torch.bmm(tiled.transpose(1, 2), x.reshape(p * t, rows // t, width)).view(p, t, *w.shape[1:])
-        sums = tiled.sum(1).view(p, t, -1) if ctx.bias else None
-        gw, gb = parts[:, 0], None if sums is None else sums[:, 0]
-        for k in range(1, t):
-            gw = gw + parts[:, k]
-            gb = None if gb is None else gb + sums[:, k]
-        return gx, gw, gb, None
-
-
-def stacked_linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, tiles: int) -> torch.Tensor:
-    """Each member's rows of ``x`` ``[P, rows, in]`` times its weight ``w[p]`` plus its bias: see ``_StackedLinear``
-    (``tiles`` equal tiles of rows per member for the weight gradient; 1 when no gradient is taken)."""
-    if not torch.is_grad_enabled() or not (w.requires_grad or x.requires_grad):
-        return torch.bmm(x, w.transpose(1, 2)) if b is None else torch.baddbmm(b.unsqueeze(1), x, w.transpose(1, 2))
-    return _StackedLinear.apply(x, w, b, tiles)
+    embed: list[tuple[torch.Tensor, torch.Tensor]] | None = None
 
 
 def draw_noise(nvec: Sequence[int], counts: Sequence[int], generators: Sequence[torch.Generator | None],
@@ -232,56 +182,18 @@ class _Heads:
         nvec = self._with_models(len(models))
         return nvec, np.cumsum(nvec)[:-1].tolist()
 
+    def _model_logits(self, out: torch.Tensor, emb: torch.Tensor) -> torch.Tensor:
+        """The descriptor head's output with each slot's query replaced by its scores of the models' embeddings
+        ``emb`` [M, E]: query . embedding, one logit per model."""
+        pieces = list(torch.tensor_split(out, self.head_splits, dim=1))
+        for d in range(1, len(pieces)):
+            if slot_of_dimension(d)[1] == 1:
+                pieces[d] = pieces[d] @ emb.t()
+        return torch.cat(pieces, dim=1)
+
     def relevance(self, actions: torch.Tensor) -> torch.Tensor:
         """Which dimensions of each action changed what the env did (bool[N, D])."""
         return relevance(actions, self.nvec, self.num_agent_tools)
-
-    def _heads_out(self, w: Weights, x: torch.Tensor, counts: Sequence[int],
-                   models: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The heads' output for rows grouped by member (model dimensions: the descriptor head's scores) and the
-        descriptor head's model embeddings ``[P, M, E]`` (None for the index head).
-
-        The members with rows run together: their rows zero-padded to one ``[P', rows, in]`` block, one batched
-        GEMM per layer (``stacked_linear``) and one tanh for all, then the real rows gathered back in member order.
-        ``rows`` is at least ``MIN_ROWS`` and, when a gradient is taken, whole ``TILE_ROWS`` tiles, so a member's
-        floats and gradients are the ones it gets alone."""
-        members = [m for m, c in enumerate(counts) if c]
-        sizes = [counts[m] for m in members]
-        grad = torch.is_grad_enabled()
-        tiles = -(-max(sizes) // TILE_ROWS) if grad else 1
-        rows = tiles * TILE_ROWS if grad else max(MIN_ROWS, max(sizes))
-        # where each real row sits in the padded block, member by member
-        at = torch.cat([torch.arange(n) + j * rows for j, n in enumerate(sizes)])
-        h = x.new_zeros(len(members), rows, x.shape[1])
-        h.view(-1, x.shape[1])[at] = x
-        pick = None if len(members) == self._size(w) else torch.as_tensor(members)
-        layers = [(wt, b) if pick is None else (wt.index_select(0, pick), b.index_select(0, pick))
-                  for wt, b in w.layers]
-        for weight, bias in layers[:-1]:
-            # in place: the product's backward reads its inputs, not its output, so tanh may overwrite it
-            h = stacked_linear(h, weight, bias, tiles).tanh_()
-        out = stacked_linear(h, *layers[-1], tiles)
-        embs = None
-        if w.embed is not None:
-            # every member's model embeddings (the offset tables index them all): the pool's rows through each
-            # member's embedding, one batched GEMM
-            we, be = w.embed
-            embs = torch.baddbmm(be.unsqueeze(1), models.expand(len(we), *models.shape), we.transpose(1, 2)).tanh_()
-            pieces = list(torch.tensor_split(out, self.head_splits, dim=2))
-            model_dims = [d for d in range(1, len(pieces)) if slot_of_dimension(d)[1] == 1]
-            # every slot's query scored against the member's model embeddings: one GEMM per pass
-            query = torch.stack([pieces[d] for d in model_dims], dim=2).flatten(1, 2)  # [P', rows * slots, E]
-            mine = embs if pick is None else embs.index_select(0, pick)
-            scores = stacked_linear(query, mine, None, tiles).view(len(members), rows, len(model_dims), -1)
-            for j, d in enumerate(model_dims):
-                pieces[d] = scores[:, :, j]
-            out = torch.cat(pieces, dim=2)
-        return out.reshape(-1, out.shape[2]).index_select(0, at), embs
-
-    @staticmethod
-    def _size(w: Weights) -> int:
-        """The members of ``w``."""
-        return len(w.layers[0][0])
 
     def _pass(self, w: Weights, x: torch.Tensor, mask: torch.Tensor, counts: Sequence[int],
               actions: torch.Tensor | None, noise: list[torch.Tensor] | None = None,
@@ -291,14 +203,26 @@ class _Heads:
         order), sampling each dimension first when ``actions`` is None (greedy members take the argmax); ``models``
         are the pool's descriptor rows (read by the descriptor head only)."""
         _, splits = self._dims(models)
-        base, embs = self._heads_out(w, x, counts, models)
-        base = torch.tensor_split(base, splits, dim=1)
+        members = [m for m, c in enumerate(counts) if c]
+        # the descriptor head's model embeddings, one per member (every member: the offset table indexes them all)
+        embs = None if w.embed is None else [functional.linear(models, *e).tanh() for e in w.embed]
+        parts = []
+        for m, xm in zip(members, x.split([counts[m] for m in members])):
+            # MKL multiplies a batch of 2 or 3 rows differently when it starts off a 16-byte boundary, as a member's
+            # rows inside the population's features can; a member alone always gets a fresh, aligned tensor
+            h = xm.clone() if xm.data_ptr() % 16 else xm
+            for weight, bias in w.layers[m][:-1]:
+                # in place: the product's backward reads its inputs, not its output, so tanh may overwrite it
+                h = functional.linear(h, weight, bias).tanh_()
+            out = functional.linear(h, *w.layers[m][-1])
+            parts.append(out if embs is None else self._model_logits(out, embs[m]))
+        base = torch.tensor_split(parts[0] if len(parts) == 1 else torch.cat(parts), splits, dim=1)
         illegal = torch.tensor_split(~mask.bool(), splits, dim=1)
         rows = torch.as_tensor(counts)
         # row r's offsets of slot s for tool t sit at row (member(r) * slots + s) * tools + t of a flattened table
         first = torch.repeat_interleave(torch.arange(len(counts)) * (self.slots * self.nvec[1]), rows) \
             if self.slots else None
-        tool_model = w.tool_model if embs is None else torch.bmm(w.tool_model.flatten(1, 2), embs.transpose(1, 2))
+        tool_model = w.tool_model if embs is None else torch.stack([t @ e.t() for t, e in zip(w.tool_model, embs)])
         tables = [t.reshape(-1, t.shape[-1]) for t in (tool_model, w.tool_target)]
         mixed = any(greedy) and not all(greedy)
         greedy_rows = torch.repeat_interleave(torch.as_tensor(list(greedy), dtype=torch.bool), rows) if mixed else None
@@ -382,10 +306,10 @@ class ManagerPolicy(nn.Module, _Heads):
     def weights(self) -> Weights:
         """This policy as a population of one."""
         params = dict(self.named_parameters())
-        embed = (params["model_embed.weight"].unsqueeze(0), params["model_embed.bias"].unsqueeze(0)) \
-            if self.model_head == "descriptor" else None
-        return Weights([(params[w].unsqueeze(0), params[b].unsqueeze(0)) for w, b in self.linear_names()],
-                       self.tool_model.unsqueeze(0), self.tool_target.unsqueeze(0), embed)
+        embed = [(params["model_embed.weight"], params["model_embed.bias"])] if self.model_head == "descriptor" \
+            else None
+        return Weights([[(params[w], params[b]) for w, b in self.linear_names()]], self.tool_model.unsqueeze(0),
+                       self.tool_target.unsqueeze(0), embed)
 
     def logits(self, x: torch.Tensor, mask: torch.Tensor, actions: torch.Tensor,
                models: torch.Tensor | None = None) -> list[torch.Tensor]:
@@ -437,11 +361,12 @@ class PolicyStack(nn.Module, _Heads):
         return self.stacked[self.names.index(name)]
 
     def weights(self) -> Weights:
-        """The stacked parameters, as one pass reads them."""
-        embed = (self.param("model_embed.weight"), self.param("model_embed.bias")) \
+        """Per-member views of the stacked parameters (one ``unbind`` each, so the backward is one ``stack``)."""
+        views = {n: p.unbind(0) for n, p in zip(self.names, self.stacked) if n not in ("tool_model", "tool_target")}
+        layers = [[(views[w][m], views[b][m]) for w, b in self._linear_names] for m in range(self.size)]
+        embed = [(views["model_embed.weight"][m], views["model_embed.bias"][m]) for m in range(self.size)] \
             if self.model_head == "descriptor" else None
-        return Weights([(self.param(w), self.param(b)) for w, b in self._linear_names], self.param("tool_model"),
-                       self.param("tool_target"), embed)
+        return Weights(layers, self.param("tool_model"), self.param("tool_target"), embed)
 
     def member_state(self, m: int) -> OrderedDict[str, torch.Tensor]:
         """Member ``m``'s parameters as a ``ManagerPolicy.state_dict()``."""
