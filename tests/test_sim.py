@@ -178,6 +178,14 @@ def test_simulator_option_errors(bad):
         Simulator("paramanager", "math", 1, **bad)
 
 
+def test_seed_states_are_seed_state_of_each_seed():
+    from parasim.sim.rng import seed_state, seed_states
+
+    seeds = [0, 1, 7, 2**31 - 1, 2**32, 2**62 + 3, 2**63, 2**64 - 1, *np.random.default_rng(0).integers(0, 2**62, 50)]
+    assert seed_states(seeds).dtype == np.uint64
+    assert [int(v) for v in seed_states(seeds)] == [int(seed_state(int(s))) for s in seeds]
+
+
 def test_num_threads_is_checked_against_numbas_threads():
     import numba
 

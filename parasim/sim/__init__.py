@@ -50,7 +50,7 @@ from parasim.sim.kernel import (
     TASK_KEYED,
     TASK_ROW,
 )
-from parasim.sim.rng import seed_state
+from parasim.sim.rng import seed_states
 from parasim.sim.state import (
     EpisodeTools,
     ObsBuffers,
@@ -72,7 +72,7 @@ from parasim.sim.tables import (
     build_tables,
     kernel_params,
 )
-from parasim.sim.task_options import option_stream, preference_fields, set_lane_options
+from parasim.sim.task_options import OPT_TAG, preference_fields, set_lane_options
 from parasim.tasks.suites import TaskSuite, load_suite
 
 PARALLEL_MIN_LANES = 1024
@@ -131,11 +131,12 @@ class Simulator:
         """Start the random streams of each lane (all lanes, or ``lanes``) from its seed: its calls' and its drawn task
         options' (``task_options="random"``); episodes count from 1."""
         idx = np.arange(self.num_lanes) if lanes is None else np.asarray(lanes)
-        records = self._lanes.lanes
-        for i, s in zip(idx, seeds, strict=False):
-            self.state.rng[i] = seed_state(int(s))
-            records["opt_rng"][i] = option_stream(int(s))
-            self.state.st_i[i, I_EPISODE] = 0
+        n = min(len(idx), len(seeds))
+        idx = idx[:n]
+        states = seed_states(list(seeds)[:n])
+        self.state.rng[idx] = states
+        self._lanes.lanes["opt_rng"][idx] = states ^ np.uint64(OPT_TAG)  # ``option_stream`` of each seed
+        self.state.st_i[idx, I_EPISODE] = 0
 
     @property
     def lane_records(self) -> np.ndarray:
@@ -188,8 +189,8 @@ class Simulator:
             if np.shape(task_seeds) != (self.num_lanes,):
                 raise ValueError(f"task_seeds: expected {self.num_lanes} integers, got shape {np.shape(task_seeds)}")
             task[:, TASK_KEYED] = 1
-            for i in np.flatnonzero(m):
-                self.state.task_rng[i] = seed_state(int(task_seeds[i]))
+            reset = np.flatnonzero(m)
+            self.state.task_rng[reset] = seed_states([task_seeds[i] for i in reset])
         if preference is not None or tools_available is not None or tool_prices is not None:
             t = self.num_tools
             for name, value, width in (("preference", preference, t + 3), ("tools_available", tools_available, t),
