@@ -3,6 +3,10 @@
 - group ``vector env step, 4096 lanes``: the compiled env (``gym.make_vec``, NEXT_STEP autoreset) and the NumPy
   reference env of ``bench_env.py``, the same policy and the same steps per round: the rows' time ratio is the
   compiled env's speedup over a NumPy-batched env.
+- group ``vector env against CartPole, 4096 lanes`` (issue 22): the compiled env on one thread against Gymnasium's
+  NumPy-batched CartPole (``CartPoleVectorEnv``, the same lanes), and the compiled env on two threads
+  (``num_threads=2``) against one thread; each row alternates short slices of the two (ABAB, after a warm-up) and
+  reports the median of the per-pair ratios of lane-steps/s in ``extra_info["ratio"]`` (goals: >= 0.2 and >= 1.7).
 - group ``vector env lane-step cost``: the compiled env at 1,024 and 4,096 lanes, each round the same number of
   lane-steps (4x the steps at 1,024 lanes): equal times mean a lane-step costs the same with 4x the lanes, i.e.
   that the larger state (about 4 MB of lane records and observations at 4,096 lanes) does not slow each lane down.
@@ -49,6 +53,59 @@ def _compiled(lanes: int, steps: int) -> tuple[Callable[[np.ndarray], object], n
     env = gym.make_vec("ParaOrch-v0", num_envs=lanes, vectorization_mode="vector_entry_point")
     env.reset(seed=0)
     return env.step, policy_actions(env.unwrapped.sim.nvec, lanes, steps)
+
+
+def _cartpole(lanes: int, steps: int) -> tuple[Callable[[np.ndarray], object], np.ndarray]:
+    env = gym.make_vec("CartPole-v1", num_envs=lanes, vectorization_mode="vector_entry_point")
+    env.reset(seed=0)
+    return env.step, np.random.default_rng(0).integers(0, 2, (steps, lanes))
+
+
+def _threaded(threads: int) -> Callable[[int, int], tuple[Callable[[np.ndarray], object], np.ndarray]]:
+    def make(lanes: int, steps: int) -> tuple[Callable[[np.ndarray], object], np.ndarray]:
+        env = gym.make_vec("ParaOrch-v0", num_envs=lanes, vectorization_mode="vector_entry_point",
+                           num_threads=threads)
+        env.reset(seed=0)
+        return env.step, policy_actions(env.unwrapped.sim.nvec, lanes, steps)
+    return make
+
+
+def interleaved_ratio(a: tuple[Callable[[np.ndarray], object], np.ndarray],
+                      b: tuple[Callable[[np.ndarray], object], np.ndarray], pairs: int) -> dict[str, float]:
+    """Lane-steps/s of ``a`` over ``b``, each (step function, actions [steps, lanes, ...]): one warm-up slice each,
+    then ``pairs`` pairs of slices in ABBA order; the median and the spread of the per-pair ratios."""
+    rates: dict[int, list[float]] = {0: [], 1: []}
+
+    def one(k: int) -> None:
+        step, actions = (a, b)[k]
+        t0 = time.perf_counter()
+        for x in actions:
+            step(x)
+        rates[k].append(actions.shape[0] * actions.shape[1] / (time.perf_counter() - t0))
+
+    one(0), one(1)
+    rates = {0: [], 1: []}
+    for p in range(pairs):
+        for k in ((0, 1) if p % 2 == 0 else (1, 0)):
+            one(k)
+    ratios = np.array(rates[0]) / np.array(rates[1])
+    return {"ratio": float(np.median(ratios)), "ratio_lo": float(ratios.min()), "ratio_hi": float(ratios.max()),
+            "a_steps_per_s": float(np.median(rates[0])), "b_steps_per_s": float(np.median(rates[1])), "pairs": pairs}
+
+
+@pytest.mark.benchmark(group=f"vector env against CartPole, {LANES} lanes")
+@pytest.mark.parametrize("pair", ["one_thread_vs_cartpole", "two_threads_vs_one"])
+def test_vector_env_interleaved(benchmark, pair: str) -> None:
+    if pair == "two_threads_vs_one":
+        import numba
+
+        if numba.config.NUMBA_NUM_THREADS < 2:
+            pytest.skip("numba has one thread on this machine")
+        a, b = _threaded(2)(LANES, STEPS), _threaded(1)(LANES, STEPS)
+    else:
+        a, b = _threaded(1)(LANES, STEPS), _cartpole(LANES, STEPS * 4)
+    figures = benchmark.pedantic(interleaved_ratio, args=(a, b, 10), rounds=1, iterations=1)
+    benchmark.extra_info.update(lanes=LANES, **figures)
 
 
 def _numpy_reference(lanes: int, steps: int) -> tuple[Callable[[np.ndarray], object], np.ndarray]:

@@ -113,11 +113,13 @@ inline GroupRange group_ranges(const BatchView& b) {
 
 constexpr int64_t kRewardBlock = 256;
 
-// Per-block values shared by every config: toolorchestra's normalized features, calls per round, sqrt(usd).
+// Per-block values shared by every config: toolorchestra's normalized features, calls per round, sqrt(usd), and the
+// integer fields the formulas read, converted to double once per block instead of once per config.
 struct RewardScratch {
-  std::vector<double> norm, par, sqrt_usd;
+  std::vector<double> norm, par, sqrt_usd, fmt, no_final, distinct;
   RewardScratch(bool ranges, int num_features)
-      : norm(ranges ? num_features * kRewardBlock : 0), par(kRewardBlock), sqrt_usd(kRewardBlock) {}
+      : norm(ranges ? num_features * kRewardBlock : 0), par(kRewardBlock), sqrt_usd(kRewardBlock),
+        fmt(kRewardBlock), no_final(kRewardBlock), distinct(kRewardBlock) {}
 };
 
 inline double clamp01(double x) { return fmin1(fmax1(x, 0.0), 1.0); }
@@ -143,16 +145,16 @@ inline void score_config(const BatchView& b, const double* p, int64_t b0, int64_
     const double ps = p[kParShare], gate = p[kDiversityNeedsCorrect] != 0.0 ? 1.0 : 0.0;
     const double w_l = p[kWLength], lt = p[kLTar], inv_l = 1.0 / ((p[kBudgetMaxFactor] - 1.0) * p[kLTar]);
     const double w_c = p[kWCost], ct = p[kCTar], inv_c = 1.0 / ((p[kBudgetMaxFactor] - 1.0) * p[kCTar]);
-    const int32_t* __restrict fv = b.format_violations + b0;
-    const uint8_t* __restrict ef = b.ended_with_final + b0;
-    const int32_t* __restrict dt = b.distinct_tools + b0;
+    const double* __restrict fv = sc.fmt.data();
+    const double* __restrict nef = sc.no_final.data();
+    const double* __restrict dt = sc.distinct.data();
     const double* __restrict tok = b.tokens + b0;
     const double* __restrict cu = b.cost_units + b0;
     const double* __restrict par = sc.par.data();
     for (int64_t j = 0; j < m; ++j) {
       const double correct = static_cast<double>(o[j] >= thr);
       const double c0 = w_o * o[j];
-      const double c1 = -w_p * fmin1(fp * fv[j] + nf * (1.0 - ef[j]), 1.0);
+      const double c1 = -w_p * fmin1(fp * fv[j] + nf * nef[j], 1.0);
       const double div = ps * fmin1(par[j] * inv_tp, 1.0) + (1.0 - ps) * fmin1(dt[j] * inv_tt, 1.0);
       const double c2 = w_d * div * (gate * correct + (1.0 - gate));
       const double c3 = w_l * -clamp01((tok[j] - lt) * inv_l);
@@ -192,11 +194,11 @@ inline void score_config(const BatchView& b, const double* p, int64_t b0, int64_
   } else {  // router_r1
     const double lo = p[kCostLo], hi = p[kCostHi], alpha = p[kAlphaCost], fr = p[kFormatReward];
     const double inv_span = hi > lo ? 1.0 / (hi - lo) : 0.0;
-    const int32_t* __restrict fv = b.format_violations + b0;
-    const uint8_t* __restrict ef = b.ended_with_final + b0;
+    const double* __restrict fv = sc.fmt.data();
+    const double* __restrict nef = sc.no_final.data();
     const double* __restrict su = sc.sqrt_usd.data();
     for (int64_t j = 0; j < m; ++j) {
-      const double good = static_cast<double>((fv[j] <= 0) & (ef[j] != 0));
+      const double good = (fv[j] <= 0.0) & (nef[j] == 0.0) ? 1.0 : 0.0;
       const double correct = static_cast<double>(o[j] >= thr);
       const double scaled = clamp01((su[j] - lo) * inv_span);  // inv_span = 0 when hi <= lo: scaled = 0
       const double c0 = good * ((1.0 - alpha) * o[j]);
@@ -271,6 +273,9 @@ inline void score_block(const BatchView& b, const double* params, int64_t C, boo
   for (int64_t j = 0; j < m; ++j) {
     sc.par[j] = static_cast<double>(b.tool_calls[b0 + j]) / std::max(b.rounds[b0 + j], 1);
     sc.sqrt_usd[j] = std::sqrt(b.usd[b0 + j]);
+    sc.fmt[j] = static_cast<double>(b.format_violations[b0 + j]);
+    sc.no_final[j] = 1.0 - static_cast<double>(b.ended_with_final[b0 + j]);
+    sc.distinct[j] = static_cast<double>(b.distinct_tools[b0 + j]);
   }
   const int64_t width = param_width(b.num_tools);
   for (int64_t c = 0; c < C; ++c) {

@@ -119,7 +119,7 @@ REAL_TOOLS_HINT = (
 
 
 def make_simulator(tools: str, num_lanes: int, *, pool: Any, suite: Any, max_rounds: int, max_parallel: int,
-                   serial: bool, token_budget: float | None, threads: bool = False,
+                   serial: bool, token_budget: float | None, num_threads: int = 1,
                    harness: dict[str, Any] | None = None, task_options: str | None = None) -> Simulator:
     """The compiled simulator behind the simulated envs (real tools run through ``envs.real_source``)."""
     if tools == "real":
@@ -129,7 +129,7 @@ def make_simulator(tools: str, num_lanes: int, *, pool: Any, suite: Any, max_rou
     if tools != "sim":
         raise ValueError(f"tools: expected 'sim' or 'real', got {tools!r}")
     return Simulator(pool, suite, num_lanes, max_rounds=max_rounds, max_parallel=max_parallel, serial=serial,
-                     token_budget=token_budget, threads=threads, harness=harness, task_options=task_options)
+                     token_budget=token_budget, num_threads=num_threads, harness=harness, task_options=task_options)
 
 
 def observation_space(sim: Simulator, descriptors: bool = False, joint: JointEncoding | None = None) -> spaces.Dict:

@@ -8,14 +8,14 @@ lane its own), exactly as ``SyncVectorEnv`` seeds its sub-envs; each lane has it
 autoresets continue it. So lane ``i`` replays ``ParaOrchEnv`` reset with seed ``s + i`` step for step,
 and this env is trajectory-for-trajectory equal to ``SyncVectorEnv`` over ``gym.make("ParaOrch-v0")``.
 
-Autoreset (``autoreset_mode``): NEXT_STEP (default) resets a finished lane on the following step (its
-action is ignored, reward 0, not terminated); SAME_STEP resets it in the step where it finished and puts
-the terminal observation and info in ``info["final_obs"]`` / ``info["final_info"]``.
-``threads=True`` steps lanes on numba's threads (from 1,024 lanes; identical results), worth it only when
-cores are idle. ``reset(options={"reset_mask": bool[N]})`` resets only the masked lanes (the others keep running and
-return their current observation). Infos follow Gymnasium's vector convention (``_key`` masks); a terminal step's
-info holds ``reward_components``, ``trajectory``, ``task_index`` and ``benchmark`` per finished lane (see
-``ParaOrchEnv``).
+Autoreset (``autoreset_mode``): NEXT_STEP (default) resets a finished lane on the following step (its action is ignored,
+reward 0, not terminated); SAME_STEP resets it in the step where it finished and puts the terminal observation and info
+in ``info["final_obs"]`` / ``info["final_info"]``. ``num_threads=n`` steps blocks of lanes on ``n`` of numba's threads
+(from 1,024 lanes; bit-identical to one thread: each lane has its own record and random stream), worth it only when
+cores are idle: a sweep's workers already take a core each (``training.rollout.env_threads``).
+``reset(options={"reset_mask": bool[N]})`` resets only the masked lanes (the others keep running and return their
+current observation). Infos follow Gymnasium's vector convention (``_key`` masks); a terminal step's info holds
+``reward_components``, ``trajectory``, ``task_index`` and ``benchmark`` per finished lane (see ``ParaOrchEnv``).
 
 Task assignment (GRPO groups): ``reset(options={"task_index": int[N], "task_seed": int[N]})``, either or both,
 gives lane ``i`` the single env's options ``task_index[i]`` / ``task_seed[i]`` (see ``ParaOrchEnv``): lanes with
@@ -93,7 +93,7 @@ class ParaOrchVectorEnv(VectorEnv):
                  max_rounds: int = 12, max_parallel: int = 4, serial: bool = False, reward: Any = "paramanager",
                  tools: str = "sim", token_budget: float | None = None, seed: int | None = None,
                  autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP, render_mode: str | None = None,
-                 threads: bool = False, harness: dict[str, Any] | None = None, descriptors: bool = False,
+                 num_threads: int = 1, harness: dict[str, Any] | None = None, descriptors: bool = False,
                  task_options: str | None = None, action_encoding: str = "factored") -> None:
         if not isinstance(num_envs, int | np.integer) or num_envs < 1:
             raise ValueError(f"num_envs: expected a positive integer, got {num_envs!r}")
@@ -106,7 +106,7 @@ class ParaOrchVectorEnv(VectorEnv):
         self.num_envs = int(num_envs)
         self.sim = make_simulator(tools, self.num_envs, pool=pool, suite=suite, max_rounds=max_rounds,
                                   max_parallel=max_parallel, serial=serial, token_budget=token_budget,
-                                  threads=threads, harness=harness, task_options=task_options)
+                                  num_threads=num_threads, harness=harness, task_options=task_options)
         self.reward_config = resolve_reward(reward)
         self.metadata = {**self.metadata, "autoreset_mode": mode}
         self.autoreset_mode = mode

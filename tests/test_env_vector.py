@@ -209,3 +209,32 @@ def test_make_vec_takes_the_autoreset_mode_in_vector_kwargs(mode):
     assert gym.spec("ParaOrch-v0").kwargs == {}  # the registered kwargs are not changed by a make_vec
     with pytest.raises(gym.error.Error, match="vector_kwargs"):
         gym.make_vec("ParaOrch-v0", num_envs=2, vector_kwargs={"copy": False})
+
+
+def test_two_threads_step_exactly_what_one_thread_steps():
+    """Lane blocks on two of numba's threads: the same observations, rewards, terminations and terminal infos
+    (trajectories, reward components) as one thread, step for step, autoresets and task options included."""
+    import numba
+
+    from parasim.sim import PARALLEL_MIN_LANES
+
+    if numba.config.NUMBA_NUM_THREADS < 2:
+        pytest.skip("numba has one thread on this machine")
+    n = PARALLEL_MIN_LANES
+    envs = [gym.make_vec("ParaOrch-v0", num_envs=n, vectorization_mode="vector_entry_point", max_rounds=4,
+                         task_options="random", num_threads=t) for t in (1, 2)]
+    assert [e.unwrapped.sim._threaded for e in envs] == [False, True]
+    first = [e.reset(seed=7)[0] for e in envs]
+    _assert_tree_equal(first[0], first[1], "reset")
+    finished = 0
+    for t, a in enumerate(_policy_actions(envs[0].action_space, 30, 3)):
+        one, two = envs[0].step(a), envs[1].step(a)
+        for name, x, y in zip(("obs", "reward", "terminated", "truncated", "info"), one, two, strict=False):
+            _assert_tree_equal(x, y, f"step {t} {name}")
+        finished += int(one[2].sum())
+    assert finished > n
+
+
+def test_num_threads_is_checked():
+    with pytest.raises(TypeError, match="num_threads: expected an integer"):
+        gym.make_vec("ParaOrch-v0", num_envs=2, vectorization_mode="vector_entry_point", num_threads=1.5)

@@ -153,6 +153,26 @@ def test_sampling_reproduces_multinomial_draw_for_draw():
     assert torch.equal(actions, want) and torch.equal(gen.get_state(), ref.get_state())
 
 
+def test_sweep_workers_split_the_cores_for_their_envs(monkeypatch):
+    """threads x workers use each core once: a chunk's vector env gets cores // workers threads (at least 1, at most
+    numba's), and make_envs steps on the threads the process was set to."""
+    import numba
+
+    from training import rollout
+
+    cfg = make_config("default", {**TINY, "c_tar": "4"})
+    real = numba.config.NUMBA_NUM_THREADS
+    monkeypatch.setitem(rollout._ENV_THREADS, "n", real)
+    assert rollout.make_envs(cfg.env, 2, cfg.reward).unwrapped.sim.num_threads == real
+    monkeypatch.setattr(rollout.os, "cpu_count", lambda: 16)
+    monkeypatch.setattr(numba.config, "NUMBA_NUM_THREADS", 16)
+    assert [rollout.threads_per_worker(w) for w in (1, 2, 3, 16, 32)] == [16, 8, 5, 1, 1]
+    chunks = sweep.plan_chunks([sweep.GridPoint("default", (("c_tar", "4"),), 0)], 2)
+    assert [c.env_threads for c in chunks] == [8]
+    monkeypatch.setattr(numba.config, "NUMBA_NUM_THREADS", 1)
+    assert rollout.threads_per_worker(1) == 1
+
+
 def test_split_population_keeps_shared_demonstrations_together():
     keys = [s for _c in range(4) for s in (0, 1, 2)]  # 4 c_tar values x 3 seeds, grid order
     chunks = split_population(keys, 2)

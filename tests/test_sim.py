@@ -178,13 +178,29 @@ def test_simulator_option_errors(bad):
         Simulator("paramanager", "math", 1, **bad)
 
 
+def test_seed_states_are_seed_state_of_each_seed():
+    from parasim.sim.rng import seed_state, seed_states
+
+    seeds = [0, 1, 7, 2**31 - 1, 2**32, 2**62 + 3, 2**63, 2**64 - 1, *np.random.default_rng(0).integers(0, 2**62, 50)]
+    assert seed_states(seeds).dtype == np.uint64
+    assert [int(v) for v in seed_states(seeds)] == [int(seed_state(int(s))) for s in seeds]
+
+
+def test_num_threads_is_checked_against_numbas_threads():
+    import numba
+
+    with pytest.raises(ValueError, match=r"num_threads: expected an integer in \[1, "):
+        Simulator("paramanager", "math", 1, num_threads=numba.config.NUMBA_NUM_THREADS + 1)
+    with pytest.raises(TypeError, match="num_threads"):
+        Simulator("paramanager", "math", 1, num_threads=True)
+
+
 def test_threaded_step_equals_the_serial_loop():
     from parasim.sim import PARALLEL_MIN_LANES
-    from parasim.sim.step import step_lanes
 
     n = PARALLEL_MIN_LANES
-    sims = [Simulator("toolorchestra", "paramanager", n, max_rounds=3, threads=t) for t in (True, False)]
-    assert sims[1]._step is step_lanes
+    sims = [Simulator("toolorchestra", "paramanager", n, max_rounds=3, num_threads=t) for t in (2, 1)]
+    assert sims[0]._threaded and not sims[1]._threaded
     rng = np.random.default_rng(0)
     for sim in sims:
         sim.seed(np.arange(n))

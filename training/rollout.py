@@ -12,6 +12,7 @@ decision, the episodes it plays alone; ``Rollout.member`` gives them back as the
 """
 from __future__ import annotations
 
+import os
 import time
 import zlib
 from collections.abc import Callable, Sequence
@@ -35,6 +36,23 @@ def derive_seed(seed: int, *tags: Any) -> int:
     return int(np.random.SeedSequence([int(seed), *keys]).generate_state(1)[0] & 0x7FFFFFFF)
 
 
+_ENV_THREADS = {"n": 1}  # numba threads per vector env this process makes (set_env_threads)
+
+
+def threads_per_worker(workers: int) -> int:
+    """numba threads for each of ``workers`` processes sharing this machine, so that the cores are used once:
+    ``cores // workers``, at least 1, at most numba's thread count (the env's results do not depend on it)."""
+    import numba
+
+    return max(1, min(numba.config.NUMBA_NUM_THREADS, (os.cpu_count() or 1) // max(1, workers)))
+
+
+def set_env_threads(n: int) -> None:
+    """Step the vector envs this process makes from now on (``make_envs``) on ``n`` threads: a sweep's worker sets
+    ``threads_per_worker(workers)``, a trainer alone ``threads_per_worker(1)``."""
+    _ENV_THREADS["n"] = int(n)
+
+
 def make_envs(env_cfg: Any, num_envs: int, reward: RewardConfig) -> gym.vector.VectorEnv:
     """The batched env for an ``EnvConfig`` (every field is an env keyword; ``token_budget`` 0 = none) that scores
     its episodes under ``reward`` in ``info["reward_components"]``. Trainers score episodes themselves
@@ -46,7 +64,7 @@ def make_envs(env_cfg: Any, num_envs: int, reward: RewardConfig) -> gym.vector.V
     kwargs["token_budget"] = kwargs["token_budget"] or None
     kwargs["pool"] = env_pool(kwargs["pool"], kwargs.pop("pool_set", ""))
     return gym.make_vec("ParaOrch-v0", num_envs=num_envs, vectorization_mode="vector_entry_point", reward=reward,
-                        **kwargs)
+                        num_threads=_ENV_THREADS["n"], **kwargs)
 
 
 @dataclass(frozen=True)

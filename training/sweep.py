@@ -35,6 +35,7 @@ from training.config import options_table as config_options_table
 from training.expert import demonstrations_key
 from training.loggers import Progress
 from training.population import population_key, split_population
+from training.rollout import set_env_threads, threads_per_worker
 from training.store import ResultsStore, StoreError, atomic_write_json
 from training.sweep_backends import BACKENDS, DEFAULT_BACKEND
 
@@ -123,6 +124,7 @@ def run_point(point: GridPoint) -> dict[str, Any]:
     from training.pipeline import run_pipeline
 
     torch.set_num_threads(1)
+    set_env_threads(1)  # the per-point backend runs a worker per core
     start = time.perf_counter()
     history: list[dict[str, Any]] = []
     try:
@@ -155,6 +157,7 @@ class Chunk:
     points: tuple[GridPoint, ...]
     workdir: str | None = None
     progress_file: str | None = None
+    env_threads: int = 1  # numba threads of the chunk's vector env (``rollout.threads_per_worker``)
 
 
 def plan_chunks(points: Sequence[GridPoint], workers: int, workdir: Path | None = None) -> list[Chunk]:
@@ -168,7 +171,9 @@ def plan_chunks(points: Sequence[GridPoint], workers: int, workdir: Path | None 
         parts = 1 if len(groups) >= workers else math.ceil(workers * len(group) / len(points))
         for idx in split_population([demonstrations_key(p.config()) for p in group], parts):
             chunks.append(tuple(group[i] for i in idx))
-    return [Chunk(c, str(workdir) if workdir else None, str(workdir / f"progress-{i}.json") if workdir else None)
+    threads = threads_per_worker(workers)
+    return [Chunk(c, str(workdir) if workdir else None, str(workdir / f"progress-{i}.json") if workdir else None,
+                  threads)
             for i, c in enumerate(chunks)]
 
 
@@ -198,6 +203,7 @@ def run_chunk(chunk: Chunk) -> list[dict[str, Any]]:
     from training.population import run_population
 
     torch.set_num_threads(1)
+    set_env_threads(chunk.env_threads)
     start = time.perf_counter()
     last = [0.0]
 

@@ -62,6 +62,7 @@ def run(args: argparse.Namespace) -> int:
     from training.loggers import MetricLoggers, Progress, final_metrics
     from training.pipeline import claim_workdir, grpo_resume_step, run_pipeline
     from training.rescore import write_parquet
+    from training.rollout import set_env_threads, threads_per_worker
 
     torch.set_num_threads(1)  # bitwise-deterministic CPU reductions: resume and sweeps match this run
     out = Path(args.out)
@@ -82,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
                           f"tokens {row['tokens']:.0f}  cost {row['cost_units']:.2f}  entropy {row['entropy']:.3f}  "
                           f"kl {row['kl']:.4f}  clip {row['clip_frac']:.3f}  {row['step_s']:.2f}s")
 
+        set_env_threads(threads_per_worker(1))  # one run on this machine: its env steps on every core
         try:
             result = run_pipeline(cfg, out / "ckpt", log, keep_trajectories=True, progress=bar.update)
         except OSError as err:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numba
 import numpy as np
 
 from parasim.config.env_options import check_episode_options, check_int, check_task_option_mode
@@ -28,7 +29,7 @@ from parasim.sim.kernel import (
     TASK_KEYED,
     TASK_ROW,
 )
-from parasim.sim.rng import seed_state
+from parasim.sim.rng import seed_states
 from parasim.sim.state import (
     EpisodeTools,
     ObsBuffers,
@@ -51,7 +52,7 @@ from parasim.sim.tables import (
     build_tables,
     kernel_params,
 )
-from parasim.sim.task_options import option_stream, set_lane_options
+from parasim.sim.task_options import OPT_TAG, set_lane_options
 from parasim.tasks.suites import TaskSuite, load_suite
 
 PARALLEL_MIN_LANES = 1024
@@ -68,7 +69,7 @@ class Simulator:
 
     def __init__(self, pool: str | PoolSpec = "paramanager", suite: str | TaskSuite = "paramanager",
                  num_lanes: int = 1, *, max_rounds: int = 12, max_parallel: int = 4, serial: bool = False,
-                 token_budget: float | None = None, threads: bool = False,
+                 token_budget: float | None = None, num_threads: int = 1,
                  harness: dict[str, Any] | None = None, task_options: str | None = None) -> None:
         max_rounds, max_parallel, serial, token_budget = check_episode_options(max_rounds, max_parallel, serial,
                                                                                token_budget)
@@ -103,17 +104,19 @@ class Simulator:
         self._all_lanes = np.ones(self.num_lanes, np.uint8)
         # threads (results identical) pay off only with enough lanes and idle cores; opt-in, since sweeps
         # that already run one process per core would oversubscribe them
-        self._step = step_lanes_parallel if threads and self.num_lanes >= PARALLEL_MIN_LANES else step_lanes
+        self.num_threads = check_int("num_threads", num_threads, 1, numba.config.NUMBA_NUM_THREADS)
+        self._threaded = self.num_threads > 1 and self.num_lanes >= PARALLEL_MIN_LANES
 
     def seed(self, seeds: np.ndarray | list[int], lanes: np.ndarray | None = None) -> None:
         """Start the random streams of each lane (all lanes, or ``lanes``) from its seed: its calls' and its drawn task
         options' (``task_options="random"``); episodes count from 1."""
         idx = np.arange(self.num_lanes) if lanes is None else np.asarray(lanes)
-        records = self._lanes.lanes
-        for i, s in zip(idx, seeds, strict=False):
-            self.state.rng[i] = seed_state(int(s))
-            records["opt_rng"][i] = option_stream(int(s))
-            self.state.st_i[i, I_EPISODE] = 0
+        n = min(len(idx), len(seeds))
+        idx = idx[:n]
+        states = seed_states(list(seeds)[:n])
+        self.state.rng[idx] = states
+        self._lanes.lanes["opt_rng"][idx] = states ^ np.uint64(OPT_TAG)  # ``option_stream`` of each seed
+        self.state.st_i[idx, I_EPISODE] = 0
 
     @property
     def lane_records(self) -> np.ndarray:
@@ -166,8 +169,8 @@ class Simulator:
             if np.shape(task_seeds) != (self.num_lanes,):
                 raise ValueError(f"task_seeds: expected {self.num_lanes} integers, got shape {np.shape(task_seeds)}")
             task[:, TASK_KEYED] = 1
-            for i in np.flatnonzero(m):
-                self.state.task_rng[i] = seed_state(int(task_seeds[i]))
+            reset = np.flatnonzero(m)
+            self.state.task_rng[reset] = seed_states([task_seeds[i] for i in reset])
         if preference is not None or tools_available is not None or tool_prices is not None:
             t = self.num_tools
             for name, value, width in (("preference", preference, t + 3), ("tools_available", tools_available, t),
@@ -192,7 +195,16 @@ class Simulator:
         if actions.shape != self._action_shape or reset_first.shape != self.done.shape:
             raise ValueError(f"Simulator.step: expected actions of shape {self._action_shape} and reset_first of "
                              f"shape {self.done.shape}, got {actions.shape} and {reset_first.shape}")
-        self._step(actions, reset_first, self.done, *self._kernel_args)
+        if self._threaded:
+            # numba's thread count is per calling thread: set it for this call only, lane blocks split over them
+            before = numba.get_num_threads()
+            numba.set_num_threads(self.num_threads)
+            try:
+                step_lanes_parallel(actions, reset_first, self.done, *self._kernel_args)
+            finally:
+                numba.set_num_threads(before)
+        else:
+            step_lanes(actions, reset_first, self.done, *self._kernel_args)
         return self.done
 
     def cut(self, mask: np.ndarray) -> np.ndarray:
