@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from parasim.config.jsonl import finite_in, show_value
 from parasim.protocol.prompt_text import PromptTextError, check_prompt_text
 from parasim.protocol.schema import Domain
 
@@ -46,14 +47,7 @@ class SpecError(ValueError):
     value and what is allowed."""
 
 
-def show(v: Any) -> str:
-    """A value for an error message: strings and numbers as written (cut to 80 characters), else the type."""
-    if not isinstance(v, (str, int, float)):
-        return type(v).__name__
-    if isinstance(v, int) and v.bit_length() > 1000:  # repr of a huge int is slow, and refused past 4300 digits
-        return f"an integer of about {int(v.bit_length() * math.log10(2)) + 1} digits"
-    text = repr(v)
-    return text if len(text) <= 80 else f"{text[:60]}... ({len(text)} characters)"
+show = show_value  # one way to show a value in an error, for every reader
 
 
 def at(path: str, key: Any) -> str:
@@ -108,8 +102,7 @@ def number(obj: dict, key: str, path: str, lo: float, hi: float) -> float:
         raise SpecError(f"{path}.{key}: missing (expected a number in [{lo:g}, {hi:g}])")
     v = obj[key]
     # the range is compared before any float conversion, so a huge integer is out of range, not an OverflowError
-    if (isinstance(v, bool) or not isinstance(v, (int, float)) or (isinstance(v, float) and not math.isfinite(v))
-            or not lo <= v <= hi):
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not finite_in(v, lo, hi):
         raise SpecError(f"{path}.{key}: expected a number in [{lo:g}, {hi:g}], got {show(v)}")
     return float(v)
 
