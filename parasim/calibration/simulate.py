@@ -19,6 +19,7 @@ from parasim.config.env_options import check_int
 from parasim.pools.pool import PoolSpec, load_pool
 from parasim.protocol.schema import Domain, Status, Tool
 from parasim.sim.kernel import OUT_ANSWER, OUT_FLAG, TARGET_CARRY, TARGET_VERIFY, draw_task, sample_call, task_effects
+from parasim.config.env_options import check_seed
 from parasim.sim.rng import seed_state, uniform
 from parasim.sim.tables import B_REVIEWER, MM_REPLICAS, R_QTOK, TT_AGENT, TT_BEHAVIOUR, build_tables
 from parasim.tasks.suites import BENCHMARKS, NUM_ANSWERS, TaskSuite, load_suite
@@ -155,6 +156,7 @@ def simulated_records(pool: str | PoolSpec = "paramanager", suite: Any = "parama
     """
     if calls < 1 or calls_per_task < 1:
         raise ValueError(f"calls and calls_per_task: expected positive integers, got {calls}, {calls_per_task}")
+    seed = check_seed(seed)  # the simulator's seed rule: -1 would wrap to another stream, not a new one
     spec = load_pool(pool)
     cols = simulated_calls(spec, suite, math.ceil(calls / calls_per_task), calls_per_task,
                            calls_per_round=calls_per_round, tools=tools, carry_prob=carry_prob,
