@@ -109,7 +109,7 @@ import numpy as np
 from gymnasium import spaces
 
 from envs.paraorch import resolve_reward
-from parasim.config.env_options import check_episode_options
+from parasim.config.env_options import check_episode_options, check_mapping
 from parasim.protocol.engine import EpisodeEngine, TaskView, check_engine
 from parasim.protocol.parser import ParsedRound, parse_tool_calls
 from parasim.protocol.schema import (
@@ -304,7 +304,8 @@ def _plain_ints(options: dict[str, Any] | None) -> dict[str, Any] | None:
     """``options`` with NumPy integer ``task_index`` / ``task_seed`` as Python ints (engines may check ``int``);
     anything else is passed on unchanged for the engine to accept or reject."""
     if not options:
-        return options
+        return check_mapping("options", options) or None
+    options = check_mapping("options", options)
     return {k: int(v) if k in ("task_index", "task_seed") and isinstance(v, np.integer) else v
             for k, v in options.items()}
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -139,7 +140,10 @@ def shipped_names(directory: Path) -> list[str]:
 
 def shipped_or_path(name_or_path: str | Path, directory: Path, what: str) -> Path:
     """The path of a file shipped in ``directory`` (by name) or of a JSON file given by path; a ``SpecError``
-    naming ``what`` and the shipped names when it is neither."""
+    naming ``what`` and the shipped names when it is neither (also for a value that is no name at all: None, 3)."""
+    if not isinstance(name_or_path, str | os.PathLike) or not str(name_or_path).strip():
+        raise SpecError(f"{what}: expected one of {shipped_names(directory)} or a path to a {what.replace('_', ' ')} "
+                        f"JSON file, got {repr(name_or_path) if name_or_path is None else show(name_or_path)}")
     path = Path(name_or_path)
     if path.is_file():
         return path

@@ -12,7 +12,13 @@ from typing import Any
 
 import numpy as np
 
-from parasim.config.env_options import check_episode_options, check_int, check_task_option_mode
+from parasim.config.env_options import (
+    LANE_LIMIT,
+    check_bool,
+    check_episode_options,
+    check_int,
+    check_task_option_mode,
+)
 from parasim.pools.harness import with_harness
 from parasim.pools.pool import PoolSpec, load_pool
 from parasim.protocol.schema import Status
@@ -92,7 +98,8 @@ class Simulator:
                  harness: dict[str, Any] | None = None, task_options: str | None = None) -> None:
         max_rounds, max_parallel, serial, token_budget = check_episode_options(max_rounds, max_parallel, serial,
                                                                                token_budget)
-        num_lanes = check_int("num_lanes", num_lanes, 1, 2**31 - 1)
+        num_lanes = check_int("num_lanes", num_lanes, 1, LANE_LIMIT)
+        threads = check_bool("threads", threads)  # threads=1 was taken as True where serial=1 is refused
         opts_mode = check_task_option_mode(task_options)
         self.pool = with_harness(load_pool(pool), harness)  # the generation cap and sampling setting of the env
         self.suite = load_suite(suite)
