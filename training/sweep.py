@@ -309,6 +309,8 @@ def run_ray(points: Sequence[Any], address: str | None = None, num_cpus: int | N
 
     started = not ray.is_initialized()
     if started:
+        if address:
+            reach_ray(address)
         ray.init(address=address, num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
     task = ray.remote(num_cpus=1, max_retries=0)(fn)
     try:
@@ -319,6 +321,27 @@ def run_ray(points: Sequence[Any], address: str | None = None, num_cpus: int | N
     finally:
         if started:
             ray.shutdown()
+
+
+RAY_CONNECT_TIMEOUT_S = 10.0  # how long a cluster address may take to accept a connection
+
+
+def reach_ray(address: str, timeout_s: float = RAY_CONNECT_TIMEOUT_S) -> None:
+    """Fail within ``timeout_s`` when a Ray cluster address (``host:port`` or ``ray://host:port``) does not accept a
+    connection: ``ray.init`` itself keeps retrying an unreachable cluster for minutes. Named addresses (``auto``,
+    ``local``) are left to Ray."""
+    import socket
+
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        return
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+            pass
+    except OSError as err:
+        reason = "no answer" if isinstance(err, TimeoutError) else (err.strerror or str(err))
+        raise SweepError(f"--ray-address {address}: cannot reach the Ray cluster ({reason}; connect deadline "
+                         f"{timeout_s:g} s)") from None
 
 
 def run_ray_populations(chunks: Sequence[Chunk], address: str | None = None,
