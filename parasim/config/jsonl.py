@@ -82,7 +82,10 @@ def number_field(rec: dict[str, Any], key: str, where: str, lo: float, hi: float
 
 
 def _number_text(lo: float, hi: float, integer: bool) -> str:
-    return f"{'an integer' if integer else 'a finite number'} in [{lo:g}, {hi:g}]"
+    def bound(x: float) -> str:  # whole bounds in full (2^53 - 1, 10^9), others as %g
+        return str(int(x)) if float(x).is_integer() and abs(x) < 1e16 else f"{x:g}"
+
+    return f"{'an integer' if integer else 'a finite number'} in [{bound(lo)}, {bound(hi)}]"
 
 
 def finite_in(value: float, lo: float = -math.inf, hi: float = math.inf, lo_open: bool = False) -> bool:
