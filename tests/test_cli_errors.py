@@ -2,7 +2,7 @@
 
 Every output path is checked before the work that fills it, a write that fails (a full disk) is one line, Ctrl-C is
 the ``interrupted`` line, a closed stdout ends quietly, a subcommand's typo gets that command's usage and the closest
-option, and a fit that did not converge writes nothing.
+option, and a fit that stopped abnormally writes nothing.
 """
 from __future__ import annotations
 
@@ -118,7 +118,7 @@ def test_simulate_log_refuses_a_negative_seed(capsys, tmp_path):
     assert not (tmp_path / "c.jsonl").exists()
 
 
-def test_a_fit_that_did_not_converge_is_an_error_and_writes_nothing(capsys, tmp_path, monkeypatch):
+def test_a_fit_that_stopped_abnormally_is_an_error_and_writes_nothing(capsys, tmp_path, monkeypatch):
     """Finding 2: an ABNORMAL optimizer stop (NaN standard errors) exited 0 with the base pool written as a fit."""
     import numpy as np
 
@@ -128,9 +128,15 @@ def test_a_fit_that_did_not_converge_is_an_error_and_writes_nothing(capsys, tmp_
     from parasim.calibration.params import Layout
 
     bad = Estimate(Layout([]), np.zeros(1), ["skill[m0]"], np.zeros(1), np.array([np.nan]), -5e25, False,
-                   "ABNORMAL: ", np.eye(1))
-    with pytest.raises(FitError, match=r"the fit of skill failed: the optimizer did not converge \(ABNORMAL"):
+                   "ABNORMAL: ", np.eye(1), status=2)
+    with pytest.raises(FitError, match=r"the fit of skill failed: the optimizer stopped abnormally \(ABNORMAL"):
         Calibration({}, None, (), [], [], {}, {})._add(bad)
+    nan_loglik = Estimate(Layout([]), np.zeros(1), ["tau"], np.zeros(1), np.ones(1), np.nan, True, "ok", np.eye(1))
+    with pytest.raises(FitError, match="the log-likelihood is not finite"):
+        Calibration({}, None, (), [], [], {}, {})._add(nan_loglik)
+    limit = Estimate(Layout([]), np.zeros(1), ["tau"], np.zeros(1), np.array([np.nan]), -10.0, False,
+                     "STOP: TOTAL NO. OF F,G EVALUATIONS EXCEEDS LIMIT; no standard errors", None, status=1)
+    Calibration({}, None, (), [], [], {}, {})._add(limit)  # a direction the log does not identify: a warning
     nan_se = Estimate(Layout([]), np.zeros(1), ["tau"], np.zeros(1), np.array([np.nan]), -10.0, True, "ok", np.eye(1))
     with pytest.raises(FitError, match="a standard error is not finite"):
         Calibration({}, None, (), [], [], {}, {})._add(nan_se)
@@ -143,6 +149,6 @@ def test_a_fit_that_did_not_converge_is_an_error_and_writes_nothing(capsys, tmp_
     assert cli.main(["simulate-log", "--calls", "50", "-o", str(calls)]) == 0
     out, report = tmp_path / "pool.json", tmp_path / "report.json"
     code, err = _run(capsys, "calibrate", str(calls), "-o", str(out), "--report", str(report))
-    assert code == 1 and "the optimizer did not converge" in err
+    assert code == 1 and "the optimizer stopped abnormally" in err
     assert not out.exists() and not report.exists()
     json.loads(calls.read_text().splitlines()[0])
