@@ -152,3 +152,21 @@ def test_a_fit_that_stopped_abnormally_is_an_error_and_writes_nothing(capsys, tm
     assert code == 1 and "the optimizer stopped abnormally" in err
     assert not out.exists() and not report.exists()
     json.loads(calls.read_text().splitlines()[0])
+
+
+def test_disk_full_during_a_sweep_is_one_line(capsys, tmp_path, monkeypatch):
+    """Finding 11: a full disk while the sweep stores a finished point printed four stacked tracebacks."""
+    from training import store, sweep
+
+    def one_result(todo, workers):
+        yield {"key": todo[0].key, "label": todo[0].label, "seed": 0, "accuracy": 0.5}
+
+    def full(self, result):
+        raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "out" / "store" / "x.json"))
+
+    monkeypatch.setattr(sweep, "run_local", one_result)
+    monkeypatch.setattr(store.ResultsStore, "put", full)
+    code, err = _run(capsys, "sweep", "--grid", "c_tar=4", "--seeds", "1", "--backend", "local", "--out",
+                     str(tmp_path / "out"), "--no-progress")
+    assert code == 1
+    assert err.strip() == f"parasim sweep: error: {tmp_path / 'out' / 'store' / 'x.json'}: No space left on device"
