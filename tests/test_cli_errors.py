@@ -51,7 +51,8 @@ def test_closed_stdout_ends_quietly(tmp_path):
 def test_missing_calibrate_file_is_one_plain_line(capsys, tmp_path):
     code, err = _run(capsys, "calibrate", str(tmp_path / "nope.jsonl"), "-o", str(tmp_path / "p.json"))
     assert code == 2
-    assert err.strip() == f"parasim calibrate: error: {tmp_path / 'nope.jsonl'}: cannot read (No such file or directory)"
+    missing = tmp_path / "nope.jsonl"
+    assert err.strip() == f"parasim calibrate: error: {missing}: cannot read (No such file or directory)"
 
 
 @pytest.mark.parametrize(("argv", "flag"), [

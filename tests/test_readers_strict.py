@@ -28,7 +28,8 @@ def _write(path: Path, lines: list[str]) -> Path:
 
 
 def _calls(tmp_path: Path, *overrides: dict) -> Path:
-    return _write(tmp_path / "calls.jsonl", [json.dumps({**CALL, "call_index": i, **o}) for i, o in enumerate(overrides)])
+    lines = [json.dumps({**CALL, "call_index": i, **o}) for i, o in enumerate(overrides)]
+    return _write(tmp_path / "calls.jsonl", lines)
 
 
 @pytest.mark.parametrize(("field", "value", "needle"), [
@@ -130,12 +131,14 @@ def test_a_consistent_log_reads(tmp_path):
      "calls.jsonl:1.slot: slot 5 of a round whose action has 1 slots"),
     ([{"call_index": 0, "slot": 0}, {"call_index": 1, "slot": 0}],
      [{"calls": [0, 1], "action": _action((0, 0, 0), (0, 1, 0))}], {}, "calls.jsonl:2.slot: slot 0 is taken"),
-    ([{"call_index": 0, "slot": 99}], [{"calls": [0]}], {}, "calls.jsonl:1.slot: expected an integer in [0, 15], got 99"),
+    ([{"call_index": 0, "slot": 99}], [{"calls": [0]}], {},
+     "calls.jsonl:1.slot: expected an integer in [0, 15], got 99"),
     ([{"call_index": 0, "benchmark": "GPQA", "domain": "science"}], [{"calls": [0]}], {},
      "calls.jsonl:1.benchmark: call 0 of episode 0 is logged with benchmark 'GPQA'"),
     ([{"call_index": 0}], [{"calls": [0], "action": [0, 0, 2**70, 0]}], {},
      "rounds[0].action: expected 1 + 3k integers of the env's int64 action"),
-    ([{"call_index": 0}], [{"calls": []}] * 5000, {}, "episodes.jsonl:1.rounds: 5000 rounds; an episode has at most 1000"),
+    ([{"call_index": 0}], [{"calls": []}] * 5000, {},
+     "episodes.jsonl:1.rounds: 5000 rounds; an episode has at most 1000"),
     ([{"call_index": 0}], [{"calls": [0]}], {"difficulty": 1e20}, "difficulty: expected a finite number in [-10, 10]"),
 ])
 def test_validate_sim_logs_must_agree_with_themselves(tmp_path, calls, rounds, extra, needle):

@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from training import procgroup, result_schema
 from parasim.config.fields import check, spec_of
+from training import procgroup, result_schema
 from training.config import ABLATIONS, TrainConfig, make_config, resolve
 from training.config import options_table as config_options_table
 from training.expert import demonstrations_key

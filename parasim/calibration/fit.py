@@ -116,7 +116,8 @@ class Calibration:
         problem = ("the optimizer stopped abnormally" if estimate.status == ABNORMAL_STOP else
                    "the log-likelihood is not finite" if not math.isfinite(estimate.loglik) else
                    "an estimate is not finite" if not np.all(np.isfinite(estimate.value)) else
-                   "a standard error is not finite" if estimate.info is not None and not np.all(np.isfinite(estimate.se))
+                   "a standard error is not finite"
+                   if estimate.info is not None and not np.all(np.isfinite(estimate.se))
                    else "")
         if problem:
             raise FitError(f"the fit of {part} failed: {problem} ({estimate.message}; log-likelihood "

@@ -15,11 +15,10 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-from parasim.config.env_options import check_int
+from parasim.config.env_options import check_int, check_seed
 from parasim.pools.pool import PoolSpec, load_pool
 from parasim.protocol.schema import Domain, Status, Tool
 from parasim.sim.kernel import OUT_ANSWER, OUT_FLAG, TARGET_CARRY, TARGET_VERIFY, draw_task, sample_call, task_effects
-from parasim.config.env_options import check_seed
 from parasim.sim.rng import seed_state, uniform
 from parasim.sim.tables import B_REVIEWER, MM_REPLICAS, R_QTOK, TT_AGENT, TT_BEHAVIOUR, build_tables
 from parasim.tasks.suites import BENCHMARKS, NUM_ANSWERS, TaskSuite, load_suite

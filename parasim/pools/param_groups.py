@@ -6,7 +6,6 @@ what is allowed (with a did-you-mean hint for a misspelled key).
 from __future__ import annotations
 
 import difflib
-import math
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
