@@ -66,7 +66,14 @@ from envs.render import (
     sim_round,
 )
 from envs.render_modes import RENDER_FPS, RENDER_MODES
-from parasim.config.env_options import check_bool, check_lane_seeds, check_option_keys, check_seed
+from parasim.config.env_options import (
+    LANE_LIMIT,
+    check_bool,
+    check_int,
+    check_lane_seeds,
+    check_option_keys,
+    check_seed,
+)
 from parasim.pools.descriptors import episode_tool_rows, pool_descriptors
 from parasim.sim.joint_actions import JointEncoding, check_action_encoding
 
@@ -95,8 +102,7 @@ class ParaOrchVectorEnv(VectorEnv):
                  autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP, render_mode: str | None = None,
                  num_threads: int = 1, harness: dict[str, Any] | None = None, descriptors: bool = False,
                  task_options: str | None = None, action_encoding: str = "factored") -> None:
-        if not isinstance(num_envs, int | np.integer) or num_envs < 1:
-            raise ValueError(f"num_envs: expected a positive integer, got {num_envs!r}")
+        num_envs = check_int("num_envs", num_envs, 1, LANE_LIMIT)  # bools refused, as for every integer option
         self.render_mode = check_render_mode(render_mode)
         with_descriptors = check_bool("descriptors", descriptors)
         encoding = check_action_encoding(action_encoding)

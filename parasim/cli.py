@@ -9,11 +9,15 @@ Exit codes and error lines follow one convention (``parasim.commands``): 0 done,
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
-from parasim.commands import USAGE_ERROR, CommandError, error
+from parasim.commands import INTERRUPTED, RUN_FAILED, USAGE_ERROR, CommandError, error
+
+BROKEN_PIPE = 141  # 128 + SIGPIPE, as a shell reports a writer whose reader went away (``parasim ... | head``)
 
 COMMANDS = ("sweep", "train", "rescore", "calibrate", "simulate_log", "serve_pool", "validate_sim")
 
@@ -42,21 +46,52 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         importlib.import_module(f"parasim.commands.{name}").register(sub)
+    parser.set_defaults(_commands=sub.choices)
     return parser
 
 
+def _unknown_options(parser: argparse.ArgumentParser, extra: Sequence[str]) -> str:
+    """The error for arguments a (sub)command does not take, with the closest option of that command."""
+    known = [o for action in parser._actions for o in action.option_strings]  # noqa: SLF001 -- argparse has no API
+    hints = []
+    for arg in extra:
+        close = difflib.get_close_matches(arg.split("=", 1)[0], known, n=1) if arg.startswith("-") else []
+        if close:
+            hints.append(f"{arg.split('=', 1)[0]} (did you mean {close[0]}?)")
+    return f"unrecognized arguments: {' '.join(extra)}" + (f"; {', '.join(hints)}" if hints else "")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``parasim`` script; returns the process exit code."""
+    """Entry point of the ``parasim`` script; returns the process exit code.
+
+    The one error path of every command: a ``CommandError`` is its line and code; an ``OSError`` that escapes a
+    command (a full disk, an output folder removed mid-run) is one line naming the file, exit 1; Ctrl-C is the
+    ``interrupted`` line, exit 130; a closed stdout (``| head``) ends the command quietly."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    command = getattr(args, "command", None)
+    if extra:  # the command's own usage and its closest option, not the top level's
+        target = args._commands.get(command, parser) if command else parser
+        target.error(_unknown_options(target, extra))
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return USAGE_ERROR
     try:
         return int(args.func(args) or 0)
     except CommandError as err:
-        error(args.command, str(err))
+        error(command, str(err))
         return err.code
+    except KeyboardInterrupt:
+        error(command, "interrupted (rerun the same command to resume where it can)")
+        return INTERRUPTED
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)  # the reader is gone: no flush error at exit either
+        os.dup2(devnull, sys.stdout.fileno())
+        return BROKEN_PIPE
+    except OSError as err:
+        where = f"{err.filename}: " if err.filename else ""
+        error(command, f"{where}{err.strerror or err}")
+        return RUN_FAILED
 
 
 if __name__ == "__main__":

@@ -4,6 +4,8 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from parasim.cli import main
@@ -115,3 +117,47 @@ def test_cli_writes_csv_with_the_json_rows(tmp_path):
         table = list(csv.DictReader(f))
     assert [r["config"] for r in table] == [r["config"] for r in rows]
     assert "reward_config" not in table[0] and float(table[1]["mean_reward"]) == pytest.approx(rows[1]["mean_reward"])
+
+
+# ------------------------------------------------------------------ trajectories with holes (issue 24, findings 12, 14)
+def _with(tmp_path, column: str, change):
+    path = rescore.write_parquet(_batch(8), tmp_path / "t.parquet")
+    table = pq.read_table(path)
+    values = table.column(column).to_pylist()
+    change(values)
+    i = table.column_names.index(column)
+    table = table.set_column(i, column, pa.array(values, type=table.schema.field(column).type))
+    pq.write_table(table, path)
+    return path
+
+
+def test_a_null_tool_counts_row_names_the_row(tmp_path):
+    path = _with(tmp_path, "tool_counts", lambda v: v.__setitem__(3, None))
+    with pytest.raises(ValueError, match=r"t.parquet: row 3: tool_counts is null"):
+        rescore.read_parquet(path)
+
+
+def test_a_null_tool_counts_element_names_the_row(tmp_path):
+    path = _with(tmp_path, "tool_counts", lambda v: v[5].__setitem__(2, None))
+    with pytest.raises(ValueError, match=r"t.parquet: row 5: tool_counts holds a null element"):
+        rescore.read_parquet(path)
+
+
+def test_a_null_scalar_names_the_row(tmp_path):
+    path = _with(tmp_path, "tokens", lambda v: v.__setitem__(0, None))
+    with pytest.raises(ValueError, match=r"t.parquet: row 0: tokens is null"):
+        rescore.read_parquet(path)
+
+
+def test_a_file_without_rows_says_so(tmp_path):
+    path = rescore.write_parquet(_batch(8), tmp_path / "t.parquet")
+    pq.write_table(pq.read_table(path).slice(0, 0), path)
+    with pytest.raises(ValueError, match=r"t.parquet: no rows \(expected at least one trajectory\)$"):
+        rescore.read_parquet(path)
+
+
+def test_a_file_that_is_not_parquet_is_a_value_error(tmp_path):
+    path = tmp_path / "t.parquet"
+    path.write_text("not parquet")
+    with pytest.raises(ValueError, match=r"t.parquet: not a readable Parquet file"):
+        rescore.read_parquet(path)

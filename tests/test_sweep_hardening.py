@@ -296,3 +296,22 @@ def test_a_read_only_out_reruns_a_finished_sweep_and_names_the_path_when_points_
     assert more.returncode != 0 and len(lines) == 1, more.stderr
     assert str(points_dir) in lines[0] and ("Read-only file system" in lines[0] or "Permission denied" in lines[0])
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == files
+
+
+@pytest.mark.timeout(120)
+def test_unreachable_ray_address_fails_within_the_connect_deadline(tmp_path, capsys):
+    """Issue 24, finding 13: ``--backend ray --ray-address 127.0.0.1:1`` waited past 300 s; now one line, exit 1."""
+    pytest.importorskip("ray")
+    code = cli_main(["sweep", "--backend", "ray", "--ray-address", "127.0.0.1:1", "--grid", "c_tar=4", "--seeds", "1",
+                     "--out", str(tmp_path / "out"), "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert err.strip() == ("parasim sweep: error: --ray-address 127.0.0.1:1: cannot reach the Ray cluster "
+                           "(Connection refused; connect deadline 10 s)")
+
+
+def test_ray_reach_leaves_named_addresses_to_ray():
+    for address in ("auto", "local", "ray://head", ""):
+        sweep.reach_ray(address, timeout_s=0.1)  # no probe, no error
+    with pytest.raises(sweep.SweepError, match=r"ray://127.0.0.1:1: cannot reach the Ray cluster"):
+        sweep.reach_ray("ray://127.0.0.1:1", timeout_s=1.0)

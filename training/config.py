@@ -15,6 +15,7 @@ The ablation presets of the issue (``serial``, ``mono``, ``no_diversity``, ``sft
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -117,14 +118,15 @@ def _check_cross(cfg: TrainConfig) -> None:
     if (g.tasks_per_step * g.group_size) % g.minibatches:
         raise ConfigError(f"grpo.minibatches = {g.minibatches}: must divide grpo.tasks_per_step * grpo.group_size "
                           f"= {g.tasks_per_step * g.group_size}")
-    from parasim.pools.pool import pool_file, shipped_pools
+    from parasim.pools.pool import shipped_pools
     from parasim.tasks.suites import SUITES
 
-    try:
-        pool_file(cfg.env.pool)
-    except ValueError:
-        raise ConfigError(f"env.pool = {cfg.env.pool!r}: must be a shipped pool ({', '.join(shipped_pools())}) "
-                          "or a pool JSON file") from None
+    if cfg.env.pool not in shipped_pools():
+        try:
+            _checked_file("pool", cfg.env.pool)
+        except ValueError as err:
+            raise ConfigError(f"env.pool = {cfg.env.pool!r}: must be a shipped pool ({', '.join(shipped_pools())}) "
+                              f"or a valid pool JSON file: {err}") from None
     if cfg.env.pool_set.strip():
         try:
             load_with_set(cfg.env.pool, cfg.env.pool_set)
@@ -133,9 +135,35 @@ def _check_cross(cfg: TrainConfig) -> None:
     suites = [("env.suite", cfg.env.suite)] + [("eval.suites", s.strip()) for s in cfg.eval.suites.split(",")
                                                if s.strip()]
     for where, suite in suites:
-        if suite not in SUITES and not Path(suite).is_file():
+        if suite in SUITES:
+            continue
+        if not Path(suite).is_file():
             raise ConfigError(f"{where} = {suite!r}: must be a suite or benchmark ({', '.join(sorted(SUITES))}) "
                               "or a JSONL task file")
+        try:
+            _checked_file("suite", suite)
+        except ValueError as err:
+            raise ConfigError(f"{where} = {suite!r}: not a valid JSONL task file: {err}") from None
+
+
+def _checked_file(kind: str, path: str) -> None:
+    """Read a pool or task file through its own reader now, so that a bad file is a config error before any run
+    starts (not a traceback in every worker); cached by the file's size and modification time, since a config is
+    validated once per grid point."""
+    stat = Path(path).stat() if Path(path).is_file() else None
+    _read_checked(kind, str(Path(path).resolve()) if stat else path, stat and (stat.st_size, stat.st_mtime_ns))
+
+
+@functools.lru_cache(maxsize=64)
+def _read_checked(kind: str, path: str, version: tuple[int, int] | None) -> None:
+    if kind == "pool":
+        from parasim.pools.pool import load_pool
+
+        load_pool(path)
+    else:
+        from parasim.tasks.suites import load_tasks
+
+        load_tasks(path)
 
 
 def addressable_names() -> dict[str, tuple[str, str]]:

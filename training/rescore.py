@@ -49,8 +49,13 @@ def read_parquet(path: str | Path) -> TrajectoryBatch:
 
     if not Path(path).is_file():
         raise ValueError(f"{path}: no such file (expected a Parquet file of trajectories)")
-    table = pq.read_table(path)
+    try:
+        table = pq.read_table(path)
+    except (OSError, ValueError) as err:  # pyarrow's ArrowInvalid is a ValueError
+        raise ValueError(f"{path}: not a readable Parquet file ({' '.join(str(err).split())[:200]})") from None
     n = table.num_rows
+    if n == 0:
+        raise ValueError(f"{path}: no rows (expected at least one trajectory)")
     arrays: dict[str, np.ndarray] = {}
     for name in FIELDS:
         if name not in table.column_names:
@@ -60,8 +65,14 @@ def read_parquet(path: str | Path) -> TrajectoryBatch:
                 raise ValueError(f"{path}: column {name!r} missing (TrajectoryBatch fields: {', '.join(FIELDS)})")
             continue
         col = table.column(name)
+        if col.null_count:  # a null would become NaN, None or a TypeError below, never a value
+            row = next(i for i, v in enumerate(col.is_null().to_pylist()) if v)
+            raise ValueError(f"{path}: row {row}: {name} is null (every trajectory needs a value)")
         if FIELD[name].per_tool:
             rows = col.to_pylist()
+            for i, r in enumerate(rows):
+                if not isinstance(r, list) or any(x is None for x in r):
+                    raise ValueError(f"{path}: row {i}: {name} holds a null element (expected one number per tool)")
             widths = {len(r) for r in rows}
             if len(widths) > 1:
                 raise ValueError(f"{path}: {name} rows have different lengths {sorted(widths)}")

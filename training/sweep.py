@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from parasim.config.fields import check, spec_of
 from training import procgroup, result_schema
 from training.config import ABLATIONS, TrainConfig, make_config, resolve
 from training.config import options_table as config_options_table
@@ -100,17 +101,46 @@ def expand(axes: Sequence[tuple[str, Sequence[str]]], seeds: Sequence[int], pres
     """The cross product of the axes and the seeds; every point's config is validated up front.
 
     An axis named ``preset`` varies the ablation preset itself (``preset=default,serial,mono``).
+    A grid whose points repeat one config (``c_tar=4,4``, ``c_tar=4,4.0``, two equal seeds) is refused: a repeated
+    run would be counted twice in its point's mean and spread. The seed of a point is ``seeds``' alone: a ``seed``
+    axis or ``--set seed`` would be silently overridden, so each is refused (the command turns a ``seed`` axis into
+    ``seeds``, ``seed_axis``).
     """
     names = [n for n, _ in axes]
+    for name in [*names, *(fixed or {})]:
+        if name != "preset" and resolve(name) == ("", "seed"):
+            raise ValueError(f"option {name!r}: a point's seed comes from the seeds (--seeds N: 0..N-1, or a "
+                             "--grid seed=... axis alone); it cannot also be a grid or --set value")
+    if len(set(seeds)) < len(seeds):
+        raise ValueError(f"seeds {list(seeds)}: a seed is repeated; each run would count twice")
     points = []
+    seen: dict[str, str] = {}
     for values in itertools.product(*(v for _, v in axes)):
         coords = dict(zip(names, values))
         point_preset = coords.pop("preset", preset)
         for seed in seeds:
             point = GridPoint(point_preset, tuple(coords.items()), int(seed), tuple(sorted((fixed or {}).items())))
-            point.config()
+            key = json.dumps(point.config().to_dict(), sort_keys=True, default=str)  # validated; c_tar 4 = 4.0
+            if key in seen:
+                raise ValueError(f"--grid: points {seen[key]!r} and {point.label!r} are the same config (seed "
+                                 f"{seed}); each grid point must differ, or its run is counted twice")
+            seen[key] = point.label
             points.append(point)
     return points
+
+
+def seed_axis(axes: list[tuple[str, list[str]]], seeds: int | None) -> tuple[list[tuple[str, list[str]]],
+                                                                           list[int] | None]:
+    """A ``seed`` axis as the sweep's seeds: (the other axes, its seeds), or (axes, None) when there is none. With
+    ``--seeds`` given too it is an error: the two would disagree, and one would silently win."""
+    for i, (name, values) in enumerate(axes):
+        if name != "preset" and resolve(name) == ("", "seed"):
+            if seeds is not None:
+                raise ValueError(f"--grid {name}={','.join(values)} conflicts with --seeds {seeds}; give the seeds "
+                                 "one way")
+            spec = spec_of(TrainConfig, "seed")
+            return axes[:i] + axes[i + 1:], [check(spec, v, f"--grid {name}", text=True) for v in values]
+    return axes, None
 
 
 def run_point(point: GridPoint) -> dict[str, Any]:
@@ -298,6 +328,8 @@ def run_ray(points: Sequence[Any], address: str | None = None, num_cpus: int | N
 
     started = not ray.is_initialized()
     if started:
+        if address:
+            reach_ray(address)
         ray.init(address=address, num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
     task = ray.remote(num_cpus=1, max_retries=0)(fn)
     try:
@@ -308,6 +340,27 @@ def run_ray(points: Sequence[Any], address: str | None = None, num_cpus: int | N
     finally:
         if started:
             ray.shutdown()
+
+
+RAY_CONNECT_TIMEOUT_S = 10.0  # how long a cluster address may take to accept a connection
+
+
+def reach_ray(address: str, timeout_s: float = RAY_CONNECT_TIMEOUT_S) -> None:
+    """Fail within ``timeout_s`` when a Ray cluster address (``host:port`` or ``ray://host:port``) does not accept a
+    connection: ``ray.init`` itself keeps retrying an unreachable cluster for minutes. Named addresses (``auto``,
+    ``local``) are left to Ray."""
+    import socket
+
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        return
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+            pass
+    except OSError as err:
+        reason = "no answer" if isinstance(err, TimeoutError) else (err.strerror or str(err))
+        raise SweepError(f"--ray-address {address}: cannot reach the Ray cluster ({reason}; connect deadline "
+                         f"{timeout_s:g} s)") from None
 
 
 def run_ray_populations(chunks: Sequence[Chunk], address: str | None = None,

@@ -18,13 +18,28 @@ from typing import Any
 
 import numpy as np
 
-from parasim.config.jsonl import iter_json_objects
+from parasim.config.env_options import PRICE_LIMIT, SLOT_LIMIT
+from parasim.config.jsonl import MISSING, iter_json_objects, number_field, show_value
 from parasim.protocol.schema import Domain, Status, Tool
 
 REQUIRED = ("task_id", "benchmark", "domain", "tool", "model", "status", "tokens_in", "tokens_out", "latency_s")
 OPTIONAL = ("correct", "difficulty", "flagged", "carried_correct", "context_tokens", "target", "episode",
             "call_index", "round", "cost_units", "usd", "answer")
 TOOLS = {t.wire_name: t for t in Tool if t is not Tool.FINAL_ANSWER}
+MAX_INDEX = 2**53 - 1  # the largest integer every JSON reader holds exactly: episode numbers, call indices, rounds
+MAX_TOKENS = 10**9  # a call's token counts (the real-tools client refuses usage counts past it)
+MAX_LATENCY_S = 86_400.0  # one day: no logged call runs longer (a 1e300 s latency would move the fitted medians)
+MAX_DIFFICULTY = 10.0  # task difficulty in logits, as task files and the simulator take it
+# The numeric fields of a call record: (lo, hi, integer). The episode-log reader (``parasim.validation.logs``)
+# checks the fields it reads by the same table, so both readers refuse the same values.
+FIELD_RANGES: dict[str, tuple[float, float, bool]] = {
+    "tokens_in": (0, MAX_TOKENS, False), "tokens_out": (0, MAX_TOKENS, False),
+    "context_tokens": (0, MAX_TOKENS, False), "latency_s": (0, MAX_LATENCY_S, False),
+    "difficulty": (-MAX_DIFFICULTY, MAX_DIFFICULTY, False), "episode": (0, MAX_INDEX, True),
+    "call_index": (0, MAX_INDEX, True), "round": (-1, MAX_INDEX, True), "target": (-1, MAX_INDEX, True),
+    "cost_units": (0, 1e9, False), "usd": (0, PRICE_LIMIT, False), "slot": (0, SLOT_LIMIT - 1, True),
+    "options": (0, 10**6, True),
+}
 _INT_COLUMNS = ("task", "bench", "domain", "tool", "model", "status", "correct", "flagged", "carried", "answer",
                 "episode", "round")
 _FLOAT_COLUMNS = ("tokens_in", "tokens_out", "latency", "difficulty", "context")
@@ -82,7 +97,12 @@ class CallTable:
 
 
 def _field(rec: dict[str, Any], key: str, where: str, kind: str, default: Any = None) -> Any:
-    """A validated field; ``kind`` is str, bool, num, nonneg or int."""
+    """A validated field; ``kind`` is str, bool or num (a number in its ``FIELD_RANGES`` range, by the one
+    numeric-field rule of ``parasim.config.jsonl.number_field``)."""
+    if kind == "num":
+        lo, hi, integer = FIELD_RANGES[key]
+        return number_field(rec, key, where, lo, hi, integer=integer,
+                            default=default if key not in REQUIRED else MISSING)
     value = rec.get(key)
     if value is None:
         if key in REQUIRED:
@@ -90,26 +110,18 @@ def _field(rec: dict[str, Any], key: str, where: str, kind: str, default: Any = 
         return default
     if kind == "str":
         if not isinstance(value, str):
-            raise ValueError(f"{where}.{key}: expected a string, got {value!r}")
+            raise ValueError(f"{where}.{key}: expected a string, got {show_value(value)}")
         return value
-    if kind == "bool":
-        if isinstance(value, bool) or (isinstance(value, int) and value in (0, 1)):
-            return bool(value)
-        raise ValueError(f"{where}.{key}: expected true, false or null, got {value!r}")
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ValueError(f"{where}.{key}: expected a finite number, got {value!r}")
-    if kind == "nonneg" and value < 0:
-        raise ValueError(f"{where}.{key}: expected a number >= 0, got {value!r}")
-    if kind == "int" and value != int(value):
-        raise ValueError(f"{where}.{key}: expected an integer, got {value!r}")
-    return int(value) if kind == "int" else float(value)
+    if isinstance(value, bool) or (isinstance(value, int) and value in (0, 1)):
+        return bool(value)
+    raise ValueError(f"{where}.{key}: expected true, false or null, got {show_value(value)}")
 
 
 def _choice(rec: dict[str, Any], key: str, where: str, names: dict[str, Any]) -> Any:
     value = _field(rec, key, where, "str")
     found = names.get(value.strip().lower())
     if found is None:
-        raise ValueError(f"{where}.{key}: expected one of {sorted(names)}, got {value!r}")
+        raise ValueError(f"{where}.{key}: expected one of {sorted(names)}, got {show_value(value)}")
     return found
 
 
@@ -159,19 +171,19 @@ def calls_from_records(records: Iterable[tuple[str, dict[str, Any]] | dict[str, 
             row["carried" if key == "carried_correct" else key] = -1 if value is None else int(value)
         for key, column in (("tokens_in", "tokens_in"), ("tokens_out", "tokens_out"), ("latency_s", "latency"),
                             ("context_tokens", "context")):
-            floats[column].append(_field(rec, key, where, "nonneg", 0.0))
+            floats[column].append(_field(rec, key, where, "num", 0.0))
         floats["difficulty"].append(_field(rec, "difficulty", where, "num", math.nan))
         answer = rec.get("answer")
         if answer is not None and not isinstance(answer, (str, int, float)):
-            raise ValueError(f"{where}.answer: expected a string, a number or null, got {answer!r}")
+            raise ValueError(f"{where}.answer: expected a string, a number or null, got {show_value(answer)}")
         row["answer"] = -1 if answer is None else answer_ids.setdefault((task, str(answer).strip().lower()),
                                                                           len(answer_ids))
-        episode = _field(rec, "episode", where, "int", 0)
-        row["episode"], row["round"] = episode, _field(rec, "round", where, "int", -1)
+        episode = _field(rec, "episode", where, "num", 0)
+        row["episode"], row["round"] = episode, _field(rec, "round", where, "num", -1)
         for key, value in row.items():
             ints[key].append(value)
-        row_of[(episode, _field(rec, "call_index", where, "int", n))] = n
-        targets.append((episode, _field(rec, "target", where, "int", -1), where))
+        row_of[(episode, _field(rec, "call_index", where, "num", n))] = n
+        targets.append((episode, _field(rec, "target", where, "num", -1), where))
     if not ints["task"]:
         raise ValueError("call log: no records")
     for n, (episode, target, where) in enumerate(targets):

@@ -67,6 +67,13 @@ MIN_REPEATS = 20  # tasks with two or more correctness rows of a model before it
 TAU_START = 0.05  # the fit's start for a base pool without interaction (the log scale needs tau > 0)
 
 
+ABNORMAL_STOP = 2  # L-BFGS-B's status for a failed line search
+
+
+class FitError(ValueError):
+    """The likelihood could not be maximized (no convergence, a non-finite likelihood, estimate or standard error)."""
+
+
 @dataclass
 class Calibration:
     """Everything a fit produced: estimates with SEs, rates, log-likelihood, fit checks, notes."""
@@ -101,6 +108,20 @@ class Calibration:
         return rows + [(r.label, r.value, r.se) for r in self.rates] + list(self.moments)
 
     def _add(self, estimate: Estimate) -> None:
+        """Keep a fitted part; one the optimizer could not fit is a ``FitError``: a pool of unfitted (base) values
+        written as a fit would be a wrong result that says nothing. An abnormal stop (the line search failed: a
+        likelihood broken by an outlying value) and non-finite figures are errors; reaching the evaluation limit
+        along a direction the log does not identify stays the report's warning (small logs do that)."""
+        part = estimate.labels[0].split("[")[0] if estimate.labels else "(empty part)"
+        problem = ("the optimizer stopped abnormally" if estimate.status == ABNORMAL_STOP else
+                   "the log-likelihood is not finite" if not math.isfinite(estimate.loglik) else
+                   "an estimate is not finite" if not np.all(np.isfinite(estimate.value)) else
+                   "a standard error is not finite"
+                   if estimate.info is not None and not np.all(np.isfinite(estimate.se))
+                   else "")
+        if problem:
+            raise FitError(f"the fit of {part} failed: {problem} ({estimate.message}; log-likelihood "
+                           f"{estimate.loglik:.6g}); no pool is written. Check the log for outlying values")
         self.parts.append(estimate)
         values, _ = estimate.layout.unpack(estimate.vec)
         self.values.update(values)

@@ -32,6 +32,7 @@ class Estimate:
     converged: bool
     message: str
     info: np.ndarray | None = None  # observed information (unconstrained scale); None if not positive definite
+    status: int = 0  # L-BFGS-B's: 0 converged, 1 evaluation / iteration limit, 2 abnormal stop (a broken likelihood)
 
     def wald(self, truth: np.ndarray) -> float:
         """(vec - truth)' I (vec - truth) on the unconstrained scale: chi-square with num_params dof at the truth."""
@@ -86,4 +87,5 @@ def maximize(objective: Objective, layout: Layout, *, start: np.ndarray | None =
         cov, info = None, None
         message = f"{res.message}; no standard errors: {err} (a parameter is not identified by this log)"
     value, se = layout.natural(res.x, cov)
-    return Estimate(layout, res.x, layout.labels(), value, se, -float(res.fun), bool(res.success), message, info)
+    return Estimate(layout, res.x, layout.labels(), value, se, -float(res.fun), bool(res.success), message, info,
+                    int(res.status))

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-from parasim.config.env_options import check_int
+from parasim.config.env_options import check_int, check_seed
 from parasim.pools.pool import PoolSpec, load_pool
 from parasim.protocol.schema import Domain, Status, Tool
 from parasim.sim.kernel import OUT_ANSWER, OUT_FLAG, TARGET_CARRY, TARGET_VERIFY, draw_task, sample_call, task_effects
@@ -155,6 +155,7 @@ def simulated_records(pool: str | PoolSpec = "paramanager", suite: Any = "parama
     """
     if calls < 1 or calls_per_task < 1:
         raise ValueError(f"calls and calls_per_task: expected positive integers, got {calls}, {calls_per_task}")
+    seed = check_seed(seed)  # the simulator's seed rule: -1 would wrap to another stream, not a new one
     spec = load_pool(pool)
     cols = simulated_calls(spec, suite, math.ceil(calls / calls_per_task), calls_per_task,
                            calls_per_round=calls_per_round, tools=tools, carry_prob=carry_prob,

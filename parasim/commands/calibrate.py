@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from parasim.commands import CommandError
+from parasim.commands import RUN_FAILED, CommandError, check_output, write_output
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -31,19 +31,27 @@ def run(args: argparse.Namespace) -> int:
         read_calls,
         report_dict,
     )
+    from parasim.calibration.fit import FitError
 
     if not 2 <= args.nodes <= 64:
         raise CommandError(f"--nodes = {args.nodes}: must be an integer in [2, 64]")
+    output = check_output(args.output, "-o")  # before the fit, which a failed write would lose
+    report = check_output(args.report, "--report") if args.report else None
     try:
         table = read_calls(args.calls)
+    except (OSError, ValueError) as err:
+        raise CommandError(str(err)) from None
+    try:
         cal = calibrate(table, args.base, nodes=args.nodes)
+    except FitError as err:
+        raise CommandError(str(err), RUN_FAILED) from None
     except (OSError, ValueError) as err:
         raise CommandError(str(err)) from None
     pool, clipped = fitted_pool(cal, source=f"fit:{Path(args.calls).name}")
-    Path(args.output).write_text(json.dumps(pool, indent=1) + "\n", encoding="utf-8")
-    if args.report:
-        Path(args.report).write_text(json.dumps(report_dict(cal, clipped), indent=1, default=float) + "\n",
-                                     encoding="utf-8")
+    write_output(output, (json.dumps(pool, indent=1) + "\n").encode(), "-o")
+    if report is not None:
+        write_output(report, (json.dumps(report_dict(cal, clipped), indent=1, default=float) + "\n").encode(),
+                     "--report")
     print(format_report(cal, clipped))
     print(f"\nwrote {args.output}")
     return 0

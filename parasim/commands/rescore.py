@@ -9,7 +9,7 @@ import argparse
 import csv
 import io
 
-from parasim.commands import CommandError
+from parasim.commands import CommandError, check_output, write_output
 
 OUTPUT_FORMATS = (".json", ".csv")
 
@@ -40,6 +40,8 @@ def run(args: argparse.Namespace) -> int:
                            f"writes {' or '.join(OUTPUT_FORMATS)}")
     if args.top_k < 1:
         raise CommandError(f"--top-k = {args.top_k}: must be an integer >= 1")
+    if out is not None:
+        check_output(out, "--out")
     try:
         configs = rescore.reward_grid(rescore.parse_axes(args.grid), args.preset)
         batch = rescore.read_parquet(args.trajectories)
@@ -48,16 +50,14 @@ def run(args: argparse.Namespace) -> int:
     rows = rescore.rescore(batch, configs, args.top_k)
     rescore.print_rescore(rows, len(batch.outcome))
     if out is not None:
-        from training.store import atomic_write_bytes
-
         if out.suffix.lower() == ".csv":
             table = [{k: v for k, v in r.items() if k != "reward_config"} for r in rows]
             text = io.StringIO()
             writer = csv.DictWriter(text, fieldnames=list(dict.fromkeys(k for r in table for k in r)))
             writer.writeheader()
             writer.writerows(table)
-            atomic_write_bytes(out, text.getvalue().encode())
+            write_output(out, text.getvalue().encode(), "--out")
         else:
-            atomic_write_bytes(out, json.dumps(rows, indent=1, allow_nan=False).encode())  # strict JSON
+            write_output(out, json.dumps(rows, indent=1, allow_nan=False).encode(), "--out")  # strict JSON
         print(f"wrote {out}")
     return 0

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from parasim.commands import CommandError
+from parasim.commands import CommandError, check_output, write_output
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -16,7 +16,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--carry-prob", type=float, default=0.3,
                    help="share of calls that carry an earlier answer of their task (default 0.3)")
     p.add_argument("--with-difficulty", action="store_true", help="log each task's difficulty (real logs rarely can)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of the simulated calls, an integer >= 0 (default 0)")
     p.add_argument("-o", "--output", required=True, help="JSONL file to write")
     p.set_defaults(func=run)
 
@@ -27,12 +27,12 @@ def run(args: argparse.Namespace) -> int:
 
     from parasim.calibration.simulate import simulated_records
 
+    output = check_output(args.output, "-o")
     try:
         records = simulated_records(args.pool, args.suite, args.calls, calls_per_task=args.calls_per_task,
                                     carry_prob=args.carry_prob, with_difficulty=args.with_difficulty, seed=args.seed)
-    except ValueError as err:
-        raise CommandError(str(err)) from None
-    with open(args.output, "w", encoding="utf-8") as handle:
-        handle.writelines(json.dumps(rec, separators=(",", ":")) + "\n" for rec in records)
+    except (TypeError, ValueError) as err:
+        raise CommandError(f"--{str(err)}" if str(err).startswith("seed:") else str(err)) from None
+    write_output(output, "".join(json.dumps(rec, separators=(",", ":")) + "\n" for rec in records).encode(), "-o")
     print(f"wrote {len(records)} calls to {args.output}")
     return 0

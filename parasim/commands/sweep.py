@@ -75,7 +75,8 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"option {both[0]!r} is both a --grid axis and a --set value; use one")
         if args.seeds is not None and args.seeds < 1:
             raise ValueError(f"--seeds = {args.seeds}: must be an integer >= 1")
-        seeds = range(args.seeds if args.seeds is not None else sweep.DEFAULT_SEEDS)
+        axes, axis_seeds = sweep.seed_axis(axes, args.seeds)
+        seeds = axis_seeds or range(args.seeds if args.seeds is not None else sweep.DEFAULT_SEEDS)
         if args.workers is not None and args.workers < 1:
             raise ValueError(f"--workers = {args.workers}: must be an integer >= 1")
         kinds = parse_loggers(args.loggers)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from parasim.commands import CommandError
+from parasim.commands import CommandError, check_output
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -50,12 +50,13 @@ def run(args: argparse.Namespace) -> int:
 
         print(to_toml({k: v for k, v in dataclasses.asdict(cfg).items() if v is not None}), end="")
         return 0
+    logs = Path(args.logs)
+    out = Path(cfg.out) if cfg.out else (logs / "validate_sim" if logs.is_dir() else logs.parent / "validate_sim")
+    check_output(out / "validate_sim.json", "--out")  # before the fit and the replay, which a failed write would lose
     try:
         report = validate_sim(args.logs, cfg)
     except (LogError, ValueError) as err:
         raise CommandError(str(err)) from None
-    logs = Path(args.logs)
-    out = Path(cfg.out) if cfg.out else (logs / "validate_sim" if logs.is_dir() else logs.parent / "validate_sim")
     print_table(report, all_figures=args.all_figures)
     paths = write_outputs(report, out)
     print(f"wrote {', '.join(map(str, paths))}")

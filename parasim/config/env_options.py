@@ -14,8 +14,11 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from parasim.config.jsonl import finite_in, show_value
+
 ROUND_LIMIT = 1000  # rounds an episode may be given (the kernel's counters and the observation hold more)
 SLOT_LIMIT = 16  # parallel call slots per round the compiled step supports
+LANE_LIMIT = 2**31 - 1  # lanes of one vector env / simulator (int32 lane indices)
 SEED_LIMIT = 2**63  # seeds are non-negative and fit an int64, as NumPy's SeedSequence and the kernel take them
 
 
@@ -85,13 +88,20 @@ def check_lane_seeds(seed: Any, num_envs: int) -> list[int] | None:
     return [check_int(f"seed[{i}]", s, 0, SEED_LIMIT - 1) for i, s in enumerate(seeds)]
 
 
+def check_mapping(name: str, value: Any) -> dict[str, Any]:
+    """A dict option (reset ``options``, ``harness``): None is empty; anything else than a mapping is a
+    ``TypeError`` naming the option (``options=[1, 2]`` was an ``AttributeError`` deep in an env)."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise TypeError(f"{name}: expected a dict or None, got {type(value).__name__}")
+    return dict(value)
+
+
 def check_option_keys(options: Mapping[str, Any] | None, allowed: Iterable[str], env: str) -> dict[str, Any]:
     """``options`` as a dict, refusing keys the env does not read (a misspelt ``task_idx`` would silently draw
     a random task)."""
-    if options is None:
-        return {}
-    if not isinstance(options, Mapping):
-        raise TypeError(f"options: expected a dict or None, got {type(options).__name__}")
+    options = check_mapping("options", options)
     allowed = tuple(allowed)
     unknown = sorted(str(k) for k in options if k not in allowed)
     if unknown:
@@ -166,8 +176,8 @@ def _real_row(name: str, value: Any, width: int, what: str, lo: float, hi: float
         if none_ok and isinstance(x, float | np.floating) and math.isnan(x):
             row[j] = np.nan
             continue
-        if not (math.isfinite(float(x)) and lo <= x <= hi):
-            raise ValueError(f"{name}[{j}]: expected a finite number in [{lo}, {hi}], got {x!r}")
+        if not finite_in(x, lo, hi):  # compared before float(): 10**400 is out of range, not an OverflowError
+            raise ValueError(f"{name}[{j}]: expected a finite number in [{lo}, {hi}], got {show_value(x)}")
         row[j] = float(x)
     return row
 

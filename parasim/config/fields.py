@@ -362,25 +362,64 @@ def load_file(path: str | Path, what: str = "config") -> Any:
                           f"reads {FORMATS_TEXT}")
     if not path.is_file():
         raise ConfigError(f"{what} {str(path)!r}: no such file")
-    text = path.read_text(encoding="utf-8")
-    if fmt == "JSON":
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError as err:
-            raise ConfigError(f"{path}: not valid JSON (line {err.lineno}: {err.msg})") from None
-    if fmt == "TOML":
+    from parasim.config.jsonl import JSONInputError, decode_utf8, loads_strict
+
+    try:
+        text = decode_utf8(path.read_bytes(), str(path), fmt)
+        if fmt == "JSON":
+            return loads_strict(text, str(path))
+    except JSONInputError as err:
+        raise ConfigError(str(err)) from None
+    except OSError as err:
+        raise ConfigError(f"{what} {str(path)!r}: cannot read ({err.strerror or err})") from None
+    if fmt == "TOML":  # tomllib refuses duplicate keys and non-finite numbers itself
         import tomllib
 
         try:
             return tomllib.loads(text)
         except tomllib.TOMLDecodeError as err:
             raise ConfigError(f"{path}: not valid TOML ({err})") from None
+        except RecursionError:
+            raise ConfigError(f"{path}: nested too deeply to read") from None
+    return _load_yaml(text, path)
+
+
+def _load_yaml(text: str, path: Path) -> Any:
+    """YAML read as strictly as JSON config files are (``parasim.config.jsonl.loads_strict``): a key repeated in a
+    mapping and nesting past ``MAX_DEPTH`` levels are errors naming the file and the line (PyYAML keeps the last
+    value of a repeated key, and recurses without bound)."""
     try:
         import yaml
     except ImportError:
         raise ConfigError(f"{path}: reading YAML needs PyYAML (pip install pyyaml); or use JSON or TOML") from None
+    from parasim.config.jsonl import MAX_DEPTH
+
+    class StrictLoader(yaml.SafeLoader):
+        depth = 0
+
+        def compose_node(self, parent: Any, index: Any) -> Any:  # noqa: ANN401 -- PyYAML's own signature
+            self.depth += 1
+            if self.depth > MAX_DEPTH:
+                mark = self.peek_event().start_mark
+                raise ConfigError(f"{path}: nesting deeper than {MAX_DEPTH} levels (line {mark.line + 1}); at most "
+                                  f"{MAX_DEPTH} nested mappings / lists are allowed")
+            try:
+                return super().compose_node(parent, index)
+            finally:
+                self.depth -= 1
+
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:  # noqa: ANN401
+            seen: set[Any] = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=True)
+                if isinstance(key, typing.Hashable) and key in seen:
+                    raise ConfigError(f"{path}: line {key_node.start_mark.line + 1}: duplicate key {key!r}; each key "
+                                      "may appear once in a mapping")
+                seen.add(key) if isinstance(key, typing.Hashable) else None
+            return super().construct_mapping(node, deep)
+
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=StrictLoader)  # noqa: S506 -- a SafeLoader subclass
     except yaml.YAMLError as err:
         raise ConfigError(f"{path}: not valid YAML ({' '.join(str(err).split())})") from None
 

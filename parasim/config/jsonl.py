@@ -15,6 +15,7 @@ import codecs
 import json
 import math
 import re
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,8 @@ MAX_INT_DIGITS = 300  # below float's 309-digit range, so a valid integer always
 _BOMS = (  # longest first: the UTF-32 LE mark starts with the UTF-16 LE one
     (codecs.BOM_UTF32_LE, "UTF-32 LE"), (codecs.BOM_UTF32_BE, "UTF-32 BE"), (codecs.BOM_UTF8, "UTF-8 with a BOM"),
     (codecs.BOM_UTF16_LE, "UTF-16 LE"), (codecs.BOM_UTF16_BE, "UTF-16 BE"))
+_FLOAT_MAX_INT = int(sys.float_info.max)
+MISSING = object()  # number_field: no default, the field is required
 _BRACKETS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]', re.DOTALL)
 
 
@@ -34,19 +37,79 @@ class JSONInputError(ValueError):
 
 
 def iter_json_objects(path: str | Path) -> Iterator[tuple[str, dict[str, Any]]]:
-    """Yield ``(where, record)`` for each non-blank line, ``where`` being ``"path:lineno"``; streams the file."""
-    with open(path, encoding="utf-8") as handle:
-        for lineno, line in enumerate(handle, 1):
+    """Yield ``(where, record)`` for each non-blank line, ``where`` being ``"path:lineno"``; streams the file.
+
+    Each line is read as ``loads_strict`` reads (no duplicate keys, finite numbers, integers of at most
+    ``MAX_INT_DIGITS`` digits, at most ``MAX_DEPTH`` levels), and a line that is not UTF-8 is an error naming the
+    file and the line: every JSONL reader (call logs, episode logs, task files, corpora) refuses the same inputs."""
+    try:
+        handle = open(path, "rb")  # noqa: SIM115 -- closed below; bytes, so that a bad line can be named
+    except OSError as err:
+        raise JSONInputError(f"{path}: cannot read ({err.strerror or err})") from None
+    with handle:
+        for lineno, raw in enumerate(handle, 1):
+            where = f"{path}:{lineno}"
+            if lineno == 1 and raw.startswith(codecs.BOM_UTF8):
+                raw = raw[len(codecs.BOM_UTF8):]
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise JSONInputError(f"{where}: not UTF-8 (byte 0x{raw[err.start]:02x} at column {err.start + 1} is "
+                                     "invalid); a JSONL file must be UTF-8") from None
             if not line.strip():
                 continue
-            where = f"{path}:{lineno}"
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{where}: not valid JSON ({err.msg})") from None
+            rec = loads_strict(line, where)
             if not isinstance(rec, dict):
-                raise ValueError(f"{where}: expected a JSON object, got {type(rec).__name__}")  # noqa: TRY004
+                raise JSONInputError(f"{where}: expected a JSON object, got {type(rec).__name__}")
             yield where, rec
+
+
+def number_field(rec: dict[str, Any], key: str, where: str, lo: float, hi: float, *, integer: bool = False,
+                 default: Any = MISSING) -> Any:
+    """The numeric field ``key`` of a record, the one rule every reader of logged numbers applies: a JSON number
+    (not a bool), finite, ``lo <= value <= hi`` (compared before any float conversion, so a 300-digit integer is
+    out of range, never an ``OverflowError``), an integral value where ``integer``. Absent or null: ``default``
+    (an error when there is none). Errors are ``JSONInputError``s ``file:line.field: expected ..., got ...``."""
+    value = rec.get(key)
+    if value is None:
+        if default is MISSING:
+            raise JSONInputError(f"{where}.{key}: required field is missing (expected {_number_text(lo, hi, integer)})")
+        return default
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not finite_in(value, lo, hi)
+            or (integer and isinstance(value, float) and not value.is_integer())):
+        raise JSONInputError(f"{where}.{key}: expected {_number_text(lo, hi, integer)}, got {show_value(value)}")
+    return int(value) if integer else float(value)
+
+
+def _number_text(lo: float, hi: float, integer: bool) -> str:
+    def bound(x: float) -> str:  # whole bounds in full (2^53 - 1, 10^9), others as %g
+        return str(int(x)) if float(x).is_integer() and abs(x) < 1e16 else f"{x:g}"
+
+    return f"{'an integer' if integer else 'a finite number'} in [{bound(lo)}, {bound(hi)}]"
+
+
+def finite_in(value: float, lo: float = -math.inf, hi: float = math.inf, lo_open: bool = False) -> bool:
+    """Whether a real number is finite and in ``[lo, hi]`` (``(lo, hi]`` where ``lo_open``), without converting it:
+    an integer past float's range is not finite (``math.isfinite`` would raise ``OverflowError`` on it)."""
+    if isinstance(value, int):
+        if abs(value) > _FLOAT_MAX_INT:
+            return False
+    elif not math.isfinite(value):
+        return False
+    if value < lo or (lo_open and value == lo):
+        return False
+    return value <= hi
+
+
+def show_value(value: Any) -> str:
+    """A value for an error message: strings and numbers as written (cut to 80 characters), a huge integer by its
+    size (its repr is slow, and refused past 4300 digits), anything else by its type."""
+    if not isinstance(value, (str, int, float)):
+        return type(value).__name__
+    if isinstance(value, int) and value.bit_length() > 1000:
+        return f"an integer of about {int(value.bit_length() * math.log10(2)) + 1} digits"
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:60]}... ({len(text)} characters)"
 
 
 def read_json_file(path: str | Path, *, max_bytes: int = MAX_FILE_BYTES, max_depth: int = MAX_DEPTH) -> Any:
@@ -58,23 +121,25 @@ def read_json_file(path: str | Path, *, max_bytes: int = MAX_FILE_BYTES, max_dep
         raise JSONInputError(f"{path}: cannot read ({err.strerror or err})") from None
     if len(data) > max_bytes:
         raise JSONInputError(f"{path}: larger than the {max_bytes}-byte limit for a JSON file")
-    return loads_strict(_decode_utf8(data, str(path)), str(path), max_depth=max_depth)
+    return loads_strict(decode_utf8(data, str(path)), str(path), max_depth=max_depth)
 
 
-def _decode_utf8(data: bytes, where: str) -> str:
-    """``data`` as UTF-8 text; a byte-order mark or another encoding is an error that says what was found."""
+def decode_utf8(data: bytes, where: str, fmt: str = "JSON") -> str:
+    """``data`` as UTF-8 text; a byte-order mark or another encoding is an error that says what was found and
+    where (the line of the first invalid byte)."""
     for bom, found in _BOMS:
         if data.startswith(bom):
-            raise JSONInputError(f"{where}: encoded as {found} (it starts with a byte-order mark); a JSON file must "
+            raise JSONInputError(f"{where}: encoded as {found} (it starts with a byte-order mark); a {fmt} file must "
                                  "be UTF-8 without a byte-order mark")
     if b"\x00" in data[:4]:  # JSON text starts with ASCII, so a NUL among the first bytes means UTF-16 / UTF-32
-        raise JSONInputError(f"{where}: looks like UTF-16 or UTF-32 (NUL bytes at the start); a JSON file must be "
+        raise JSONInputError(f"{where}: looks like UTF-16 or UTF-32 (NUL bytes at the start); a {fmt} file must be "
                              "UTF-8")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as err:
-        raise JSONInputError(f"{where}: not UTF-8 (byte 0x{data[err.start]:02x} at offset {err.start} is "
-                             "invalid); a JSON file must be UTF-8") from None
+        line = data.count(b"\n", 0, err.start) + 1
+        raise JSONInputError(f"{where}: line {line}: not UTF-8 (byte 0x{data[err.start]:02x} at offset {err.start} "
+                             f"is invalid); a {fmt} file must be UTF-8") from None
 
 
 class _Rejected:

@@ -6,13 +6,14 @@ what is allowed (with a did-you-mean hint for a misspelled key).
 from __future__ import annotations
 
 import difflib
-import math
+import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from parasim.config.jsonl import finite_in, show_value
 from parasim.protocol.prompt_text import PromptTextError, check_prompt_text
 from parasim.protocol.schema import Domain
 
@@ -46,14 +47,7 @@ class SpecError(ValueError):
     value and what is allowed."""
 
 
-def show(v: Any) -> str:
-    """A value for an error message: strings and numbers as written (cut to 80 characters), else the type."""
-    if not isinstance(v, (str, int, float)):
-        return type(v).__name__
-    if isinstance(v, int) and v.bit_length() > 1000:  # repr of a huge int is slow, and refused past 4300 digits
-        return f"an integer of about {int(v.bit_length() * math.log10(2)) + 1} digits"
-    text = repr(v)
-    return text if len(text) <= 80 else f"{text[:60]}... ({len(text)} characters)"
+show = show_value  # one way to show a value in an error, for every reader
 
 
 def at(path: str, key: Any) -> str:
@@ -108,8 +102,7 @@ def number(obj: dict, key: str, path: str, lo: float, hi: float) -> float:
         raise SpecError(f"{path}.{key}: missing (expected a number in [{lo:g}, {hi:g}])")
     v = obj[key]
     # the range is compared before any float conversion, so a huge integer is out of range, not an OverflowError
-    if (isinstance(v, bool) or not isinstance(v, (int, float)) or (isinstance(v, float) and not math.isfinite(v))
-            or not lo <= v <= hi):
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not finite_in(v, lo, hi):
         raise SpecError(f"{path}.{key}: expected a number in [{lo:g}, {hi:g}], got {show(v)}")
     return float(v)
 
@@ -146,7 +139,10 @@ def shipped_names(directory: Path) -> list[str]:
 
 def shipped_or_path(name_or_path: str | Path, directory: Path, what: str) -> Path:
     """The path of a file shipped in ``directory`` (by name) or of a JSON file given by path; a ``SpecError``
-    naming ``what`` and the shipped names when it is neither."""
+    naming ``what`` and the shipped names when it is neither (also for a value that is no name at all: None, 3)."""
+    if not isinstance(name_or_path, str | os.PathLike) or not str(name_or_path).strip():
+        raise SpecError(f"{what}: expected one of {shipped_names(directory)} or a path to a {what.replace('_', ' ')} "
+                        f"JSON file, got {repr(name_or_path) if name_or_path is None else show(name_or_path)}")
     path = Path(name_or_path)
     if path.is_file():
         return path

@@ -13,7 +13,13 @@ from typing import Any
 import numba
 import numpy as np
 
-from parasim.config.env_options import check_episode_options, check_int, check_task_option_mode
+from parasim.config.env_options import (
+    LANE_LIMIT,
+    check_bool,
+    check_episode_options,
+    check_int,
+    check_task_option_mode,
+)
 from parasim.pools.harness import with_harness
 from parasim.pools.pool import PoolSpec, load_pool
 from parasim.sim.gather import lane_selection_fields, trajectory_fields
@@ -73,7 +79,7 @@ class Simulator:
                  harness: dict[str, Any] | None = None, task_options: str | None = None) -> None:
         max_rounds, max_parallel, serial, token_budget = check_episode_options(max_rounds, max_parallel, serial,
                                                                                token_budget)
-        num_lanes = check_int("num_lanes", num_lanes, 1, 2**31 - 1)
+        num_lanes = check_int("num_lanes", num_lanes, 1, LANE_LIMIT)
         opts_mode = check_task_option_mode(task_options)
         self.pool = with_harness(load_pool(pool), harness)  # the generation cap and sampling setting of the env
         self.suite = load_suite(suite)

@@ -14,6 +14,7 @@ A suite is a flat table of rows, each a benchmark (difficulty drawn per episode)
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -184,6 +185,9 @@ def load_suite(name_or_path: str | TaskSuite) -> TaskSuite:
     """A named suite (see ``SUITES``), a benchmark name, or a path to a JSONL task file."""
     if isinstance(name_or_path, TaskSuite):
         return name_or_path
+    if not isinstance(name_or_path, str | os.PathLike):  # a Path(3) TypeError would not name the option
+        raise TypeError(f"suite: expected one of {sorted(SUITES)}, a path to a JSONL task file or a TaskSuite, got "
+                        f"{type(name_or_path).__name__} {name_or_path!r}")
     if name_or_path in SUITES:
         return benchmark_suite(SUITES[name_or_path], name=name_or_path)
     if Path(name_or_path).is_file():

@@ -19,8 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from parasim.calibration.calls import TOOLS, CallTable, calls_from_records
-from parasim.config.jsonl import iter_json_objects
+from parasim.calibration.calls import FIELD_RANGES, TOOLS, CallTable, calls_from_records
+from parasim.config.env_options import ROUND_LIMIT, SLOT_LIMIT
+from parasim.config.jsonl import MISSING, iter_json_objects, number_field, show_value
 from parasim.protocol.schema import Domain
 from parasim.real.calllog import EPISODES_SUFFIX, episodes_path
 from parasim.tasks.suites import NUM_ANSWERS
@@ -102,23 +103,21 @@ def log_pairs(path: str | Path) -> list[tuple[Path, Path]]:
     return pairs
 
 
-def _number(rec: dict[str, Any], key: str, where: str, *, default: float | None = None, integer: bool = False,
-            lo: float = 0.0) -> Any:
-    value = rec.get(key)
-    if value is None and default is not None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < lo or (
-            integer and value != int(value)):
-        kind = "an integer" if integer else "a finite number"
-        raise LogError(f"{where}.{key}: expected {kind} >= {lo:g}, got {value!r}")
-    return int(value) if integer else float(value)
+def _number(rec: dict[str, Any], key: str, where: str, *, default: Any = MISSING, field: str | None = None) -> Any:
+    """A numeric field by the call log's one rule (``FIELD_RANGES``, ``parasim.config.jsonl.number_field``);
+    ``field`` names the range to use where the key is not the field's name (a tool price)."""
+    lo, hi, integer = FIELD_RANGES[field or key]
+    try:
+        return number_field(rec, key, where, lo, hi, integer=integer, default=default)
+    except ValueError as err:
+        raise LogError(str(err)) from None
 
 
 def _records(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
     try:
         yield from iter_json_objects(path)
-    except UnicodeDecodeError as err:
-        raise LogError(f"{path}: not UTF-8 ({err.reason} at byte {err.start})") from None
+    except ValueError as err:
+        raise LogError(str(err)) from None
 
 
 def _read_pair(calls_path: Path, episodes_path_: Path, offset: int, raw: list[tuple[str, dict[str, Any]]],
@@ -127,8 +126,8 @@ def _read_pair(calls_path: Path, episodes_path_: Path, offset: int, raw: list[tu
     each one's calls ({call_index: (where, position in raw)})."""
     by_episode: dict[int, dict[int, tuple[str, int]]] = {}
     for where, rec in _records(calls_path):
-        episode = _number(rec, "episode", where, integer=True)
-        index = _number(rec, "call_index", where, integer=True)
+        episode = _number(rec, "episode", where)
+        index = _number(rec, "call_index", where)
         if index in by_episode.setdefault(episode, {}):
             raise LogError(f"{where}.call_index: call {index} of episode {episode} was logged before")
         by_episode[episode][index] = (where, len(raw))
@@ -136,7 +135,7 @@ def _read_pair(calls_path: Path, episodes_path_: Path, offset: int, raw: list[tu
     episodes = []
     seen: set[int] = set()
     for where, rec in _records(episodes_path_):
-        episode = _number(rec, "episode", where, integer=True)
+        episode = _number(rec, "episode", where)
         if episode in seen:
             raise LogError(f"{where}.episode: episode {episode} was logged before")
         seen.add(episode)
@@ -157,7 +156,7 @@ def _episode(where: str, rec: dict[str, Any], calls: dict[int, tuple[str, int]],
     domain = rec.get("domain")
     if not isinstance(domain, str) or domain.upper() not in Domain.__members__:
         raise LogError(f"{where}.domain: expected one of {[d.name.lower() for d in Domain]}, got {domain!r}")
-    options = _number(rec, "options", where, integer=True)
+    options = _number(rec, "options", where)
     if options == 1:
         raise LogError(f"{where}.options: expected 0 (free-form) or 2 or more options, got 1")
     if options > NUM_ANSWERS:
@@ -165,9 +164,7 @@ def _episode(where: str, rec: dict[str, Any], calls: dict[int, tuple[str, int]],
         options = NUM_ANSWERS
     difficulty = rec.get("difficulty")
     if difficulty is not None:
-        difficulty = _number(rec, "difficulty", where, lo=-10.0)
-        if difficulty > 10:
-            raise LogError(f"{where}.difficulty: expected a number in [-10, 10], got {difficulty!r}")
+        difficulty = _number(rec, "difficulty", where)
     if not isinstance(rec.get("correct"), bool):
         raise LogError(f"{where}.correct: expected true or false, got {rec.get('correct')!r}")
     models = rec.get("models", [])
@@ -176,7 +173,11 @@ def _episode(where: str, rec: dict[str, Any], calls: dict[int, tuple[str, int]],
     rounds_raw = rec.get("rounds")
     if not isinstance(rounds_raw, list):
         raise LogError(f"{where}.rounds: expected a list of rounds, got {rounds_raw!r}")
+    if len(rounds_raw) > ROUND_LIMIT:
+        raise LogError(f"{where}.rounds: {len(rounds_raw)} rounds; an episode has at most {ROUND_LIMIT} (the "
+                       "simulator's round limit)")
     rounds = []
+    listed: dict[int, str] = {}  # call index -> where the episode listed it (each call belongs to one slot)
     for r, rnd in enumerate(rounds_raw):
         at = f"{where}.rounds[{r}]"
         if not isinstance(rnd, dict) or not isinstance(rnd.get("calls"), list):
@@ -184,22 +185,47 @@ def _episode(where: str, rec: dict[str, Any], calls: dict[int, tuple[str, int]],
         action = rnd.get("action")
         if action is not None:
             if not isinstance(action, list) or len(action) < 4 or (len(action) - 1) % 3 or not all(
-                    isinstance(x, int) and not isinstance(x, bool) for x in action):
-                raise LogError(f"{at}.action: expected 1 + 3k integers (stop, then tool, model, target per slot), "
-                               f"got {action!r}")
+                    isinstance(x, int) and not isinstance(x, bool) and _INT64[0] <= x <= _INT64[1] for x in action):
+                raise LogError(f"{at}.action: expected 1 + 3k integers of the env's int64 action (stop, then tool, "
+                               f"model, target per slot), got {_show_list(action)}")
+            if (len(action) - 1) // 3 > SLOT_LIMIT:
+                raise LogError(f"{at}.action: {(len(action) - 1) // 3} slots; an action has at most {SLOT_LIMIT}")
             if not models:
                 raise LogError(f"{at}.action: the episode names no models (its ``models`` list) for the action's "
                                "model dimension")
             action = tuple(action)
+        slots = (len(action) - 1) // 3 if action is not None else SLOT_LIMIT
+        if len(rnd["calls"]) > slots:
+            raise LogError(f"{at}.calls: {len(rnd['calls'])} calls in a round whose action has {slots} slots"
+                           if action is not None else
+                           f"{at}.calls: {len(rnd['calls'])} calls in one round; a round has at most {SLOT_LIMIT}")
         logged = []
+        used: dict[int, str] = {}  # slot -> the call that took it
         for c, index in enumerate(rnd["calls"]):
             if isinstance(index, bool) or not isinstance(index, int) or index not in calls:
-                raise LogError(f"{at}.calls[{c}]: no call {index!r} of episode {rec['episode']} in the call log")
+                raise LogError(f"{at}.calls[{c}]: no call {show_value(index)} of episode {rec['episode']} in the "
+                               "call log")
+            if index in listed:
+                raise LogError(f"{at}.calls[{c}]: call {index} is listed twice in the episode (first at "
+                               f"{listed[index]})")
+            listed[index] = f"{at}.calls[{c}]"
             call_where, n = calls[index]
             call = raw[n][1]
+            for key in ("task_id", "benchmark"):
+                if call[key] != rec[key]:
+                    raise LogError(f"{call_where}.{key}: call {index} of episode {rec['episode']} is logged with "
+                                   f"{key} {show_value(call[key])}, its episode ({where}) with "
+                                   f"{show_value(rec[key])}")
             slot = call.get("slot")
             if slot is not None:
-                slot = _number(call, "slot", call_where, integer=True)
+                slot = _number(call, "slot", call_where)
+                if slot >= slots:
+                    raise LogError(f"{call_where}.slot: slot {slot} of a round whose action has {slots} slots "
+                                   f"({at})")
+                if slot in used:
+                    raise LogError(f"{call_where}.slot: slot {slot} is taken by another call of the round "
+                                   f"({used[slot]})")
+                used[slot] = call_where
             model = table.models[table.model[n]] if call.get("model", "").strip() else ""
             logged.append(LoggedCall(
                 where=call_where, tool=int(table.tool[n]), model=model,
@@ -214,18 +240,27 @@ def _episode(where: str, rec: dict[str, Any], calls: dict[int, tuple[str, int]],
                          rec["correct"], _tool_prices(rec, where))
 
 
+_INT64 = (-2**63, 2**63 - 1)
+
+
+def _show_list(value: Any) -> str:
+    """A logged list for a message, each huge integer by its size."""
+    if not isinstance(value, list):
+        return show_value(value)
+    text = "[" + ", ".join(show_value(x) for x in value[:8]) + (", ..." if len(value) > 8 else "") + "]"
+    return text
+
+
 def _tool_prices(rec: dict[str, Any], where: str) -> tuple[tuple[int, float], ...]:
     """The episode's own tool prices (``tool_prices``: tool name -> USD per call, absent: none), by tool index."""
     given = rec.get("tool_prices", {})
     if not isinstance(given, dict):
         raise LogError(f"{where}.tool_prices: expected an object of tool name -> USD per call, got {given!r}")
     out = []
-    for name, price in given.items():
+    for name in given:
         if name not in TOOLS:
             raise LogError(f"{where}.tool_prices: unknown tool {name!r}; expected one of {sorted(TOOLS)}")
-        usd = _number(given, name, f"{where}.tool_prices")
-        if usd > 1e6:
-            raise LogError(f"{where}.tool_prices.{name}: expected a number in [0, 1e6], got {price!r}")
+        usd = _number(given, name, f"{where}.tool_prices", field="usd")
         out.append((int(TOOLS[name]), usd))
     return tuple(sorted(out))
 

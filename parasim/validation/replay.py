@@ -88,7 +88,14 @@ def model_indices(episodes: tuple[LoggedEpisode, ...], pool: PoolSpec) -> dict[s
     names = pool.model_names[:-1]
     index = {name: i for i, name in enumerate(names)}
     for e in episodes:
-        for rnd in e.rounds:
+        for r, rnd in enumerate(e.rounds):
+            if rnd.action is not None:  # a slot's model must be one the replay can play: the pool's
+                tools, chosen, _ = slot_parts(np.asarray(rnd.action, np.int64))
+                for k, (tool, j) in enumerate(zip(tools, chosen)):
+                    if (0 <= tool < EMPTY_SLOT and Tool(int(tool)).is_agent and 0 <= j < len(e.models)
+                            and e.models[j] not in index):
+                        raise LogError(f"{e.where}.models[{j}]: model {e.models[j]!r} (slot {k} of rounds[{r}]."
+                                       f"action) is not in the pool {pool.name!r}, whose models are {list(names)}")
             for call in rnd.calls:
                 if Tool(call.tool).is_agent and call.model not in index:
                     raise LogError(f"{call.where}.model: model {call.model!r} (a {Tool(call.tool).wire_name} call) is "
