@@ -15,7 +15,6 @@ import numpy as np
 
 from parasim.config.env_options import (
     LANE_LIMIT,
-    check_bool,
     check_episode_options,
     check_int,
     check_task_option_mode,
