@@ -1,0 +1,280 @@
+"""Per-query evaluation outcomes: one table type for what eval logs record, and the plain-table reader.
+
+A call log (``calls.py``) records an orchestration's calls; most people instead have evaluation results: for each
+model, each question of a benchmark and each sample, whether the answer was right (and often the answer itself).
+Those are what the call model's joint structure is fitted and checked on (how repeated samples of one model agree,
+how different models fail on the same questions and with the same wrong answer), so every reader of such results
+(the plain table here, lm-evaluation-harness ``--log_samples`` files, lighteval details) returns one
+``PerQueryTable``.
+
+The plain table is CSV (optionally gzipped) or Parquet, one row per (model, question, sample), columns:
+
+- ``model``, ``question_id``, ``benchmark`` (required, non-empty strings; a question id is unique within a
+  benchmark),
+- ``correct`` (0/1 per sample, or a pass rate over ``n_samples`` samples: ``correct * n_samples`` must be a whole
+  number of successes) or, without it, ``answer`` and ``gold`` (graded by exact match of the normalized strings,
+  ``normalize_answer``; grade with a real verifier first where exact match is not the benchmark's rule),
+- optional: ``sample`` (int >= 0, default 0), ``answer`` (kept, normalized, for same-wrong-answer statistics),
+  ``output_tokens`` (>= 0, empty where unknown), ``n_samples`` (int >= 1, default 1).
+
+Other columns are ignored. A bad cell is a ``PerQueryError`` naming the file, the row (and CSV line) and the column.
+"""
+from __future__ import annotations
+
+import gzip
+import math
+import os
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+
+FORMATS = ("table",)
+TABLE_SUFFIXES = (".csv", ".csv.gz", ".parquet")
+_STRING_COLUMNS = ("model", "question_id", "benchmark", "answer", "gold")
+_WHOLE_TOL = 1e-6  # how far correct * n_samples may sit from a whole number (float rounding of k / n)
+
+
+class PerQueryError(ValueError):
+    """A per-query input that cannot be read as written; the message names the file, the line or row, the field."""
+
+
+def normalize_answer(value: object) -> str:
+    """The form answers are compared in: stripped, lower-cased text (``""`` for none), as call logs compare them."""
+    return "" if value is None else str(value).strip().lower()
+
+
+@dataclass(frozen=True)
+class PerQueryTable:
+    """Per-query outcomes, one row per (model, question, sample); numpy arrays of equal length.
+
+    ``correct`` is 1/0 for one sample or the pass rate over ``n_samples`` samples (rows of both kinds may mix, e.g.
+    LiveCodeBench's 10-sample pass rates beside one-sample models). ``answer`` is the normalized answer, ``""`` where
+    unknown; ``output_tokens`` NaN where unknown. ``source`` names the file(s) read.
+    """
+
+    model: np.ndarray  # object[N] str
+    question: np.ndarray  # object[N] str, unique within a benchmark
+    benchmark: np.ndarray  # object[N] str
+    sample: np.ndarray  # int64[N]
+    correct: np.ndarray  # float64[N] in [0, 1]
+    n_samples: np.ndarray  # int64[N] >= 1
+    answer: np.ndarray  # object[N] str
+    output_tokens: np.ndarray  # float64[N], NaN when unknown
+    source: str
+
+    def __post_init__(self) -> None:
+        n = len(self.model)
+        for name in ("question", "benchmark", "sample", "correct", "n_samples", "answer", "output_tokens"):
+            if len(getattr(self, name)) != n:
+                raise ValueError(f"PerQueryTable.{name}: {len(getattr(self, name))} rows, model has {n}")
+        for name, kind in (("sample", np.int64), ("n_samples", np.int64), ("correct", np.float64),
+                           ("output_tokens", np.float64)):
+            if getattr(self, name).dtype != kind:
+                raise ValueError(f"PerQueryTable.{name}: dtype {getattr(self, name).dtype}, expected {kind.__name__}")
+
+    def __len__(self) -> int:
+        return len(self.model)
+
+    @property
+    def successes(self) -> np.ndarray:
+        """int64[N]: correct samples behind each row (``correct * n_samples``, a whole number by construction)."""
+        return np.rint(self.correct * self.n_samples).astype(np.int64)
+
+    def models(self) -> list[str]:
+        """Model names in first-seen order."""
+        return list(dict.fromkeys(self.model.tolist()))
+
+    def benchmarks(self) -> list[str]:
+        """Benchmark names in first-seen order."""
+        return list(dict.fromkeys(self.benchmark.tolist()))
+
+    def select(self, mask: np.ndarray) -> PerQueryTable:
+        """The rows where ``mask`` (bool[N] or an index array) selects, same source."""
+        return PerQueryTable(**{k: getattr(self, k)[mask] for k in _ARRAYS}, source=self.source)
+
+    @staticmethod
+    def concat(tables: Sequence[PerQueryTable]) -> PerQueryTable:
+        """The rows of all ``tables`` in order; sources joined with ``"; "``."""
+        if not tables:
+            raise ValueError("PerQueryTable.concat: no tables")
+        return PerQueryTable(**{k: np.concatenate([getattr(t, k) for t in tables]) for k in _ARRAYS},
+                             source="; ".join(t.source for t in tables))
+
+
+_ARRAYS = ("model", "question", "benchmark", "sample", "correct", "n_samples", "answer", "output_tokens")
+
+
+def make_table(*, model: Sequence[str], question: Sequence[str], benchmark: Sequence[str], correct: Sequence[float],
+               sample: Sequence[int] | None = None, n_samples: Sequence[int] | None = None,
+               answer: Sequence[str] | None = None, output_tokens: Sequence[float] | None = None,
+               source: str = "(in memory)", where: Sequence[str] | None = None) -> PerQueryTable:
+    """A checked ``PerQueryTable`` from columns (the readers' one constructor); ``where[i]`` names row ``i`` in errors.
+
+    Checks what every reader must hold: non-empty names, ``sample >= 0``, ``n_samples >= 1``, ``correct`` in [0, 1]
+    with a whole number of successes, ``output_tokens >= 0`` or NaN, and each (model, benchmark, question, sample)
+    once.
+    """
+    n = len(model)
+    label = list(where) if where is not None else [f"{source}: row {i}" for i in range(n)]
+    cols = {"model": list(model), "question": list(question), "benchmark": list(benchmark)}
+    for name, values in cols.items():
+        for i, v in enumerate(values):
+            if not isinstance(v, str) or not v.strip():
+                raise PerQueryError(f"{label[i]}: {_COLUMN_OF.get(name, name)}: expected a non-empty string, got {v!r}")
+    sample_arr = np.zeros(n, np.int64) if sample is None else _ints(sample, "sample", 0, label)
+    n_arr = np.ones(n, np.int64) if n_samples is None else _ints(n_samples, "n_samples", 1, label)
+    correct_arr = np.asarray(correct, np.float64)
+    for i in np.flatnonzero(~(np.isfinite(correct_arr) & (correct_arr >= 0.0) & (correct_arr <= 1.0))):
+        raise PerQueryError(f"{label[i]}: correct: expected a number in [0, 1], got {correct[i]!r}")
+    k = correct_arr * n_arr
+    for i in np.flatnonzero(np.abs(k - np.rint(k)) > _WHOLE_TOL):
+        raise PerQueryError(f"{label[i]}: correct: {correct[i]!r} over n_samples = {n_arr[i]} is not a whole number "
+                            "of correct samples (a pass rate must be k / n_samples)")
+    tokens = np.full(n, np.nan) if output_tokens is None else np.asarray(
+        [math.nan if t is None else t for t in output_tokens], np.float64)
+    for i in np.flatnonzero(~np.isnan(tokens) & ~(np.isfinite(tokens) & (tokens >= 0.0))):
+        raise PerQueryError(f"{label[i]}: output_tokens: expected a number >= 0 or empty, got {output_tokens[i]!r}")
+    answers = [""] * n if answer is None else [normalize_answer(a) for a in answer]
+    seen: dict[tuple[str, str, str, int], int] = {}
+    for i, key in enumerate(zip(cols["model"], cols["benchmark"], cols["question"], sample_arr.tolist())):
+        if seen.setdefault(key, i) != i:
+            raise PerQueryError(f"{label[i]}: sample: model {key[0]!r}, benchmark {key[1]!r}, question {key[2]!r}, "
+                                f"sample {key[3]} already given in {label[seen[key]]}")
+    obj = {name: np.asarray(values, dtype=object) for name, values in cols.items()}
+    return PerQueryTable(model=obj["model"], question=obj["question"], benchmark=obj["benchmark"],
+                         sample=sample_arr, correct=correct_arr, n_samples=n_arr,
+                         answer=np.asarray(answers, dtype=object), output_tokens=tokens, source=source)
+
+
+_COLUMN_OF = {"question": "question_id"}
+
+
+def _ints(values: Sequence[object], name: str, low: int, label: list[str]) -> np.ndarray:
+    """Integers >= ``low`` (a float is accepted only when it is whole: CSV readers give floats to columns with blanks)."""
+    out = np.empty(len(values), np.int64)
+    for i, v in enumerate(values):
+        ok = (isinstance(v, (int, np.integer)) and not isinstance(v, bool)) or (
+            isinstance(v, (float, np.floating)) and math.isfinite(v) and v == int(v))
+        if not ok or int(v) < low:
+            raise PerQueryError(f"{label[i]}: {name}: expected an integer >= {low}, got {v!r}")
+        out[i] = int(v)
+    return out
+
+
+def read_per_query(path: str | Path, *, fmt: str | None = None) -> PerQueryTable:
+    """Read per-query outcomes from ``path``: ``fmt`` is one of ``FORMATS``, sniffed from the path when None."""
+    path = Path(path)
+    if not path.exists():
+        raise PerQueryError(f"{path}: no such file or directory")
+    fmt = sniff_format(path) if fmt is None else fmt
+    if fmt not in FORMATS:
+        raise PerQueryError(f"{path}: format {fmt!r}: expected one of {list(FORMATS)}")
+    return read_table(path)
+
+
+def sniff_format(path: Path) -> str:
+    """The per-query format of ``path`` from its name and contents (a clear error when none fits)."""
+    if path.is_file() and path.name.lower().endswith(TABLE_SUFFIXES):
+        return "table"
+    raise PerQueryError(f"{path}: not a per-query file: expected a plain table ({', '.join(TABLE_SUFFIXES)})")
+
+
+def read_table(path: str | Path) -> PerQueryTable:
+    """Read a plain per-query table (CSV, CSV.gz or Parquet; the columns are in this module's docstring)."""
+    path = Path(path)
+    name = path.name.lower()
+    try:
+        if name.endswith(".parquet"):
+            data, line0 = pq.read_table(path), None
+        elif name.endswith((".csv", ".csv.gz")):
+            # ids and answers stay text ("007" is not 7); empty cells of text columns stay "" (not null)
+            convert = pacsv.ConvertOptions(column_types={c: pa.string() for c in _STRING_COLUMNS},
+                                           strings_can_be_null=False)
+            data, line0 = pacsv.read_csv(path, convert_options=convert), 2
+        else:
+            raise PerQueryError(f"{path}: expected a {', '.join(TABLE_SUFFIXES)} file")
+    except (pa.ArrowInvalid, OSError, EOFError, gzip.BadGzipFile) as err:
+        raise PerQueryError(f"{path}: cannot read as a table ({str(err).splitlines()[0]})") from None
+    columns = set(data.column_names)
+    missing = [c for c in ("model", "question_id", "benchmark") if c not in columns]
+    if "correct" not in columns and not {"answer", "gold"} <= columns:
+        missing.append("correct (or answer and gold)")
+    if missing:
+        raise PerQueryError(f"{path}: missing column(s) {', '.join(missing)}; found {sorted(columns)}")
+    n = data.num_rows
+    if n == 0:
+        raise PerQueryError(f"{path}: no rows")
+    where = [f"{path}: row {i + 1}" + (f" (line {i + line0})" if line0 else "") for i in range(n)]
+    col = {c: data.column(c).to_pylist() for c in data.column_names}
+    for c in ("model", "question_id", "benchmark", "answer", "gold"):
+        for i, v in enumerate(col.get(c, ())):
+            if v is not None and not isinstance(v, str):
+                if isinstance(v, (int, np.integer)) and not isinstance(v, bool):  # Parquet integer ids are ids
+                    col[c][i] = str(v)
+                else:
+                    raise PerQueryError(f"{where[i]}: {c}: expected text, got {v!r}")
+    if "correct" in columns:
+        correct = []
+        for i, v in enumerate(col["correct"]):
+            if isinstance(v, bool):
+                v = float(v)
+            if not isinstance(v, (int, float)) or isinstance(v, bool):
+                raise PerQueryError(f"{where[i]}: correct: expected a number in [0, 1], got {v!r}")
+            correct.append(float(v))
+    else:
+        if "n_samples" in columns and any(v not in (None, 1) for v in col["n_samples"]):
+            i = next(i for i, v in enumerate(col["n_samples"]) if v not in (None, 1))
+            raise PerQueryError(f"{where[i]}: n_samples: graded from answer and gold, a row is one sample "
+                                f"(n_samples 1), got {col['n_samples'][i]!r}")
+        correct = [float(normalize_answer(a) == normalize_answer(g) and normalize_answer(a) != "")
+                   for a, g in zip(col["answer"], col["gold"])]
+    n_samples = None if "n_samples" not in columns else [1 if v is None else v for v in col["n_samples"]]
+    sample = None if "sample" not in columns else [0 if v is None else v for v in col["sample"]]
+    return make_table(model=col["model"], question=col["question_id"], benchmark=col["benchmark"], correct=correct,
+                      sample=sample, n_samples=n_samples, answer=col.get("answer"),
+                      output_tokens=col.get("output_tokens"), source=str(path), where=where)
+
+
+def write_table(table: PerQueryTable, path: str | Path) -> Path:
+    """Write ``table`` as a plain table (``.csv``, ``.csv.gz`` or ``.parquet`` by suffix), atomically.
+
+    ``read_table`` reads it back to the same table (the normalized answers are what is stored).
+    """
+    path = Path(path)
+    data = pa.table({"model": pa.array(table.model.tolist(), pa.string()),
+                     "question_id": pa.array(table.question.tolist(), pa.string()),
+                     "benchmark": pa.array(table.benchmark.tolist(), pa.string()),
+                     "sample": pa.array(table.sample, pa.int64()),
+                     "correct": pa.array(table.correct, pa.float64()),
+                     "n_samples": pa.array(table.n_samples, pa.int64()),
+                     "answer": pa.array(table.answer.tolist(), pa.string()),
+                     "output_tokens": pa.array(table.output_tokens, pa.float64(), from_pandas=True)})
+    name = path.name.lower()
+    if not name.endswith(TABLE_SUFFIXES):
+        raise PerQueryError(f"{path}: expected a {', '.join(TABLE_SUFFIXES)} file name")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        if name.endswith(".parquet"):
+            pq.write_table(data, tmp)
+        elif name.endswith(".gz"):
+            # no name and mtime 0 in the gzip header: the same table gives the same bytes
+            with open(tmp, "wb") as handle, gzip.GzipFile(filename="", fileobj=handle, mode="wb", mtime=0) as raw:
+                pacsv.write_csv(data, raw)
+        else:
+            pacsv.write_csv(data, tmp)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a data file is as readable as any other
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path
