@@ -77,12 +77,14 @@ def test_write_is_deterministic(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("text,expected", [
     ("model,question_id\na,q\n", "missing column(s) benchmark, correct (or answer and gold)"),
-    ("model,question_id,benchmark,correct\na,q,b,1.5\n", "row 1 (line 2): correct: expected a number in [0, 1], got 1.5"),
+    ("model,question_id,benchmark,correct\na,q,b,1.5\n",
+     "row 1 (line 2): correct: expected a number in [0, 1], got 1.5"),
     ("model,question_id,benchmark,correct\na,q,b,\n", "row 1 (line 2): correct: expected a number in [0, 1], got None"),
     ("model,question_id,benchmark,correct\na,q,b,1\n,q,b,0\n", "row 2 (line 3): model: expected a non-empty string"),
     ("model,question_id,benchmark,correct,n_samples\na,q,b,0.25,10\n",
      "row 1 (line 2): correct: 0.25 over n_samples = 10 is not a whole number"),
-    ("model,question_id,benchmark,correct,n_samples\na,q,b,0,0\n", "row 1 (line 2): n_samples: expected an integer >= 1"),
+    ("model,question_id,benchmark,correct,n_samples\na,q,b,0,0\n",
+     "row 1 (line 2): n_samples: expected an integer >= 1"),
     ("model,question_id,benchmark,correct,sample\na,q,b,0,-1\n", "row 1 (line 2): sample: expected an integer >= 0"),
     ("model,question_id,benchmark,correct\na,q,b,1\na,q,b,0\n",
      "row 2 (line 3): sample: model 'a', benchmark 'b', question 'q', sample 0 already given in"),
@@ -105,7 +107,7 @@ def test_unreadable_and_unknown_inputs(tmp_path: Path) -> None:
     with pytest.raises(PerQueryError, match="no such file"):
         read_per_query(tmp_path / "missing.csv")
     (tmp_path / "x.txt").write_text("hi")
-    with pytest.raises(PerQueryError, match="not a per-query file"):
+    with pytest.raises(PerQueryError, match="not a per-query input"):
         read_per_query(tmp_path / "x.txt")
     with pytest.raises(PerQueryError, match="format 'nope'"):
         read_per_query(tmp_path / "x.txt", fmt="nope")

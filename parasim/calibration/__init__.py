@@ -4,7 +4,8 @@
 (standard errors from the inverse observed information), ``fitted_pool`` writes the pool file that
 ``parasim.pools.pool.load_pool`` accepts, ``format_report`` / ``report_dict`` give the goodness of fit, and
 ``simulated_records`` makes logs with known parameters from the simulator's per-call model. ``read_per_query``
-reads per-query evaluation outcomes into a ``PerQueryTable``.
+reads per-query evaluation outcomes (plain tables, lm-evaluation-harness samples, lighteval details) into
+a ``PerQueryTable``.
 """
 from __future__ import annotations
 

@@ -34,7 +34,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-FORMATS = ("table",)
+FORMATS = ("table", "lm_eval", "lighteval")
 TABLE_SUFFIXES = (".csv", ".csv.gz", ".parquet")
 _STRING_COLUMNS = ("model", "question_id", "benchmark", "answer", "gold")
 _WHOLE_TOL = 1e-6  # how far correct * n_samples may sit from a whole number (float rounding of k / n)
@@ -156,7 +156,7 @@ _COLUMN_OF = {"question": "question_id"}
 
 
 def _ints(values: Sequence[object], name: str, low: int, label: list[str]) -> np.ndarray:
-    """Integers >= ``low`` (a float is accepted only when it is whole: CSV readers give floats to columns with blanks)."""
+    """Integers >= ``low`` (a float only when whole: CSV readers give floats to columns with blanks)."""
     out = np.empty(len(values), np.int64)
     for i, v in enumerate(values):
         ok = (isinstance(v, (int, np.integer)) and not isinstance(v, bool)) or (
@@ -167,22 +167,61 @@ def _ints(values: Sequence[object], name: str, low: int, label: list[str]) -> np
     return out
 
 
-def read_per_query(path: str | Path, *, fmt: str | None = None) -> PerQueryTable:
-    """Read per-query outcomes from ``path``: ``fmt`` is one of ``FORMATS``, sniffed from the path when None."""
+def read_per_query(path: str | Path, *, fmt: str | None = None, metric: str | None = None,
+                   filter_name: str | None = None) -> PerQueryTable:
+    """Read per-query outcomes from ``path``: ``fmt`` is one of ``FORMATS``, sniffed from the path when None.
+
+    ``table``: a plain table file; ``lm_eval``: an lm-evaluation-harness ``--output_path`` folder or samples file
+    (``parasim.calibration.lm_eval_logs``); ``lighteval``: a lighteval ``--output-dir`` or details file
+    (``parasim.calibration.lighteval_details``). ``metric`` names the correctness metric of an eval log (each reader
+    has a preference order), ``filter_name`` the lm-eval filter to read.
+    """
     path = Path(path)
     if not path.exists():
         raise PerQueryError(f"{path}: no such file or directory")
     fmt = sniff_format(path) if fmt is None else fmt
     if fmt not in FORMATS:
         raise PerQueryError(f"{path}: format {fmt!r}: expected one of {list(FORMATS)}")
+    if fmt != "lm_eval" and filter_name is not None:
+        raise PerQueryError(f"{path}: filter_name is an lm-eval setting; this input reads as {fmt!r}")
+    if fmt == "lm_eval":
+        from parasim.calibration.lm_eval_logs import read_lm_eval
+
+        return read_lm_eval(path, metric=metric, filter_name=filter_name)
+    if fmt == "lighteval":
+        from parasim.calibration.lighteval_details import read_lighteval
+
+        return read_lighteval(path, metric=metric)
+    if metric is not None:
+        raise PerQueryError(f"{path}: metric is an eval-log setting; a plain table has its own correct column")
     return read_table(path)
 
 
 def sniff_format(path: Path) -> str:
-    """The per-query format of ``path`` from its name and contents (a clear error when none fits)."""
-    if path.is_file() and path.name.lower().endswith(TABLE_SUFFIXES):
-        return "table"
-    raise PerQueryError(f"{path}: not a per-query file: expected a plain table ({', '.join(TABLE_SUFFIXES)})")
+    """The per-query format of ``path`` from its name and contents (a clear error when none fits).
+
+    A samples_*.jsonl file, or a folder holding one, is lm-eval's; a details_*.parquet file, or a folder holding one,
+    lighteval's; a .csv / .csv.gz / .parquet file otherwise a plain table.
+    """
+    name = path.name.lower()
+    if path.is_file():
+        if name.startswith("samples_") and name.endswith(".jsonl"):
+            return "lm_eval"
+        if name.startswith("details_") and name.endswith(".parquet"):
+            return "lighteval"
+        if name.endswith(TABLE_SUFFIXES):
+            return "table"
+    elif path.is_dir():
+        found = {fmt for fmt, pattern in (("lm_eval", "samples_*.jsonl"), ("lighteval", "details_*.parquet"))
+                 if next(path.rglob(pattern), None) is not None}
+        if len(found) == 1:
+            return found.pop()
+        if found:
+            raise PerQueryError(f"{path}: holds both lm-eval samples and lighteval details files; pass fmt "
+                                "(--format) or one of its folders")
+    raise PerQueryError(f"{path}: not a per-query input: expected a plain table ({', '.join(TABLE_SUFFIXES)}), an "
+                        "lm-eval --log_samples folder (samples_<task>_<date>.jsonl) or a lighteval details folder "
+                        "(details_<task>_<date>.parquet)")
 
 
 def read_table(path: str | Path) -> PerQueryTable:
@@ -193,7 +232,7 @@ def read_table(path: str | Path) -> PerQueryTable:
         if name.endswith(".parquet"):
             data, line0 = pq.read_table(path), None
         elif name.endswith((".csv", ".csv.gz")):
-            # ids and answers stay text ("007" is not 7); empty cells of text columns stay "" (not null)
+            # ids and answers stay text ("007" is not 7); empty text cells stay "" (not null)
             convert = pacsv.ConvertOptions(column_types={c: pa.string() for c in _STRING_COLUMNS},
                                            strings_can_be_null=False)
             data, line0 = pacsv.read_csv(path, convert_options=convert), 2
