@@ -102,7 +102,7 @@ def read_lighteval(path: str | Path, *, metric: str | None = None) -> PerQueryTa
                 cols[key].append(value)
     return make_table(model=cols["model"], question=cols["question"], benchmark=cols["benchmark"],
                       correct=cols["correct"], n_samples=cols["n_samples"], answer=cols["answer"],
-                      output_tokens=cols["output_tokens"], source="; ".join(map(str, files)), where=cols["where"])
+                      output_tokens=cols["output_tokens"], source=str(path), where=cols["where"])
 
 
 def _struct(value: Any, where: str, column: str) -> dict[str, Any]:

@@ -111,7 +111,7 @@ def read_lm_eval(path: str | Path, *, metric: str | None = None, filter_name: st
             raise PerQueryError(f"{f}: no lines" + (f" with filter {filter_name!r}" if filter_name else ""))
     return make_table(model=cols["model"], question=cols["question"], benchmark=cols["benchmark"],
                       correct=cols["correct"], sample=cols["sample"], answer=cols["answer"],
-                      source="; ".join(map(str, files)), where=cols["where"])
+                      source=str(path), where=cols["where"])
 
 
 def _field(rec: dict[str, Any], key: str, where: str, kind: type | tuple[type, ...]) -> Any:
