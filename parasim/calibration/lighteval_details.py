@@ -35,7 +35,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from parasim.calibration.per_query import PerQueryError, PerQueryTable, make_table
+from parasim.calibration.per_query_table import PerQueryError, PerQueryTable, make_table
 
 PREFERRED_METRICS = ("acc", "em", "exact_match", "extractive_match", "quasi_exact_match", "prefix_exact_match",
                      "acc_norm")

@@ -31,7 +31,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from parasim.calibration.per_query import PerQueryError, PerQueryTable, make_table, normalize_answer
+from parasim.calibration.per_query_table import PerQueryError, PerQueryTable, make_table, normalize_answer
 from parasim.config.jsonl import iter_json_objects
 
 PREFERRED_METRICS = ("exact_match", "acc", "acc_norm", "pass@1", "pass_at_1", "em", "correct")
