@@ -74,3 +74,14 @@ def test_per_query_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert main(["calibrate", str(tmp_path / "calls.jsonl"), "--metric", "acc", "-o", "p.json"]) == 2
     assert "reads as a call log" in _one_error(capsys.readouterr().err)
     assert not (tmp_path / "p.json").exists()
+
+
+def test_a_table_of_more_models_than_a_pool_holds(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The shipped MATH-L5 table has 23 models: with the base pool's 3 that is more than a pool's 16, said before
+    any fit; --models selects; an unknown name is an error."""
+    math = str(DATA / "math_l5.csv.gz")
+    assert main(["calibrate", math, "--domain", "MATH-L5=math", "-o", str(tmp_path / "p.json")]) == 2
+    assert "23 models beside the base pool's 3: a pool holds at most 16; select at most 13" in _one_error(
+        capsys.readouterr().err)
+    assert main(["calibrate", math, "--domain", "MATH-L5=math", "--models", "gpt-4o,nope", "-o", "p.json"]) == 2
+    assert "no model(s) ['gpt-4o', 'nope']" in _one_error(capsys.readouterr().err)

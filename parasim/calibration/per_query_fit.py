@@ -19,9 +19,13 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from parasim.calibration.calls import CallTable, calls_from_records
 from parasim.calibration.fit import Calibration, calibrate
 from parasim.calibration.per_query import PerQueryError, PerQueryTable
+from parasim.calibration.poolfile import read_raw
+from parasim.pools.pool import MAX_MODELS
 from parasim.protocol.schema import Domain, Tool
 from parasim.tasks.suites import BENCHMARK_INDEX, BENCHMARKS
 
@@ -78,9 +82,25 @@ def per_query_calls(table: PerQueryTable, domains: Mapping[str, str] | None = No
     return calls_from_records(call_records(table, benchmark_domains(table, domains)))
 
 
+def select_models(table: PerQueryTable, names: list[str] | None) -> PerQueryTable:
+    """The rows of the named models (all when ``names`` is None); a name the table lacks is an error."""
+    if names is None:
+        return table
+    unknown = [n for n in names if n not in table.models()]
+    if unknown:
+        raise PerQueryError(f"{table.source}: no model(s) {unknown}; its models are {table.models()}")
+    return table.select(np.isin(table.model, names))
+
+
 def calibrate_per_query(table: PerQueryTable, base: str | Path = "paramanager", *,
                         domains: Mapping[str, str] | None = None, nodes: int = 8) -> Calibration:
     """The likelihood fit of the call model to ``table``'s outcomes; what they cannot identify stays at ``base``."""
+    raw, _ = read_raw(base)
+    agents = {m["name"] for m in raw.get("models", []) if isinstance(m, dict)}
+    new = [m for m in table.models() if m not in agents]
+    if len(agents) + len(new) > MAX_MODELS:
+        raise PerQueryError(f"{table.source}: {len(new)} models beside the base pool's {len(agents)}: a pool holds at "
+                            f"most {MAX_MODELS}; select at most {MAX_MODELS - len(agents)} (--models a,b,...)")
     cal = calibrate(per_query_calls(table, domains), base, nodes=nodes)
     cal.notes.insert(0, NOTE)
     return cal

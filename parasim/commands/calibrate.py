@@ -32,6 +32,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--metric", default=None, help="eval logs: the correctness metric (default: exact_match, acc, ...)")
     p.add_argument("--filter", dest="filter_name", default=None,
                    help="lm-eval logs: the filter to read (default: each task's first)")
+    p.add_argument("--models", default=None, metavar="A,B,...",
+                   help="per-query input: fit only these models (a pool holds at most 16 with the base's)")
     p.add_argument("--domain", action="append", default=[], metavar="BENCHMARK=DOMAIN",
                    help="per-query input: the domain (math, science, knowledge, code) of a benchmark the task "
                         "catalogue does not hold; repeatable")
@@ -83,15 +85,16 @@ def run(args: argparse.Namespace) -> int:
         fmt = input_format(path, args.format)
         if fmt == "calls":
             for flag, value in (("--metric", args.metric), ("--filter", args.filter_name),
-                                ("--domain", args.domain or None)):
+                                ("--domain", args.domain or None), ("--models", args.models)):
                 if value is not None:
                     raise CommandError(f"{flag}: a per-query input's setting; {path} reads as a call log")
             cal = calibrate(read_calls(path), args.base, nodes=args.nodes)
         else:
             from parasim.calibration.per_query import read_per_query
-            from parasim.calibration.per_query_fit import calibrate_per_query
+            from parasim.calibration.per_query_fit import calibrate_per_query, select_models
 
             table = read_per_query(path, fmt=fmt, metric=args.metric, filter_name=args.filter_name)
+            table = select_models(table, None if args.models is None else args.models.split(","))
             print(f"read {len(table)} per-query rows ({fmt}): {len(table.models())} models, "
                   f"{len(table.benchmarks())} benchmarks")
             cal = calibrate_per_query(table, args.base, domains=domains, nodes=args.nodes)

@@ -41,6 +41,7 @@ class ValidateSimConfig:
     domain: str = opt("", pattern=r"([^=,]+=[a-z]+(,[^=,]+=[a-z]+)*)?", what="BENCH=DOMAIN pairs joined by commas",
                       help="per-query input: the domain of each benchmark the task catalogue does not hold, "
                            "BENCH=DOMAIN[,BENCH=DOMAIN...]")
+    models: str = opt("", help="per-query input: compare only these models, comma-separated (empty: all)")
 
     def __post_init__(self) -> None:
         validate(self)
@@ -108,10 +109,10 @@ def validate_per_query(path: str | Path, cfg: ValidateSimConfig) -> dict[str, An
     (``parasim.validation.per_query``); the pool is ``cfg.pool`` or one fitted to the same table (in-sample)."""
     from parasim.calibration import fitted_pool
     from parasim.calibration.per_query import read_per_query
-    from parasim.calibration.per_query_fit import benchmark_domains, calibrate_per_query
+    from parasim.calibration.per_query_fit import benchmark_domains, calibrate_per_query, select_models
     from parasim.validation.per_query import TOLERANCES, compare_per_query, simulated_table
 
-    table = read_per_query(path)
+    table = select_models(read_per_query(path), cfg.models.split(",") if cfg.models else None)
     given = dict(item.split("=", 1) for item in cfg.domain.split(",")) if cfg.domain else {}
     domains = benchmark_domains(table, given)
     if cfg.pool:
