@@ -38,7 +38,7 @@ def test_repeated_samples_give_votes_and_spread() -> None:
     assert st["spread"]["A"] == {"zero": pytest.approx(1 / 3), "one": pytest.approx(1 / 3),
                                  "between": pytest.approx(1 / 3), "samples": 5}
     # 3 of 5 samples right: a majority of 3 drawn without replacement is right with 7/10
-    assert majority_vote(np.array([0.6]), np.array([5.0]), 3)[0] == pytest.approx(7 / 10)
+    assert majority_vote(np.array([3]), np.array([5]), 3)[0] == pytest.approx(7 / 10)
     assert st["vote"]["A"]["3"] == pytest.approx((1 + 0 + 0.7) / 3)
     assert st["vote"]["A"]["5"] == pytest.approx((1 + 0 + 1) / 3)
 

@@ -110,12 +110,12 @@ def _key(names: Sequence[str]) -> str:
     return KEY_SEP.join(names)
 
 
-def majority_vote(rate: np.ndarray, n: np.ndarray, k: int) -> np.ndarray:
+def majority_vote(hits: np.ndarray, n: np.ndarray, k: int) -> np.ndarray:
     """P(more than k/2 of k samples are right) for k samples drawn without replacement from n samples of which
-    rate * n were right (hypergeometric), per entry; NaN where n < k."""
-    hits = np.rint(rate * n).astype(np.int64)
-    nn = n.astype(np.int64)
-    out = np.full(rate.shape, np.nan)
+    ``hits`` were right (hypergeometric), per entry; NaN where n < k."""
+    nn = np.asarray(n).astype(np.int64)
+    hits = np.rint(np.asarray(hits, np.float64)).astype(np.int64)
+    out = np.full(nn.shape, np.nan)
     for idx in zip(*np.nonzero(nn >= k)):
         h, t = int(hits[idx]), int(nn[idx])
         total = comb(t, k)
@@ -159,12 +159,13 @@ def matrix_statistics(om: OutcomeMatrix) -> dict[str, Any]:
         if len(n) == 0 or n.min() < 2:
             continue
         rj = r[seen[:, j], j]
+        hj = om.hits[seen[:, j], j]
         stats["spread"][names[j]] = {"zero": float(np.mean(rj == 0)), "one": float(np.mean(rj == 1)),
                                      "between": float(np.mean((rj > 0) & (rj < 1))), "samples": int(n.min())}
         votes = {"single": float(rj.mean())}
         for k in VOTE_KS:
             if n.min() >= k:
-                votes[str(k)] = float(np.mean(majority_vote(rj, n, k)))
+                votes[str(k)] = float(np.mean(majority_vote(hj, n, k)))
         stats["vote"][names[j]] = votes
     return stats
 
