@@ -8,7 +8,7 @@ Schema, by path:
 - ``name``, ``description``: strings.
 - ``manager``: a MODEL (the orchestrating model: it writes python code, reads search results and answers
   itself when the trajectory has no evidence). ``models``: a list of 1..16 MODELs callable by agent tools.
-- MODEL: ``name``; ``skill`` {math, science, knowledge, code} in [-10, 10] (logits; used for benchmarks
+- MODEL: ``name``; ``skill`` {math, science, knowledge, code} in [-30, 30] (logits; used for benchmarks
   without an accuracy target); ``accuracy`` {benchmark: {"value": percent, "source"}} (direct-call accuracy
   targets); ``errors.kappa`` in [0, 1] (probability a wrong answer is the model's preferred wrong answer) and
   the optional ``errors.affinity`` in [0, 1] (probability that preferred answer is the task's shared attractive
