@@ -14,7 +14,7 @@ Schema, by path:
   the optional ``errors.affinity`` in [0, 1] (probability that preferred answer is the task's shared attractive
   distractor; absent: 0) and ``errors.family_share`` in [0, 1] (probability a preferred wrong answer that is not
   the shared distractor is the model family's own; absent: 0); the optional group ``interaction``: ``sd`` in
-  [0, 5] (SD of the per-(task, model) effect on the logit; absent: 0, the one-dimensional model), ``family`` (a
+  [0, 10] (SD of the per-(task, model) effect on the logit; absent: 0, the one-dimensional model), ``family`` (a
   name: models with the same name form a family, e.g. one maker or base model) and ``family_share`` in [0, 1] (the
   share of the effect's variance the family's members have in common; absent: 0);
   ``anchoring.rho`` in [0, 1] (probability a call carrying the leading answer copies it);
@@ -243,7 +243,7 @@ def _model(raw: Any, path: str, sources: dict[str, str]) -> dict[str, Any]:
     out["affinity"] = _num(g, "affinity", f"{path}.errors", 0, 1) if "affinity" in g else 0.0
     out["family_wrong"] = _num(g, "family_share", f"{path}.errors", 0, 1) if "family_share" in g else 0.0
     inter = group("interaction") if "interaction" in raw else {}
-    out["tau"] = _num(inter, "sd", f"{path}.interaction", 0, 5) if "interaction" in raw else 0.0
+    out["tau"] = _num(inter, "sd", f"{path}.interaction", 0, 10) if "interaction" in raw else 0.0
     out["family"] = _text(inter["family"], f"{path}.interaction.family", MAX_NAME_CHARS) if "family" in inter \
         else None
     out["family_share"] = _num(inter, "family_share", f"{path}.interaction", 0, 1) if "family_share" in inter \
