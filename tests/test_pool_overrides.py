@@ -76,7 +76,7 @@ def test_the_same_value_gives_the_shipped_pool_and_tau_keeps_the_accuracy_target
 
 @pytest.mark.parametrize("pool_set, match", [
     ("interaction.sdd=1", r"pool\.interaction\.sdd: .*interaction has no key 'sdd'; there: \['sd'\]"),
-    ("interaction.sd=7", r"models\[0\]\.interaction\.sd: expected a number in \[0, 5\], got 7"),
+    ("interaction.sd=11", r"models\[0\]\.interaction\.sd: expected a number in \[0, 10\], got 11"),
     ("protocol.max_output_tokens=lots", r"protocol\.max_output_tokens: expected a number in \[1, 1e\+07\]"),
     ("models.Nope.anchoring.rho=0.1", r"no agent model 'Nope' in this pool; models: \['Qwen3-30B"),
     ("tools.hammer.bonus.math=1", r"tools has no key 'hammer'; there: \['code_reasoner'"),

@@ -108,7 +108,7 @@ def _edit(path: list, value, name: str = "paramanager") -> dict:
 
 
 @pytest.mark.parametrize("path,value,message", [
-    (["models", 1, "skill", "math"], "x", "models[1].skill.math: expected a number in [-10, 10], got 'x'"),
+    (["models", 1, "skill", "math"], "x", "models[1].skill.math: expected a number in [-30, 30], got 'x'"),
     (["models", 0, "errors", "kappa"], 1.5, "models[0].errors.kappa: expected a number in [0, 1], got 1.5"),
     (["models", 0, "skill", "source"], KeyError,
      "models[0].skill.source: expected a source key"),

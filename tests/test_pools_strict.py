@@ -48,7 +48,7 @@ def test_misspelled_optional_key_is_refused_with_a_suggestion(tmp_path):
     (["models", 1, "latency"], "ttft", "models[1].latency.ttft: unknown key 'ttft'"),
     (["models", 0, "review", "sensitivity"], "maths", "did you mean 'math'?"),
     (["manager", "errors"], "kapa",
-     "manager.errors.kapa: unknown key 'kapa'; allowed: ['kappa', 'affinity', 'source']"),
+     "manager.errors.kapa: unknown key 'kapa'; allowed: ['kappa', 'affinity', 'family_share', 'source']"),
     (["tools", "search"], "exec_error", "tools.search.exec_error: unknown key 'exec_error'"),
     (["tools", "standard_reasoner"], "output", "tools.standard_reasoner.output: unknown key"),
     (["protocol"], "ensemble", "did you mean 'ensemble_k'?"),

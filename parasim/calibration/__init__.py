@@ -3,7 +3,9 @@
 ``read_calls`` reads the JSONL call-log schema, ``calibrate`` fits every parameter the log identifies
 (standard errors from the inverse observed information), ``fitted_pool`` writes the pool file that
 ``parasim.pools.pool.load_pool`` accepts, ``format_report`` / ``report_dict`` give the goodness of fit, and
-``simulated_records`` makes logs with known parameters from the simulator's per-call model.
+``simulated_records`` makes logs with known parameters from the simulator's per-call model. ``read_per_query``
+reads per-query evaluation outcomes (plain tables, lm-evaluation-harness samples, lighteval details) into
+a ``PerQueryTable``.
 """
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from typing import Any
 
 from parasim.calibration.calls import CallTable, calls_from_records, read_calls
 from parasim.calibration.fit import Calibration, calibrate
+from parasim.calibration.per_query import PerQueryError, PerQueryTable, read_per_query
 from parasim.calibration.poolfile import write_pool
 from parasim.calibration.report import format_report, report_dict
 from parasim.calibration.simulate import simulated_records, true_parameters
@@ -27,11 +30,14 @@ def fitted_pool(cal: Calibration, source: str = "fit") -> tuple[dict[str, Any], 
 __all__ = [
     "Calibration",
     "CallTable",
+    "PerQueryError",
+    "PerQueryTable",
     "calibrate",
     "calls_from_records",
     "fitted_pool",
     "format_report",
     "read_calls",
+    "read_per_query",
     "report_dict",
     "simulated_records",
     "true_parameters",

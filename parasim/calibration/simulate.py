@@ -15,15 +15,26 @@ from typing import Any
 import numpy as np
 from numba import njit
 
+from parasim.calibration.joint_stats import OutcomeMatrix
 from parasim.config.env_options import check_int, check_seed
 from parasim.pools.pool import PoolSpec, load_pool
 from parasim.protocol.schema import Domain, Status, Tool
-from parasim.sim.kernel import OUT_ANSWER, OUT_FLAG, TARGET_CARRY, TARGET_VERIFY, draw_task, sample_call, task_effects
+from parasim.sim.kernel import (
+    OUT_ANSWER,
+    OUT_FLAG,
+    TARGET_CARRY,
+    TARGET_VERIFY,
+    draw_task,
+    sample_call,
+    task_effects,
+    task_item,
+)
 from parasim.sim.rng import seed_state, uniform
-from parasim.sim.tables import B_REVIEWER, MM_REPLICAS, R_QTOK, TT_AGENT, TT_BEHAVIOUR, build_tables
-from parasim.tasks.suites import BENCHMARKS, NUM_ANSWERS, TaskSuite, load_suite
+from parasim.sim.tables import B_REVIEWER, MM_REPLICAS, R_QTOK, R_SIGMA, TT_AGENT, TT_BEHAVIOUR, build_tables
+from parasim.tasks.suites import BENCHMARKS, NUM_ANSWERS, TaskSuite, benchmark_suite, load_suite
 
 _SR_TOOL = int(Tool.STANDARD_REASONER)
+_OK = int(Status.OK)
 _INT_FIELDS = ("task", "benchmark", "domain", "options", "call_index", "tool", "model", "status", "correct", "answer",
                "flagged", "target", "carried_answer", "reviewed_correct")
 _FLOAT_FIELDS = ("difficulty", "context_tokens", "tokens_in", "tokens_out", "latency_s", "usd", "cost_units")
@@ -207,3 +218,65 @@ def true_parameters(pool: str | PoolSpec, raw: dict[str, Any]) -> dict[str, np.n
         "tokens_log_median": spec.tok_mu[basic, manager, 0],
         "tokens_log_sd": spec.tok_sd[basic, manager],
     }
+
+
+@njit(cache=True)
+def _outcomes(n_questions, models, n_samples, rng, hits, answers, sigma, skill, bonus, tok_mu, tm, tt, mmt, md, proto,
+              row_i, row_f, row_dcdf):  # pragma: no cover - compiled
+    """``n_samples[j]`` fresh ``standard_reasoner`` calls of each model row ``models[j]`` on each of ``n_questions``
+    tasks
+    of suite row 0 (difficulty spread ``sigma`` when positive, else the row's): right answers summed into
+    ``hits[q, j]``, the first call's answer id into ``answers[q, j]`` (-1 when it gave none)."""
+    nm1 = skill.shape[0]
+    pref = np.empty(nm1, np.int64)
+    effect = np.empty(nm1)
+    scratch = np.empty((1, NUM_ANSWERS), np.int64)
+    rf = row_f.copy()
+    if sigma > 0:
+        rf[0, R_SIGMA] = sigma
+    for q in range(n_questions):
+        row, bench, dom, nans, z = task_item(rng, 0, 0, row_i, rf)
+        task_effects(rng, 0, row, nans, mmt, row_dcdf, pref, effect)
+        for j in range(len(models)):
+            mm = models[j]
+            for k in range(n_samples[j]):
+                status, kind, answer, _, _, _, _, _ = sample_call(
+                    rng, 0, _SR_TOOL, mm, 0, -1, 0.0, False, row, bench, dom, nans, z, rf[row, R_QTOK], pref[mm],
+                    effect[mm], scratch, skill, bonus, tok_mu, tm, tt, mmt, md, proto, row_dcdf)
+                given = status == _OK and kind == OUT_ANSWER
+                if given and answer == 0:
+                    hits[q, j] += 1.0
+                if k == 0:
+                    answers[q, j] = answer if given else -1
+
+
+def simulated_outcomes(pool: str | PoolSpec, benchmark: str, n_questions: int, n_samples: int | Sequence[int] = 1, *,
+                       models: Sequence[str] | None = None, sigma: float | None = None, seed: int = 0) -> OutcomeMatrix:
+    """A per-query outcome table drawn with the simulator's own per-call model (``sample_call``): ``n_samples`` (one
+    count, or one per model) direct ``standard_reasoner`` calls of each named model (default: every pool model; the manager may be named too)
+    on ``n_questions`` fresh questions of ``benchmark``, as the ``OutcomeMatrix`` that
+    ``parasim.calibration.joint_stats`` and ``joint_fit`` read (answer codes are the simulator's answer ids, 0 gold).
+    ``sigma`` overrides the benchmark's difficulty spread sigma_b for this table. A call cut at the cap or failed
+    counts as a wrong sample without an answer, as an eval harness scores it."""
+    spec = pool if isinstance(pool, PoolSpec) else load_pool(pool)
+    check_int("n_questions", n_questions, 1, 10**7)
+    names = list(spec.model_names) if models is None else list(models)
+    counts = [n_samples] * len(names) if isinstance(n_samples, int | np.integer) else list(n_samples)
+    if len(counts) != len(names):
+        raise ValueError(f"simulated_outcomes: {len(counts)} sample counts for {len(names)} models")
+    counts = np.array([check_int("n_samples", n, 1, 1000) for n in counts], np.int64)
+    unknown = [m for m in names if m not in spec.model_names]
+    if unknown:
+        raise ValueError(f"simulated_outcomes: models {unknown} are not in pool {spec.name!r}: "
+                         f"{list(spec.model_names)}")
+    if sigma is not None and not sigma > 0:
+        raise ValueError(f"simulated_outcomes: sigma must be > 0, got {sigma!r}")
+    rows = np.array([spec.model_names.index(m) for m in names], np.int64)
+    t = build_tables(spec, benchmark_suite([benchmark]))
+    hits = np.zeros((n_questions, len(rows)))
+    answers = np.full((n_questions, len(rows)), -1, np.int64)
+    _outcomes(n_questions, rows, counts, np.array([seed_state(seed)], np.uint64), hits, answers,
+              -1.0 if sigma is None else float(sigma), t.skill, t.bonus, t.tok_mu, t.tm, t.tt, t.mm, t.md, t.proto,
+              t.row_i, t.row_f, t.row_dcdf)
+    samples = np.broadcast_to(counts.astype(np.float64), hits.shape).copy()
+    return OutcomeMatrix(names, np.arange(n_questions), hits, samples, answers)

@@ -1,6 +1,8 @@
 """parasim validate-sim: replay logged real-tools episodes in the simulator and compare, per benchmark.
 
-LOGS is a directory of real-tools logs (each call log ``X.jsonl`` with its episode log ``X.episodes.jsonl``, as
+LOGS is per-query eval results (a plain table, an lm-eval --log_samples folder, a lighteval details folder: the
+table's joint statistics against the simulator's on the same design, parasim.validation.per_query), or a
+directory of real-tools logs (each call log ``X.jsonl`` with its episode log ``X.episodes.jsonl``, as
 ``parasim.real.calllog.CallLogger`` writes them), or one call or episode log. The pool is --pool, or, without
 one, a pool fitted to the logged calls (``parasim calibrate``'s fit, from --base). Every logged episode's round
 actions are replayed in --replicas simulated episodes; accuracy, tool-output tokens, cost, USD, latency, status
@@ -26,7 +28,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("validate-sim", help="replay logged real episodes in the simulator and compare",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
                               parents=[settings], conflict_handler="resolve", allow_abbrev=False)
-    p.add_argument("logs", metavar="LOGS", help="log directory, call log or episode log")
+    p.add_argument("logs", metavar="LOGS", help="log directory, call log or episode log; or per-query eval results")
     p.add_argument("--all-figures", action="store_true",
                    help="show every figure in the table (tool and model shares too), not only the headline ones")
     p.set_defaults(func=run)
@@ -35,7 +37,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     """Build the settings, validate, print and write the report."""
     from parasim.config.fields import ConfigError, build, load_mapping, specs, to_toml
-    from parasim.validation import LogError, ValidateSimConfig, validate_sim
+    from parasim.validation import LogError, ValidateSimConfig, is_per_query_input, validate_per_query, validate_sim
     from parasim.validation.report import print_table, write_outputs
 
     try:
@@ -53,6 +55,16 @@ def run(args: argparse.Namespace) -> int:
     logs = Path(args.logs)
     out = Path(cfg.out) if cfg.out else (logs / "validate_sim" if logs.is_dir() else logs.parent / "validate_sim")
     check_output(out / "validate_sim.json", "--out")  # before the fit and the replay, which a failed write would lose
+    if is_per_query_input(logs):
+        from parasim.validation.report import print_per_query, write_per_query
+
+        try:
+            report = validate_per_query(logs, cfg)
+        except (OSError, ValueError) as err:
+            raise CommandError(str(err)) from None
+        print_per_query(report)
+        print(f"wrote {', '.join(map(str, write_per_query(report, out)))}")
+        return 0
     try:
         report = validate_sim(args.logs, cfg)
     except (LogError, ValueError) as err:

@@ -129,7 +129,7 @@ def per_domain(g: dict, key: str, path: str, lo: float, hi: float) -> np.ndarray
 
 
 def skill_domain(g: dict, path: str) -> np.ndarray:
-    return np.array([number(g, d, path, -10, 10) for d in DOMAINS])
+    return np.array([number(g, d, path, -30, 30) for d in DOMAINS])
 
 
 def shipped_names(directory: Path) -> list[str]:

@@ -8,12 +8,15 @@ Schema, by path:
 - ``name``, ``description``: strings.
 - ``manager``: a MODEL (the orchestrating model: it writes python code, reads search results and answers
   itself when the trajectory has no evidence). ``models``: a list of 1..16 MODELs callable by agent tools.
-- MODEL: ``name``; ``skill`` {math, science, knowledge, code} in [-10, 10] (logits; used for benchmarks
+- MODEL: ``name``; ``skill`` {math, science, knowledge, code} in [-30, 30] (logits; used for benchmarks
   without an accuracy target); ``accuracy`` {benchmark: {"value": percent, "source"}} (direct-call accuracy
   targets); ``errors.kappa`` in [0, 1] (probability a wrong answer is the model's preferred wrong answer) and
   the optional ``errors.affinity`` in [0, 1] (probability that preferred answer is the task's shared attractive
-  distractor; absent: 0); the optional group ``interaction.sd`` in [0, 5] (SD of the per-(task, model) effect
-  on the logit; absent: 0, the one-dimensional model);
+  distractor; absent: 0) and ``errors.family_share`` in [0, 1] (probability a preferred wrong answer that is not
+  the shared distractor is the model family's own; absent: 0); the optional group ``interaction``: ``sd`` in
+  [0, 10] (SD of the per-(task, model) effect on the logit; absent: 0, the one-dimensional model), ``family`` (a
+  name: models with the same name form a family, e.g. one maker or base model) and ``family_share`` in [0, 1] (the
+  share of the effect's variance the family's members have in common; absent: 0);
   ``anchoring.rho`` in [0, 1] (probability a call carrying the leading answer copies it);
   ``long_context.lambda`` in [0, 5] (skill lost per log(1 + context_tokens / 1000));
   ``review`` {sensitivity, specificity: per domain in [0, 1]}; ``tokens_out`` {log_median: per domain in
@@ -107,7 +110,8 @@ MAX_DESCRIPTION_CHARS = 4096  # a refit appends a sentence to its base pool's de
 # The schema's keys, object by object (``_group`` adds each group's ``source``).
 TOP_KEYS = ("name", "description", "manager", "models", "tools", "protocol", "tool_spec")
 MODEL_GROUPS: dict[str, tuple[str, ...]] = {
-    "skill": DOMAINS, "errors": ("kappa", "affinity"), "interaction": ("sd",), "anchoring": ("rho",),
+    "skill": DOMAINS, "errors": ("kappa", "affinity", "family_share"),
+    "interaction": ("sd", "family", "family_share"), "anchoring": ("rho",),
     "long_context": ("lambda",),
     "review": ("sensitivity", "specificity"), "tokens_out": ("log_median", "log_sd", "difficulty_slope"),
     "latency": ("ttft_s", "tokens_per_s", "log_sd", "concurrency_slope"),
@@ -187,6 +191,12 @@ class PoolSpec:
     repair: float
     max_output_tokens: float
     sampling: SamplingSetting = SamplingSetting()
+    # [M+1] model families (``interaction.family``): the row of the family's first model, -1 for a model without one;
+    # the share of the per-task effect's variance the family shares and P(a non-shared preferred wrong answer is the
+    # family's own); all -1 / 0 for a pool without families
+    family: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    family_share: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    family_wrong: np.ndarray = field(default_factory=lambda: np.zeros(0))
     context_window: np.ndarray = field(default_factory=lambda: np.zeros(0))  # [M+1] tokens (descriptors only)
     deployments: tuple[Deployment, ...] = ()  # M + 1, the manager last
     sources: dict[str, str] = field(default_factory=dict, compare=False)
@@ -231,7 +241,13 @@ def _model(raw: Any, path: str, sources: dict[str, str]) -> dict[str, Any]:
     g = group("errors")
     out["kappa"] = _num(g, "kappa", f"{path}.errors", 0, 1)
     out["affinity"] = _num(g, "affinity", f"{path}.errors", 0, 1) if "affinity" in g else 0.0
-    out["tau"] = _num(group("interaction"), "sd", f"{path}.interaction", 0, 5) if "interaction" in raw else 0.0
+    out["family_wrong"] = _num(g, "family_share", f"{path}.errors", 0, 1) if "family_share" in g else 0.0
+    inter = group("interaction") if "interaction" in raw else {}
+    out["tau"] = _num(inter, "sd", f"{path}.interaction", 0, 10) if "interaction" in raw else 0.0
+    out["family"] = _text(inter["family"], f"{path}.interaction.family", MAX_NAME_CHARS) if "family" in inter \
+        else None
+    out["family_share"] = _num(inter, "family_share", f"{path}.interaction", 0, 1) if "family_share" in inter \
+        else 0.0
     out["rho"] = _num(group("anchoring"), "rho", f"{path}.anchoring", 0, 1)
     out["lam"] = _num(group("long_context"), "lambda", f"{path}.long_context", 0, 5)
     g = group("review")
@@ -368,7 +384,8 @@ def parse_pool(raw: Any, name: str = "pool") -> PoolSpec:
     return PoolSpec(
         name=str(raw.get("name", name)), model_names=tuple(m["name"] for m in ms), skill=skill,
         skill_domain=skill_domain, accuracy_target=targets, accuracy_cap=caps, bonus=bonus, kappa=col("kappa"),
-        affinity=col("affinity"), tau=col("tau"), rho=col("rho"),
+        affinity=col("affinity"), tau=col("tau"), rho=col("rho"), family=_family_rows(ms),
+        family_share=col("family_share"), family_wrong=col("family_wrong"),
         lam=col("lam"), sens=np.stack([m["sens"] for m in ms]), spec=np.stack([m["spec"] for m in ms]),
         p_exec=p_exec, tok_mu=tok_mu, tok_sd=tok_sd, tok_alpha=tok_alpha, lat_base=lat_base,
         lat_per_tok=lat_per_tok, lat_sd=lat_sd, lat_slope=lat_slope,
@@ -385,6 +402,17 @@ def parse_pool(raw: Any, name: str = "pool") -> PoolSpec:
         sampling=parse_sampling(proto, "protocol"), context_window=col("context"),
         deployments=tuple(m["deployment"] for m in ms), sources=sources,
         tools=spec)
+
+
+def _family_rows(ms: list[dict[str, Any]]) -> np.ndarray:
+    """Per model row, the row of the first model (manager last) with its ``interaction.family`` name; -1 where the
+    model names no family."""
+    first: dict[str, int] = {}
+    out = np.full(len(ms), -1, np.int64)
+    for i, m in enumerate(ms):
+        if m["family"] is not None:
+            out[i] = first.setdefault(m["family"], i)
+    return out
 
 
 def _solved_skills(ms: list[dict[str, Any]], targets: np.ndarray, caps: np.ndarray, skill: np.ndarray,

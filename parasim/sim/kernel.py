@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 from numba import njit
 
 from parasim.protocol.schema import NUM_STATUSES, NUM_TOOLS, Status
@@ -32,6 +33,9 @@ from parasim.sim.tables import (
     MD_SENS,
     MD_SPEC,
     MM_AFFINITY,
+    MM_FAM_SHARE,
+    MM_FAM_WRONG,
+    MM_FAMILY,
     MM_KAPPA,
     MM_LAM,
     MM_RHO,
@@ -120,25 +124,52 @@ def wrong_answer(s, nans, pref, kappa, dcdf):
     return s, nans - 1
 
 
+_FAMILY_SALT = 0xD1B54A32D192ED03  # odd multiplier that spreads family rows over the stream's state space
+
+
+@njit(cache=True, inline="always")
+def family_state(s0, family, which):
+    """A stream state of its own for the task's draw ``which`` (0: effect, 1: wrong answer) of model family row
+    ``family``, derived from the task's stream state ``s0``: every member of the family reads the same draw
+    without the task storing it, and a pool without families consumes its stream exactly as before."""
+    return s0 ^ (np.uint64(2 * family + which + 1) * np.uint64(_FAMILY_SALT))
+
+
 @njit(cache=True, inline="always")
 def draw_model_effects(s, nans, dcdf, nm, mm, pref, effect):
     """The task's per-model draws, for pool models 0..nm-1 and the manager nm (``mm``: the MM_* rows).
 
     First the task's attractive distractor a* (a wrong answer drawn from the distractor weights ``dcdf``); then
-    per model m its preferred wrong answer ``pref[m]``: a* with probability affinity_m, else its own draw from
-    the same weights (so two models' wrong answers agree more often than the weights alone imply), and its
-    per-(task, model) effect ``effect[m]`` = tau_m * N(0, 1), added to the logit of every call of m on this task
-    (so models are complementary per task). Constant for the episode. Returns the stream state.
+    per model m its preferred wrong answer ``pref[m]``: a* with probability affinity_m, else, for a model of a
+    family, the family's own preferred answer (one draw from the weights per task and family) with probability
+    family_wrong_m, else its own draw from the weights (so two models' wrong answers agree more often than the
+    weights alone imply, and two of one family more still); and its per-(task, model) effect ``effect[m]`` =
+    tau_m * (sqrt(w_m) f + sqrt(1 - w_m) n_m), f ~ N(0, 1) one draw per task and family, n_m ~ N(0, 1) the model's
+    own, w_m its family share (0 without a family), added to the logit of every call of m on this task (so models
+    are complementary per task, members of a family less so). Constant for the episode. Returns the stream state.
     """
+    s0 = s
     s, shared = wrong_answer(s, nans, -1, 0.0, dcdf)
     for m in range(nm + 1):
+        fam = int(mm[m, MM_FAMILY])
         s, u = uniform_from(s)
         if u < mm[m, MM_AFFINITY]:
             pref[m] = shared
         else:
-            s, a = wrong_answer(s, nans, -1, 0.0, dcdf)
-            pref[m] = a
+            own = True
+            if fam >= 0 and mm[m, MM_FAM_WRONG] > 0.0:
+                s, u = uniform_from(s)
+                if u < mm[m, MM_FAM_WRONG]:
+                    _, pref[m] = wrong_answer(family_state(s0, fam, 1), nans, -1, 0.0, dcdf)
+                    own = False
+            if own:
+                s, a = wrong_answer(s, nans, -1, 0.0, dcdf)
+                pref[m] = a
         s, n = normal_from(s)
+        w = mm[m, MM_FAM_SHARE]
+        if fam >= 0 and w > 0.0:
+            _, f = normal_from(family_state(s0, fam, 0))
+            n = math.sqrt(w) * f + math.sqrt(1.0 - w) * n
         effect[m] = mm[m, MM_TAU] * n
     return s
 

@@ -35,9 +35,10 @@ NUM_TT = 7
 # behaviour codes (``parasim.tools.spec.BEHAVIOURS`` in order), as the tool table's TT_BEHAVIOUR column holds them
 B_SOLVER, B_REVIEWER, B_ENSEMBLE, B_CODE_EXEC, B_SEARCH = range(5)
 assert BEHAVIOURS == ("solver", "reviewer", "ensemble", "code_exec", "search")
-# mm[k, model]
-MM_KAPPA, MM_RHO, MM_LAM, MM_TAU, MM_AFFINITY, MM_REPLICAS = range(6)
-NUM_MM = 6
+# mm[k, model] (MM_FAMILY: the row of the model's family's first model, -1 for none; MM_FAM_SHARE: the share of the
+# per-task effect's variance the family shares; MM_FAM_WRONG: P(a non-shared preferred wrong answer is the family's))
+MM_KAPPA, MM_RHO, MM_LAM, MM_TAU, MM_AFFINITY, MM_REPLICAS, MM_FAMILY, MM_FAM_SHARE, MM_FAM_WRONG = range(9)
+NUM_MM = 9
 # md[k, model, domain]
 MD_SENS, MD_SPEC, MD_LLR_FLAG, MD_LLR_CONFIRM = range(4)
 NUM_MD = 4
@@ -99,7 +100,8 @@ class SimTables(NamedTuple):
     tok_mu: np.ndarray  # [T, M+1, D]
     tm: np.ndarray  # [9, T, M+1]
     tt: np.ndarray  # [7, T] costs, runtime, behaviour code, agent flag
-    mm: np.ndarray  # [6, M+1] kappa, rho, lambda, tau (per-task effect SD), affinity (shared distractor), replicas
+    mm: np.ndarray  # [9, M+1] kappa, rho, lambda, tau (per-task effect SD), affinity (shared distractor), replicas,
+    #                 family row, family share of the effect, family share of the preferred wrong answers
     md: np.ndarray  # [4, M+1, D]
     rel_logit: np.ndarray  # [NB, T, M+1] log-odds of an OK call's expected accuracy
     proto: np.ndarray  # [7]
@@ -107,6 +109,14 @@ class SimTables(NamedTuple):
     row_f: np.ndarray  # [R, 4]
     row_cdf: np.ndarray  # [R]
     row_dcdf: np.ndarray  # [R, NUM_ANSWERS] cumulative Zipf weights over wrong answers 1..A-1
+
+
+def _families(pool: PoolSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The pool's family rows and shares as mm rows (no family: row -1, shares 0; a pool built without them)."""
+    m1 = len(pool.kappa)
+    if len(pool.family) == 0:
+        return np.full(m1, -1.0), np.zeros(m1), np.zeros(m1)
+    return pool.family.astype(np.float64), pool.family_share, pool.family_wrong
 
 
 def _clip_prob(p: np.ndarray) -> np.ndarray:
@@ -137,7 +147,7 @@ def build_tables(pool: PoolSpec, suite: TaskSuite) -> SimTables:
             np.array([BEHAVIOURS.index(t.behaviour) for t in tools], np.float64),
             np.array([t.is_agent for t in tools], np.float64)])),
         mm=np.ascontiguousarray(np.stack([pool.kappa, pool.rho, pool.lam, pool.tau, pool.affinity,
-                                          pool.replicas.astype(np.float64)])),
+                                          pool.replicas.astype(np.float64), *_families(pool)])),
         md=np.ascontiguousarray(np.stack([sens, spec, np.log((1 - spec) / sens), np.log(spec / (1 - sens))])),
         rel_logit=np.ascontiguousarray(np.log(rel / (1 - rel))),
         proto=np.array([pool.ensemble_k, pool.manager_tokens_round, pool.manager_tokens_call, pool.prompt_tokens,

@@ -38,6 +38,10 @@ class ValidateSimConfig:
                                      help="the real env's token_budget (none: no budget), replayed as is")
     out: str = opt("", help="directory of validate_sim.json and validate_sim.png (empty: LOGS/validate_sim, or "
                             "beside the log file)")
+    domain: str = opt("", pattern=r"([^=,]+=[a-z]+(,[^=,]+=[a-z]+)*)?", what="BENCH=DOMAIN pairs joined by commas",
+                      help="per-query input: the domain of each benchmark the task catalogue does not hold, "
+                           "BENCH=DOMAIN[,BENCH=DOMAIN...]")
+    models: str = opt("", help="per-query input: compare only these models, comma-separated (empty: all)")
 
     def __post_init__(self) -> None:
         validate(self)
@@ -88,4 +92,45 @@ def validate_sim(logs_path: str | Path, cfg: ValidateSimConfig) -> dict[str, Any
     }
 
 
-__all__ = ["LogError", "ValidateSimConfig", "validate_sim"]
+def is_per_query_input(path: str | Path) -> bool:
+    """Whether ``path`` is per-query outcomes (a plain table, lm-eval samples, lighteval details), not real-tools
+    logs."""
+    from parasim.calibration.per_query import PerQueryError, sniff_format
+
+    try:
+        sniff_format(Path(path))
+    except PerQueryError:
+        return False
+    return True
+
+
+def validate_per_query(path: str | Path, cfg: ValidateSimConfig) -> dict[str, Any]:
+    """A per-query table's joint statistics against the simulator's on the same design
+    (``parasim.validation.per_query``); the pool is ``cfg.pool`` or one fitted to the same table (in-sample)."""
+    from parasim.calibration import fitted_pool
+    from parasim.calibration.per_query import read_per_query
+    from parasim.calibration.per_query_fit import benchmark_domains, calibrate_per_query, select_models
+    from parasim.validation.per_query import TOLERANCES, compare_per_query, simulated_table
+
+    table = select_models(read_per_query(path), cfg.models.split(",") if cfg.models else None)
+    given = dict(item.split("=", 1) for item in cfg.domain.split(",")) if cfg.domain else {}
+    domains = benchmark_domains(table, given)
+    if cfg.pool:
+        pool, info = load_pool(cfg.pool), {"source": "loaded", "pool": cfg.pool}
+    else:
+        cal = calibrate_per_query(table, cfg.base, domains=domains, nodes=cfg.nodes)
+        raw, clipped = fitted_pool(cal, source="fit:validate-sim")
+        pool = parse_pool(raw, name=raw["name"])
+        info = {"source": "fitted", "base": cfg.base, "log_likelihood": float(cal.loglik), "clipped": clipped,
+                "note": "fitted to the same table it is compared on (in-sample): accuracies agree by construction; "
+                        "the joint statistics are not fitted by that fit"}
+    sim = simulated_table(table, pool, domains, seed=cfg.seed)
+    result = compare_per_query(table, sim)
+    judged = [i for i in result["items"] if i["within"] is not None]
+    return {"input": str(path), "kind": "per_query", "rows": len(table), "models": table.models(),
+            "benchmarks": table.benchmarks(), "seed": cfg.seed, "tolerances": TOLERANCES,
+            "pool": {"name": pool.name, **info}, **result,
+            "totals": {"items": len(judged), "within": sum(i["within"] for i in judged)}}
+
+
+__all__ = ["LogError", "ValidateSimConfig", "is_per_query_input", "validate_per_query", "validate_sim"]

@@ -119,3 +119,33 @@ def write_outputs(report: dict[str, Any], out: Path) -> list[Path]:
     publish(paths[0], (json.dumps(report, indent=1, sort_keys=True) + "\n").encode())
     publish(paths[1], plot_png(report))
     return paths
+
+
+def print_per_query(report: dict[str, Any]) -> None:
+    """One row per benchmark and joint statistic of a per-query comparison: items within tolerance, means, worst."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"parasim validate-sim: simulated vs real per-query joint statistics ({report['rows']} rows, "
+                        f"pool {report['pool']['name']} {report['pool']['source']})")
+    for name in ("benchmark", "statistic", "items within", "tolerance", "real mean", "sim mean", "max |sim - real|"):
+        table.add_column(name, justify="left" if name in ("benchmark", "statistic") else "right")
+    for row in report["summary"].values():
+        within = f"{row['within']}/{row['items']}"
+        table.add_row(row["benchmark"], row["statistic"], within if row["within"] == row["items"] else
+                      f"[bold red]{within}[/]", _fmt(row["tolerance"]), _fmt(row["real_mean"]), _fmt(row["sim_mean"]),
+                      _fmt(row["max_abs_diff"]))
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=160)
+    console.print(table)
+    t = report["totals"]
+    console.print(f"{t['within']} of {t['items']} items within their tolerance (validate_sim.json lists each item)")
+
+
+def write_per_query(report: dict[str, Any], out: Path) -> list[Path]:
+    """``validate_sim.json`` of a per-query comparison in ``out``, replaced atomically."""
+    path = out / "validate_sim.json"
+    out.mkdir(parents=True, exist_ok=True)
+    publish(path, (json.dumps(report, indent=1, sort_keys=True) + "\n").encode())
+    return [path]

@@ -1,0 +1,269 @@
+"""The call model's joint structure fitted to per-query outcomes: difficulty spread, per-(question, model) effects,
+model families, and wrong-answer agreement against accuracy.
+
+The model is the simulator's (``parasim.sim.kernel.draw_model_effects``, ``call_outcome``): a sample of model m on
+question q is right with
+
+  p_qm = sigmoid(theta_m - sigma x_q + tau (sqrt(w) f_qg + sqrt(1 - w) u_qm)),   x, f, u ~ N(0, 1)
+
+(x_q the question's shared difficulty, f_qg one draw per question and family g, u_qm the model's own; theta_m = skill
+minus the benchmark's difficulty mean), and repeated samples of one model on one question are independent given p_qm,
+so their agreement is set by the spread of p_qm, sigma^2 + tau^2: that, not the samples, is what is fitted.
+``fit_correctness`` maximizes the exact marginal likelihood of a benchmark's [questions, models] success counts
+(Gauss-Hermite over x, f and u; torch gives the gradient, ``parasim.calibration.mle`` the optimizer and Hessian
+standard errors). tau is identified apart from sigma only by repeated samples (how much more a model agrees with
+itself than with others); on single-sample tables pass ``tau`` fixed.
+
+Two wrong answers of models m != m' on one question agree with probability (``parasim.calibration.agreement``)
+
+  A_mm' = S + (1 - S) (c_m c_m' + d^2 [m, m' one family]),   c_m = sigmoid(a0 + a1 logit(acc_m))
+
+(c_m = kappa_m affinity_m, d = kappa (1 - affinity) family_wrong in the simulator's terms, S = sum_j q_j^2 of the
+benchmark's distractor weights): a1 > 0 is Kim et al.'s finding that stronger models share more wrong answers.
+``fit_agreement`` maximizes the composite (pairwise) likelihood of the pair counts; pairs that share a question
+are dependent, so its standard errors are the sandwich over questions, not the Hessian's.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from scipy.optimize import minimize
+
+from parasim.calibration.joint_stats import OutcomeMatrix
+from parasim.calibration.mle import Estimate, maximize
+from parasim.calibration.params import Block, Layout
+from parasim.pools.param_groups import DOMAINS
+from parasim.tasks.suites import BENCHMARK_INDEX, BENCHMARKS
+
+Z_NODES, F_NODES, U_NODES = 24, 8, 8  # Gauss-Hermite nodes over the difficulty, the family and the model effect
+_CHUNK = 512  # questions per autograd pass (bounds the [chunk, Z, F, U, M] temporaries)
+
+
+def _nodes(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    x, w = np.polynomial.hermite_e.hermegauss(n)
+    return torch.tensor(x, dtype=torch.float64), torch.tensor(np.log(w / w.sum()), dtype=torch.float64)
+
+
+def family_groups(models: Sequence[str], family: dict[str, str] | None) -> np.ndarray:
+    """Each model's group index: models with the same family name share one, a model without a family its own."""
+    names: dict[str, int] = {}
+    out = np.empty(len(models), np.int64)
+    for j, m in enumerate(models):
+        key = (family or {}).get(m) or f"\0{m}"
+        out[j] = names.setdefault(key, len(names))
+    return out
+
+
+@dataclass(frozen=True)
+class CorrectnessFit:
+    """``fit_correctness``'s result: per-model theta, sigma, tau, the family share w, with SEs (NaN where fixed)."""
+
+    models: list[str]
+    theta: np.ndarray
+    theta_se: np.ndarray
+    sigma: float
+    sigma_se: float
+    tau: float
+    tau_se: float
+    share: float
+    share_se: float
+    loglik: float
+    estimate: Estimate
+
+
+def correctness_loglik(hits: torch.Tensor, samples: torch.Tensor, groups: np.ndarray, theta: torch.Tensor,
+                       sigma: torch.Tensor, tau: torch.Tensor, share: torch.Tensor, family_nodes: int) -> torch.Tensor:
+    """The marginal log-likelihood (binomial coefficients left out) of success counts ``hits`` out of ``samples``
+    ([Q, M]; 0 samples: not observed), questions independent, by nested Gauss-Hermite (module docstring)."""
+    zx, zlw = _nodes(Z_NODES)
+    fx, flw = _nodes(family_nodes)
+    ux, ulw = _nodes(U_NODES)
+    onehot = torch.zeros(len(groups), int(groups.max()) + 1, dtype=torch.float64)
+    onehot[torch.arange(len(groups)), torch.as_tensor(groups)] = 1.0
+    effect = tau * (torch.sqrt(share) * fx[:, None] + torch.sqrt(1.0 - share) * ux[None, :])  # [F, U]
+    eta = theta[None, None, None, :] - sigma * zx[:, None, None, None] + effect[None, :, :, None]  # [Z, F, U, M]
+    lp, lq = torch.nn.functional.logsigmoid(eta), torch.nn.functional.logsigmoid(-eta)
+    total = torch.zeros((), dtype=torch.float64)
+    for lo in range(0, hits.shape[0], _CHUNK):
+        k, n = hits[lo:lo + _CHUNK], samples[lo:lo + _CHUNK]
+        ll = k[:, None, None, None, :] * lp[None] + (n - k)[:, None, None, None, :] * lq[None]  # [Q, Z, F, U, M]
+        ll = torch.logsumexp(ll + ulw[None, None, None, :, None], dim=3)  # [Q, Z, F, M]
+        ll = ll @ onehot  # [Q, Z, F, G]: the members of each group given the family draw
+        ll = torch.logsumexp(ll + flw[None, None, :, None], dim=2).sum(-1)  # [Q, Z]
+        total = total + torch.logsumexp(ll + zlw[None, :], dim=1).sum()
+    return total
+
+
+def fit_correctness(om: OutcomeMatrix, family: dict[str, str] | None = None, *, tau: float | None = None,
+                    start_sigma: float = 2.0, start_tau: float = 1.0) -> CorrectnessFit:
+    """Maximum-likelihood theta, sigma, tau (free unless given) and the family share (free when some family has two
+    or more models in the table) of one benchmark's outcomes, with Hessian standard errors."""
+    groups = family_groups(om.models, family)
+    has_family = bool(np.bincount(groups).max() > 1)
+    rate = np.clip(np.nansum(om.hits, 0) / np.maximum(om.samples.sum(0), 1), 0.02, 0.98)
+    blocks = [Block("theta", np.log(rate / (1 - rate)) * 1.5, True, axes=(om.models,)),
+              Block("sigma", [start_sigma], True, "log"),
+              Block("tau", [start_tau if tau is None else max(tau, 1e-9)], tau is None, "log"),
+              Block("share", [0.3 if has_family else 0.0], has_family, "logit")]
+    layout = Layout(blocks)
+    hits = torch.tensor(om.hits, dtype=torch.float64)
+    samples = torch.tensor(om.samples, dtype=torch.float64)
+    fn = F_NODES if has_family else 1
+
+    def objective(vec: np.ndarray) -> tuple[float, np.ndarray]:
+        values, jac = layout.unpack(vec)
+        params = {k: torch.tensor(v, dtype=torch.float64, requires_grad=True) for k, v in values.items()}
+        ll = correctness_loglik(hits, samples, groups, params["theta"], params["sigma"][0], params["tau"][0],
+                                params["share"][0], fn)
+        ll.backward()
+        grads = {k: p.grad.numpy() for k, p in params.items()}
+        return float(ll.detach()), layout.gradient(grads, jac)
+
+    est = maximize(objective, layout)
+    lab = dict(zip(est.labels, zip(est.value, est.se)))
+    nan = (float("nan"), float("nan"))
+    theta = np.array([lab[f"theta[{x}]"][0] for x in om.models])
+    theta_se = np.array([lab[f"theta[{x}]"][1] for x in om.models])
+    sig = lab["sigma[0]"]
+    ta = lab.get("tau[0]", (float(tau), float("nan")) if tau is not None else nan)
+    sh = lab.get("share[0]", (0.0, float("nan")))
+    return CorrectnessFit(list(om.models), theta, theta_se, float(sig[0]), float(sig[1]), float(ta[0]), float(ta[1]),
+                          float(sh[0]), float(sh[1]), est.loglik, est)
+
+
+@dataclass(frozen=True)
+class AgreementFit:
+    """``fit_agreement``'s result: a0, a1 (c = sigmoid(a0 + a1 logit(acc))) and d, with sandwich SEs."""
+
+    a0: float
+    a1: float
+    d: float
+    se: np.ndarray  # SEs of (a0, a1, d)
+    pairs: int  # both-wrong pairs used
+
+    def c(self, accuracy: np.ndarray | float) -> np.ndarray:
+        """kappa * affinity of a model of this accuracy (the fitted curve)."""
+        a = np.clip(np.asarray(accuracy, np.float64), 1e-6, 1 - 1e-6)
+        return 1.0 / (1.0 + np.exp(-(self.a0 + self.a1 * np.log(a / (1 - a)))))
+
+
+def _pair_arrays(om: OutcomeMatrix) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per (question, model pair) with both single samples wrong and both answers known: question, the two model
+    columns and whether the answers agree."""
+    single = om.samples == 1
+    wrong = single & (om.hits == 0) & (om.answer >= 0)
+    qs, ms1, ms2, agree = [], [], [], []
+    m = len(om.models)
+    for i in range(m):
+        for j in range(i + 1, m):
+            q = np.flatnonzero(wrong[:, i] & wrong[:, j])
+            qs.append(q)
+            ms1.append(np.full(len(q), i))
+            ms2.append(np.full(len(q), j))
+            agree.append(om.answer[q, i] == om.answer[q, j])
+    return (np.concatenate(qs), np.concatenate(ms1), np.concatenate(ms2),
+            np.concatenate(agree).astype(np.float64))
+
+
+def fit_agreement(om: OutcomeMatrix, s_chance: float, family: dict[str, str] | None = None) -> AgreementFit:
+    """The wrong-answer agreement curve of one single-sample benchmark table (module docstring); ``s_chance`` is the
+    benchmark's S = sum_j q_j^2 (``parasim.calibration.agreement``). d is fitted only when a family has two models
+    in the table (else 0)."""
+    q, i, j, y = _pair_arrays(om)
+    if len(y) == 0:
+        raise ValueError("fit_agreement: no question on which two models with answers both erred")
+    acc = np.clip(np.nansum(om.hits, 0) / np.maximum(om.samples.sum(0), 1), 1e-3, 1 - 1e-3)
+    la = np.log(acc / (1 - acc))
+    groups = family_groups(om.models, family)
+    same = (groups[i] == groups[j]).astype(np.float64)
+    use_d = bool(same.any())
+
+    def parts(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        a0, a1, ld = v
+        c = 1.0 / (1.0 + np.exp(-(a0 + a1 * la)))
+        d2 = np.exp(2 * ld) if use_d else 0.0
+        x = c[i] * c[j] + d2 * same
+        a = np.clip(s_chance + (1 - s_chance) * x, 1e-9, 1 - 1e-9)
+        dll_da = y / a - (1 - y) / (1 - a)
+        dc = c * (1 - c)
+        dx = np.stack([dc[i] * c[j] + c[i] * dc[j], la[i] * dc[i] * c[j] + c[i] * la[j] * dc[j],
+                       2 * d2 * same if use_d else np.zeros_like(x)], 1)
+        score = dll_da[:, None] * (1 - s_chance) * dx  # per pair, on (a0, a1, log d)
+        ll = y * np.log(a) + (1 - y) * np.log1p(-a)
+        return ll, score
+
+    def negative(v: np.ndarray) -> tuple[float, np.ndarray]:
+        ll, score = parts(v)
+        return -float(ll.sum()), -score.sum(0)
+
+    start = np.array([0.0, 0.5, np.log(0.2)])
+    res = minimize(negative, start, jac=True, method="L-BFGS-B",
+                   bounds=[(-10, 10), (-5, 5), (-8, 0) if use_d else (np.log(0.2), np.log(0.2))])
+    v = res.x
+    k = 3 if use_d else 2
+    step = 1e-5
+    h = np.empty((k, k))
+    for a in range(k):
+        e = np.zeros(3)
+        e[a] = step
+        h[a] = (negative(v + e)[1][:k] - negative(v - e)[1][:k]) / (2 * step)
+    h = 0.5 * (h + h.T)
+    _, score = parts(v)
+    per_q = np.zeros((int(q.max()) + 1, 3))
+    np.add.at(per_q, q, score)
+    meat = per_q[:, :k].T @ per_q[:, :k]
+    bread = np.linalg.inv(h)
+    cov = bread @ meat @ bread
+    se = np.full(3, np.nan)
+    se[:k] = np.sqrt(np.diag(cov))
+    d = float(np.exp(v[2])) if use_d else 0.0
+    if use_d:
+        se[2] *= d  # delta method from log d
+    return AgreementFit(float(v[0]), float(v[1]), d, se, len(y))
+
+
+@dataclass(frozen=True)
+class StructureModel:
+    """One model of a ``structure_pool``: its logit theta on the benchmark (skill minus the difficulty mean, the
+    scale ``fit_correctness`` reports), and its joint-structure parameters in the pool file's terms."""
+
+    name: str
+    theta: float
+    tau: float
+    kappa: float
+    affinity: float
+    family: str | None = None
+    family_share: float = 0.0
+    family_wrong: float = 0.0
+
+
+def structure_pool(base: dict, benchmark: str, models: Sequence[StructureModel], source: str) -> dict:
+    """A pool file (raw JSON) whose agent models are ``models``, every other group copied from the pool file ``base``
+    (its first model's, and its tools and protocol): the skill of the benchmark's domain is theta + mu_b minus the
+    direct tool's bonus, so that a direct call has logit theta - (z - mu_b); output lengths are set short (log median
+    3, about 20 tokens) so that no call reaches the cap and a sample's correctness is the joint structure's alone.
+    The last model is the pool's manager (a ``simulated_outcomes`` table may name it), so a pool holds up to
+    MAX_MODELS + 1 of them. ``source`` names where the structure came from (a pool-file source key)."""
+    b = BENCHMARKS[BENCHMARK_INDEX[benchmark]]
+    domain = DOMAINS[int(b.domain)]
+    template = base["models"][0]
+    direct = base["tools"]["standard_reasoner"]["bonus"][domain]
+    out = []
+    for m in models:
+        raw = {k: v for k, v in template.items() if k not in ("accuracy", "context")}
+        raw["name"] = m.name
+        skill = {d: 0.0 for d in DOMAINS}
+        skill[domain] = round(m.theta + b.mu - direct, 6)
+        raw["skill"] = {**skill, "source": source}
+        raw["errors"] = {"kappa": m.kappa, "affinity": m.affinity, "family_share": m.family_wrong, "source": source}
+        raw["interaction"] = {"sd": m.tau, "family_share": m.family_share, "source": source,
+                              **({"family": m.family} if m.family else {})}
+        raw["tokens_out"] = {**template["tokens_out"], "log_median": {d: 3.0 for d in DOMAINS}}
+        out.append(raw)
+    pool = {k: v for k, v in base.items() if k not in ("models", "manager")}
+    pool["name"] = f"structure_{benchmark}"
+    pool["models"], pool["manager"] = out[:-1], out[-1]
+    return pool

@@ -1,0 +1,117 @@
+"""The joint statistics of per-query tables, and the fit of the call model's joint structure: exact statistics on
+hand-made tables, and recovery of known parameters from tables the simulator's own per-call model draws."""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from parasim.calibration.joint_fit import StructureModel, fit_agreement, fit_correctness, structure_pool
+from parasim.calibration.joint_stats import joint_statistics, majority_vote, matrix_statistics, outcome_matrices
+from parasim.calibration.simulate import simulated_outcomes
+from parasim.pools.pool import PoolSpec, expected_accuracy, parse_pool, pool_file
+from parasim.tasks.suites import BENCHMARK_INDEX, BENCHMARKS
+
+
+def _table() -> dict:
+    # two models on four questions, one sample each; B repeats A's wrong answer on q3
+    return {"model": ["A"] * 4 + ["B"] * 4, "question": ["q1", "q2", "q3", "q4"] * 2,
+            "correct": [1, 0, 0, 1, 1, 1, 0, 0], "answer": ["x", "y", "z", "x", "x", "x", "z", "w"]}
+
+
+def test_statistics_of_a_hand_made_table() -> None:
+    st = joint_statistics(_table())[""]
+    assert st["accuracy"] == {"A": 0.5, "B": 0.5}
+    # phi of (1,0,0,1) and (1,1,0,0): covariance 0 -> 0
+    assert st["phi"]["A|B"] == pytest.approx(0.0)
+    assert st["oracle"]["A|B"] == pytest.approx(0.75)  # q1, q2, q4
+    assert st["oracle_gain"]["A|B"] == pytest.approx(0.25)
+    assert st["same_wrong"]["A|B"] == 1.0 and st["same_wrong_pairs"]["A|B"] == 1  # q3 only: both wrong, both "z"
+    assert st["vote"] == {} and st["spread"] == {}
+
+
+def test_repeated_samples_give_votes_and_spread() -> None:
+    table = {"model": ["A"] * 3, "question": ["q1", "q2", "q3"], "correct": [1.0, 0.0, 0.6], "n_samples": [5, 5, 5]}
+    st = joint_statistics(table)[""]
+    assert st["spread"]["A"] == {"zero": pytest.approx(1 / 3), "one": pytest.approx(1 / 3),
+                                 "between": pytest.approx(1 / 3), "samples": 5}
+    # 3 of 5 samples right: a majority of 3 drawn without replacement is right with 7/10
+    assert majority_vote(np.array([3]), np.array([5]), 3)[0] == pytest.approx(7 / 10)
+    assert st["vote"]["A"]["3"] == pytest.approx((1 + 0 + 0.7) / 3)
+    assert st["vote"]["A"]["5"] == pytest.approx((1 + 0 + 1) / 3)
+
+
+def test_bad_rows_are_refused_with_the_row() -> None:
+    with pytest.raises(ValueError, match=r"row 1: correct = 1.5"):
+        outcome_matrices({"model": ["A", "A"], "question": ["1", "2"], "correct": [1.0, 1.5]})
+    with pytest.raises(ValueError, match="column 'question' is missing"):
+        outcome_matrices({"model": ["A"], "correct": [1.0]})
+
+
+def _base() -> dict:
+    with open(pool_file("paramanager"), encoding="utf-8") as f:
+        return json.load(f)
+
+
+def _theta(spec: PoolSpec, bench: str, m: int) -> float:
+    b = BENCHMARKS[BENCHMARK_INDEX[bench]]
+    return float(spec.skill[m, BENCHMARK_INDEX[bench]] + spec.bonus[0, int(b.domain)] - b.mu)
+
+
+def test_structure_pool_sets_theta_and_families() -> None:
+    models = [StructureModel("a", 0.5, 1.0, 0.7, 0.5, "F", 0.4, 0.3),
+              StructureModel("b", -1.0, 1.0, 0.7, 0.5, "F", 0.4), StructureModel("c", 0.0, 2.0, 0.6, 0.2)]
+    spec = parse_pool(structure_pool(_base(), "LiveCodeBench", models, "assumed"))
+    assert [round(_theta(spec, "LiveCodeBench", m), 6) for m in range(3)] == [0.5, -1.0, 0.0]
+    assert list(spec.family) == [0, 0, -1] and list(spec.family_share) == [0.4, 0.4, 0.0]
+    assert list(spec.family_wrong) == [0.3, 0.0, 0.0]
+
+
+def test_family_members_share_effects_in_the_simulator() -> None:
+    """Two family members agree with each other more often than with a third model of the same accuracy."""
+    models = [StructureModel("a", 0.0, 3.0, 0.7, 0.0, "F", 0.8), StructureModel("b", 0.0, 3.0, 0.7, 0.0, "F", 0.8),
+              StructureModel("c", 0.0, 3.0, 0.7, 0.0)]
+    om = simulated_outcomes(parse_pool(structure_pool(_base(), "LiveCodeBench", models, "assumed")), "LiveCodeBench",
+                            4000, sigma=1.0, seed=1)
+    phi = matrix_statistics(om)["phi"]
+    assert phi["a|b"] > phi["a|c"] + 0.2 and phi["a|b"] > phi["b|c"] + 0.2
+
+
+@pytest.mark.slow
+def test_correctness_fit_recovers_simulated_parameters() -> None:
+    """sigma, tau, the family share and every theta within 3 SEs of the values the simulator drew from."""
+    models = [StructureModel("a", 1.0, 2.0, 0.7, 0.5, "F", 0.5), StructureModel("b", -0.5, 2.0, 0.7, 0.5, "F", 0.5),
+              StructureModel("c", 0.0, 2.0, 0.7, 0.5), StructureModel("d", 2.0, 2.0, 0.7, 0.5)]
+    spec = parse_pool(structure_pool(_base(), "LiveCodeBench", models, "assumed"))
+    om = simulated_outcomes(spec, "LiveCodeBench", 800, 6, models=["a", "b", "c", "d"], sigma=3.0, seed=7)
+    fit = fit_correctness(om, {"a": "F", "b": "F"})
+    assert fit.estimate.converged
+    assert abs(fit.sigma - 3.0) < 3 * fit.sigma_se and fit.sigma_se < 0.5
+    assert abs(fit.tau - 2.0) < 3 * fit.tau_se and fit.tau_se < 0.5
+    assert abs(fit.share - 0.5) < 3 * fit.share_se and fit.share_se < 0.2
+    truth = np.array([m.theta for m in models])
+    assert np.all(np.abs(fit.theta - truth) < 3 * fit.theta_se), (fit.theta, fit.theta_se)
+
+
+def test_agreement_fit_recovers_the_accuracy_curve() -> None:
+    """Wrong answers drawn with kappa * affinity on a curve sigmoid(a0 + a1 logit(acc)) and a family term d: the fit
+    recovers a0, a1 and d within 3 sandwich SEs."""
+    a0, a1, d, kappa, tau, sigma = -0.2, 0.8, 0.25, 0.9, 1.0, 1.5
+    thetas = [-1.5, -0.5, 0.3, 1.0, 1.8, 2.5]
+    mu = BENCHMARKS[BENCHMARK_INDEX["MMLU-Pro"]].mu
+    models = []
+    for i, th in enumerate(thetas):
+        acc = float(expected_accuracy(np.array(th + mu), np.array(mu), np.array(math.hypot(sigma, tau))))
+        c = 1 / (1 + math.exp(-(a0 + a1 * math.log(acc / (1 - acc)))))
+        g = c / kappa
+        fam = "F" if i in (1, 2) else None
+        models.append(StructureModel(f"m{i}", th, tau, kappa, g, fam, 0.0, d / (kappa * (1 - g)) if fam else 0.0))
+    spec = parse_pool(structure_pool(_base(), "MMLU-Pro", models, "assumed"))
+    om = simulated_outcomes(spec, "MMLU-Pro", 6000, models=[m.name for m in models], sigma=sigma, seed=3)
+    w = np.arange(1, 10, dtype=np.float64) ** -BENCHMARKS[BENCHMARK_INDEX["MMLU-Pro"]].zipf_s
+    s_chance = float(((w / w.sum()) ** 2).sum())
+    fit = fit_agreement(om, s_chance, {"m1": "F", "m2": "F"})
+    got, se = np.array([fit.a0, fit.a1, fit.d]), fit.se
+    assert np.all(np.abs(got - [a0, a1, d]) < 3 * se) and np.all(se < 0.5), (got, se)
