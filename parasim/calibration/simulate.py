@@ -253,11 +253,11 @@ def _outcomes(n_questions, models, n_samples, rng, hits, answers, sigma, skill, 
 def simulated_outcomes(pool: str | PoolSpec, benchmark: str, n_questions: int, n_samples: int | Sequence[int] = 1, *,
                        models: Sequence[str] | None = None, sigma: float | None = None, seed: int = 0) -> OutcomeMatrix:
     """A per-query outcome table drawn with the simulator's own per-call model (``sample_call``): ``n_samples`` (one
-    count, or one per model) direct ``standard_reasoner`` calls of each named model (default: every pool model; the manager may be named too)
-    on ``n_questions`` fresh questions of ``benchmark``, as the ``OutcomeMatrix`` that
-    ``parasim.calibration.joint_stats`` and ``joint_fit`` read (answer codes are the simulator's answer ids, 0 gold).
-    ``sigma`` overrides the benchmark's difficulty spread sigma_b for this table. A call cut at the cap or failed
-    counts as a wrong sample without an answer, as an eval harness scores it."""
+    count, or one per model) direct ``standard_reasoner`` calls of each named model (default: every pool model; the
+    manager may be named too) on ``n_questions`` fresh questions of ``benchmark``, as the ``OutcomeMatrix`` that
+    ``parasim.calibration.joint_stats`` and ``joint_fit`` read (answer codes are the simulator's answer ids, 0
+    gold). ``sigma`` overrides the benchmark's difficulty spread sigma_b for this table. A call cut at the cap or
+    failed counts as a wrong sample without an answer, as an eval harness scores it."""
     spec = pool if isinstance(pool, PoolSpec) else load_pool(pool)
     check_int("n_questions", n_questions, 1, 10**7)
     names = list(spec.model_names) if models is None else list(models)
