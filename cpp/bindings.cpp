@@ -7,6 +7,8 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cmath>
+#include <iterator>
 #include <limits>
 #include <optional>
 #include <sstream>
@@ -170,12 +172,7 @@ py::list trajectory_fields() {
 }
 
 std::vector<std::string> reward_param_names(int64_t num_tools) {
-  std::vector<std::string> names = {"formula", "correct_threshold", "w_outcome", "w_protocol", "format_penalty",
-                                    "no_final_penalty", "w_diversity", "theta_par", "theta_tool", "par_share",
-                                    "diversity_needs_correct", "w_length", "l_tar", "w_cost", "c_tar",
-                                    "budget_max_factor", "pref_outcome", "pref_cost", "pref_latency", "usd_scale",
-                                    "max_cost_penalty", "alpha_cost", "format_reward", "cost_lo", "cost_hi"};
-  if (static_cast<int>(names.size()) != kNumFixedParams) throw std::logic_error("reward param layout mismatch");
+  std::vector<std::string> names(std::begin(kRewardParamNames), std::end(kRewardParamNames));
   for (int64_t t = 0; t < num_tools; ++t) names.push_back("pref_tool_" + std::to_string(t));
   return names;
 }
@@ -187,12 +184,13 @@ void check_reward_params(const Arr<double>& params, int num_tools) {
   for (int64_t c = 0; c < params.shape(0); ++c) {
     for (int64_t j = 0; j < width; ++j) {
       const double v = p[c * width + j];
-      const bool ok = std::isfinite(v) && (j != kFormula || (v == kParamanager || v == kToolorchestra ||
-                                                             v == kXrouter || v == kRouterR1));
+      const bool ok = std::isfinite(v) && (j != kFormula || (v >= 0 && v < kNumFormulas && v == std::floor(v)));
       if (!ok)
         throw py::value_error("params[" + std::to_string(c) + ", " + std::to_string(j) + "] (" +
                               reward_param_names(num_tools)[j] + ") = " + repr_of(py::float_(v)) +
-                              ": must be finite" + (j == kFormula ? " and a formula code in [0, 3]" : ""));
+                              ": must be finite" +
+                              (j == kFormula ? " and a formula code in [0, " + std::to_string(kNumFormulas - 1) + "]"
+                                             : ""));
     }
   }
 }
@@ -207,6 +205,11 @@ PYBIND11_MODULE(_core, m) {
   m.def("reward_param_names", [](const py::object& num_tools) {
     return reward_param_names(int_arg(num_tools, "num_tools", 1, kMaxTools));
   }, py::arg("num_tools"), "Names of the columns of a reward parameter row for a batch of num_tools tools, in order.");
+  m.def("reward_formulas", [] { return std::vector<std::string>(std::begin(kFormulaNames), std::end(kFormulaNames)); },
+        "Names of the reward formula families, in the order of their codes (a parameter row's formula column).");
+  m.def("reward_components", [] {
+    return std::vector<std::string>(std::begin(kComponentNames), std::end(kComponentNames));
+  }, "Names of the reward components, in the order of the comps output's rows (the total is their sum).");
 
   m.def("trajectory_fields", &trajectory_fields,
         "(name, dtype, ndim) of the trajectory fields score_rewards reads (parasim.trajectory_schema's core fields).");

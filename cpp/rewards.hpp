@@ -7,20 +7,42 @@
 
 namespace parasim {
 
-// Layout of one config row: the fixed parameters, then one tool preference per tool of the batch (the tool spec's
-// count T, read from tool_counts' width), so a row has kNumFixedParams + T columns; reward_param_names() in
-// bindings.cpp exports the names in this order.
-enum RewardParam : int {
-  kFormula, kCorrectThreshold, kWOutcome, kWProtocol, kFormatPenalty, kNoFinalPenalty, kWDiversity, kThetaPar,
-  kThetaTool, kParShare, kDiversityNeedsCorrect, kWLength, kLTar, kWCost, kCTar, kBudgetMaxFactor,
-  kPrefOutcome, kPrefCost, kPrefLatency, kUsdScale, kMaxCostPenalty, kAlphaCost, kFormatReward, kCostLo, kCostHi,
-  kNumFixedParams, kPrefTool0 = kNumFixedParams
-};
-enum Formula : int { kParamanager = 0, kToolorchestra = 1, kXrouter = 2, kRouterR1 = 3 };
+// The reward core's layouts, each written once as an X-macro table that generates both the C++ constants and the
+// names bindings.cpp exports (reward_param_names, reward_formulas, reward_components), which parasim's Python side
+// reads instead of keeping lists of its own.
+// One config row: the fixed parameters, then one tool preference per tool of the batch (the tool spec's count T, read
+// from tool_counts' width), so a row has kNumFixedParams + T columns.
+#define PARASIM_REWARD_PARAMS(X)                                                                                  \
+  X(kFormula, "formula") X(kCorrectThreshold, "correct_threshold") X(kWOutcome, "w_outcome")                     \
+  X(kWProtocol, "w_protocol") X(kFormatPenalty, "format_penalty") X(kNoFinalPenalty, "no_final_penalty")         \
+  X(kWDiversity, "w_diversity") X(kThetaPar, "theta_par") X(kThetaTool, "theta_tool") X(kParShare, "par_share")  \
+  X(kDiversityNeedsCorrect, "diversity_needs_correct") X(kWLength, "w_length") X(kLTar, "l_tar")                 \
+  X(kWCost, "w_cost") X(kCTar, "c_tar") X(kBudgetMaxFactor, "budget_max_factor") X(kPrefOutcome, "pref_outcome") \
+  X(kPrefCost, "pref_cost") X(kPrefLatency, "pref_latency") X(kUsdScale, "usd_scale")                            \
+  X(kMaxCostPenalty, "max_cost_penalty") X(kAlphaCost, "alpha_cost") X(kFormatReward, "format_reward")           \
+  X(kCostLo, "cost_lo") X(kCostHi, "cost_hi")
+// The formula families, in code order (a row's kFormula column).
+#define PARASIM_REWARD_FORMULAS(X) \
+  X(kParamanager, "paramanager") X(kToolorchestra, "toolorchestra") X(kXrouter, "xrouter") X(kRouterR1, "router_r1")
+// The reward components, in the order of the comps output's rows; the total is their sum.
+#define PARASIM_REWARD_COMPONENTS(X)                                                                         \
+  X(kCompOutcome, "outcome") X(kCompProtocol, "protocol") X(kCompDiversity, "diversity")                    \
+  X(kCompLength, "length") X(kCompCost, "cost") X(kCompLatency, "latency") X(kCompTools, "tools")
+
+#define PARASIM_ENUM_ENTRY(id, name) id,
+#define PARASIM_NAME_ENTRY(id, name) name,
+enum RewardParam : int { PARASIM_REWARD_PARAMS(PARASIM_ENUM_ENTRY) kNumFixedParams, kPrefTool0 = kNumFixedParams };
+enum Formula : int { PARASIM_REWARD_FORMULAS(PARASIM_ENUM_ENTRY) kNumFormulas };
+enum Component : int { PARASIM_REWARD_COMPONENTS(PARASIM_ENUM_ENTRY) kNumComponents };
+inline constexpr const char* kRewardParamNames[] = {PARASIM_REWARD_PARAMS(PARASIM_NAME_ENTRY)};
+inline constexpr const char* kFormulaNames[] = {PARASIM_REWARD_FORMULAS(PARASIM_NAME_ENTRY)};
+inline constexpr const char* kComponentNames[] = {PARASIM_REWARD_COMPONENTS(PARASIM_NAME_ENTRY)};
+#undef PARASIM_ENUM_ENTRY
+#undef PARASIM_NAME_ENTRY
+
 // Capacity of the per-trajectory feature buffers, not the tool count: a batch has 1..kMaxTools tools.
 constexpr int kMaxTools = 64;
 constexpr int kMaxFeatures = kMaxTools + 3;  // toolorchestra: tool counts, outcome, -usd, -latency
-constexpr int kNumComponents = 7;           // outcome, protocol, diversity, length, cost, latency, tools
 
 inline int64_t param_width(int num_tools) { return kNumFixedParams + num_tools; }
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from parasim.protocol.schema import NUM_TOOLS
 from parasim.scoring import reference
 from parasim.scoring.batch import BatchValidationError, TrajectoryBatch
-from parasim.scoring.reward_config import FORMULA_FIELDS, FORMULAS
+from parasim.scoring.reward_config import FORMULA_SPECS, FORMULAS
 from parasim.scoring.rewards import (
     COMPONENTS,
     PRESETS,
@@ -55,7 +55,7 @@ def random_config(rng: np.random.Generator, formula: str) -> RewardConfig:
         "usd_scale": rng.uniform(0, 5), "max_cost_penalty": rng.uniform(0, 1), "alpha_cost": rng.uniform(0, 1),
         "cost_pct_lo": rng.uniform(0, 40), "cost_pct_hi": rng.uniform(60, 100),
     }
-    return base.replace(**{k: v for k, v in draws.items() if k in FORMULA_FIELDS[formula]})
+    return base.replace(**{k: v for k, v in draws.items() if k in FORMULA_SPECS[formula].fields})
 
 
 def assert_matches_reference(batch: TrajectoryBatch, cfg: RewardConfig) -> None:
@@ -240,7 +240,7 @@ def test_from_dict_and_to_dict_roundtrip():
     assert RewardConfig.from_dict(cfg.to_dict()) == cfg
     to = PRESETS["toolorchestra"].replace(pref_cost=0.9)
     assert RewardConfig.from_dict(dataclasses.asdict(to)) == to  # a full dump, unread fields at their defaults
-    assert set(PRESETS["xrouter"].to_dict()) == set(FORMULA_FIELDS["xrouter"])
+    assert set(PRESETS["xrouter"].to_dict()) == set(FORMULA_SPECS["xrouter"].fields)
 
 
 def test_unknown_preset_and_wrong_batch_type():

@@ -11,7 +11,7 @@ from parasim import _core
 from parasim.protocol.schema import MAX_TOOLS
 from parasim.scoring import reference
 from parasim.scoring.batch import BatchValidationError, TrajectoryBatch
-from parasim.scoring.reward_config import FORMULA_FIELDS, FORMULAS
+from parasim.scoring.reward_config import FORMULA_SPECS, FORMULAS
 from parasim.scoring.rewards import COMPONENTS, PRESETS, RewardConfig, compute_rewards, compute_rewards_grid
 
 SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -32,7 +32,7 @@ def config_of(rng: np.random.Generator, formula: str, num_tools: int) -> RewardC
     draws = {"num_tools": num_tools, "pref_tools": tuple(rng.uniform(-1, 1, num_tools)),
              "pref_cost": rng.uniform(0, 1), "pref_latency": rng.uniform(0, 1), "w_diversity": rng.uniform(0, 1),
              "theta_tool": rng.uniform(1, 7), "usd_scale": rng.uniform(0, 5), "alpha_cost": rng.uniform(0, 1)}
-    return PRESETS[formula].replace(**{k: v for k, v in draws.items() if k in FORMULA_FIELDS[formula]})
+    return PRESETS[formula].replace(**{k: v for k, v in draws.items() if k in FORMULA_SPECS[formula].fields})
 
 
 def assert_matches_reference(batch: TrajectoryBatch, cfg: RewardConfig) -> None:

@@ -20,7 +20,7 @@ import numpy as np
 
 from parasim.protocol.schema import NUM_TOOLS
 from parasim.scoring.batch import TrajectoryBatch
-from parasim.scoring.rewards import FORMULA_FIELDS, RewardConfig, compute_rewards_grid, mean_std, preset
+from parasim.scoring.rewards import FORMULA_SPECS, RewardConfig, compute_rewards_grid, mean_std, preset
 from parasim.scoring.trajectory_schema import FIELD, FIELDS
 
 # fields older trajectory files may lack: the ids default to 0 (one group, one role), no row has a preference
@@ -118,14 +118,14 @@ def reward_grid(axes: Sequence[tuple[str, Sequence[str]]], base: str = "paramana
     points = [dict(zip(names, values)) for values in itertools.product(*(v for _, v in axes))]
     formulas = {preset(p.get("preset", base)).formula for p in points}
     for name in names:
-        if name != "preset" and not any(name in FORMULA_FIELDS[f] for f in formulas):
+        if name != "preset" and not any(name in FORMULA_SPECS[f].fields for f in formulas):
             raise ValueError(f"--grid {labels[name]}: {name} is not read by formula {' or '.join(sorted(formulas))} "
-                             f"(it reads: {', '.join(FORMULA_FIELDS[sorted(formulas)[0]])})")
+                             f"(it reads: {', '.join(FORMULA_SPECS[sorted(formulas)[0].fields])})")
     configs = [(f"{base} (base)", preset(base))]
     seen: set[str] = set()
     for point in points:
         cfg = preset(point.get("preset", base))
-        unread = [n for n in names if n != "preset" and n not in FORMULA_FIELDS[cfg.formula]]
+        unread = [n for n in names if n != "preset" and n not in FORMULA_SPECS[cfg.formula].fields]
         used = {n: v for n, v in point.items() if n not in unread}
         label = ",".join(f"{labels[n]}={v}" for n, v in used.items())
         if unread:

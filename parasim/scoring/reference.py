@@ -9,24 +9,13 @@ import numpy as np
 
 from parasim.scoring.batch import TrajectoryBatch
 from parasim.scoring.reward_config import RewardConfig
-
-COMPONENTS: tuple[str, ...] = ("outcome", "protocol", "diversity", "length", "cost", "latency", "tools")
+from parasim.scoring.rewards import COMPONENTS, router_r1_cost_bounds
 
 
 # ----------------------------------------------------------------------------------------- rewards
 def soft_budget(x: np.ndarray, target: float, max_factor: float) -> np.ndarray:
     """DAPO-style soft budget: 0 up to ``target``, linear down to -1 at ``max_factor * target``, -1 beyond."""
     return -np.clip((x - target) / ((max_factor - 1.0) * target), 0.0, 1.0)
-
-
-def router_r1_cost_bounds(batch: TrajectoryBatch, cfg: RewardConfig) -> tuple[float, float]:
-    """Bounds of sqrt(usd) for Router-R1's cost normalization: fixed when given, else batch percentiles."""
-    if cfg.cost_lo is not None and cfg.cost_hi is not None:
-        return cfg.cost_lo, cfg.cost_hi
-    if len(batch) == 0:
-        return 0.0, 0.0
-    lo, hi = np.percentile(np.sqrt(batch.usd), [cfg.cost_pct_lo, cfg.cost_pct_hi])
-    return float(lo), float(hi)
 
 
 def group_minmax_normalize(values: np.ndarray, group_id: np.ndarray) -> np.ndarray:

@@ -15,36 +15,47 @@ from typing import Any
 
 import numpy as np
 
+from parasim import _core
 from parasim.config.fields import check, opt, spec_of, validate
 from parasim.protocol.schema import MAX_PARALLEL, MAX_TOOLS, NUM_TOOLS
 from parasim.scoring.trajectory_schema import MAX_REWARD_MAGNITUDE
 
-FORMULAS: tuple[str, ...] = ("paramanager", "toolorchestra", "xrouter", "router_r1")
+
+@dataclass(frozen=True)
+class FormulaSpec:
+    """One reward family: the config fields it reads (the others are ignored, and a grid over them is refused), and
+    the weights whose absolute sum bounds its |reward| (its other terms are at most 1), which validation caps."""
+
+    fields: tuple[str, ...]
+    magnitude: tuple[str, ...]
+
 
 _COMMON = ("formula", "correct_threshold")
-FORMULA_FIELDS: dict[str, tuple[str, ...]] = {
-    "paramanager": _COMMON + (
+# the one table of the reward families, keyed by the names the C++ core gives its formula codes (checked below)
+FORMULA_SPECS: dict[str, FormulaSpec] = {
+    "paramanager": FormulaSpec(_COMMON + (
         "w_outcome", "w_protocol", "format_penalty", "no_final_penalty", "w_diversity", "theta_par",
         "theta_tool", "par_share", "diversity_needs_correct", "w_length", "l_tar", "w_cost", "c_tar",
-        "budget_max_factor"),
-    "toolorchestra": _COMMON + ("num_tools", "pref_tools", "pref_outcome", "pref_cost", "pref_latency"),
-    "xrouter": _COMMON + ("usd_scale", "max_cost_penalty"),
-    "router_r1": _COMMON + ("alpha_cost", "format_reward", "cost_lo", "cost_hi", "cost_pct_lo", "cost_pct_hi"),
+        "budget_max_factor"), ("w_outcome", "w_protocol", "w_diversity", "w_length", "w_cost")),
+    "toolorchestra": FormulaSpec(_COMMON + ("num_tools", "pref_tools", "pref_outcome", "pref_cost", "pref_latency"),
+                                 ("pref_tools", "pref_outcome", "pref_cost", "pref_latency")),
+    "xrouter": FormulaSpec(_COMMON + ("usd_scale", "max_cost_penalty"), ()),
+    "router_r1": FormulaSpec(_COMMON + ("alpha_cost", "format_reward", "cost_lo", "cost_hi", "cost_pct_lo",
+                                        "cost_pct_hi"), ("format_reward",)),
 }
+FORMULAS: tuple[str, ...] = tuple(_core.reward_formulas())  # in code order: a parameter row's formula column
+if set(FORMULAS) != set(FORMULA_SPECS):
+    raise ImportError(f"the C++ core's reward formulas {FORMULAS} are not this table's {tuple(FORMULA_SPECS)}: the "
+                      "core and parasim.scoring.reward_config are from different builds")
 
 INF = math.inf
-# the weights whose absolute sum bounds each formula's |reward| (its other terms are at most 1)
-MAGNITUDE_FIELDS: dict[str, tuple[str, ...]] = {
-    "paramanager": ("w_outcome", "w_protocol", "w_diversity", "w_length", "w_cost"),
-    "toolorchestra": ("pref_tools", "pref_outcome", "pref_cost", "pref_latency"),
-    "xrouter": (), "router_r1": ("format_reward",)}
 
 
 @dataclass(frozen=True)
 class RewardConfig:
     """One reward formula and its constants (see :mod:`parasim.scoring.rewards` for the formulas and sources).
 
-    ``formula`` picks the family; the fields each family reads are listed in ``FORMULA_FIELDS``.
+    ``formula`` picks the family; the fields each family reads are listed in ``FORMULA_SPECS``.
     Defaults are the ``paramanager`` reconstruction's constants. Each field declares its range
     (:func:`parasim.config.fields.opt`), so a bad value is refused with the field, the value and the range.
     """
@@ -106,7 +117,7 @@ class RewardConfig:
         """Refuse weights whose rewards could overflow: the absolute weights the formula reads, summed (scaled by
         2**-1000, so the sum itself cannot overflow), bound |reward| and must stay <= ``MAX_REWARD_MAGNITUDE``;
         w_outcome = w_diversity = 1e308 each pass their own range but their total is inf."""
-        names = MAGNITUDE_FIELDS[self.formula]
+        names = FORMULA_SPECS[self.formula].magnitude
         weights = [w for n in names for w in np.atleast_1d(np.asarray(getattr(self, n), np.float64))]
         if math.fsum(math.ldexp(abs(w), -1000) for w in weights) > math.ldexp(MAX_REWARD_MAGNITUDE, -1000):
             shown = ", ".join(f"{n} = {getattr(self, n)}" for n in names)
@@ -126,10 +137,10 @@ class RewardConfig:
             raise ValueError(f"RewardConfig: unknown field(s) {unknown}; fields: {sorted(names)}")
         parsed = {k: parse_field(k, v) for k, v in changes.items()}
         new = dataclasses.replace(self, **parsed)
-        unused = sorted(k for k in changes if k not in FORMULA_FIELDS[new.formula])
+        unused = sorted(k for k in changes if k not in FORMULA_SPECS[new.formula].fields)
         if unused:
             raise ValueError(f"RewardConfig: field(s) {unused} are not read by formula {new.formula!r} "
-                             f"(it reads: {list(FORMULA_FIELDS[new.formula])})")
+                             f"(it reads: {list(FORMULA_SPECS[new.formula].fields)})")
         return new
 
     @property
@@ -148,8 +159,6 @@ class RewardConfig:
         field by field on every call cost ~100 us, which dominated scoring a small batch (an env's terminal
         step). ``cost_lo`` / ``cost_hi`` stay 0 here: Router-R1's bounds may depend on the batch, so
         ``compute_rewards`` fills them per call."""
-        from parasim import _core
-
         values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         values["formula"] = FORMULAS.index(self.formula)
         values.update({f"pref_tool_{t}": p for t, p in enumerate(self.pref_tools)})
@@ -171,7 +180,7 @@ class RewardConfig:
     def to_dict(self) -> dict[str, Any]:
         """The fields this config's formula reads (JSON-serializable)."""
         return {k: (list(v) if isinstance(v, tuple) else v)
-                for k, v in dataclasses.asdict(self).items() if k in FORMULA_FIELDS[self.formula]}
+                for k, v in dataclasses.asdict(self).items() if k in FORMULA_SPECS[self.formula].fields}
 
 
 def parse_field(name: str, text: Any) -> Any:

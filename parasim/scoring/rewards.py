@@ -32,7 +32,7 @@ from parasim import _core
 from parasim.scoring.batch import FIELDS as BATCH_FIELDS
 from parasim.scoring.batch import TrajectoryBatch, check_no_overlap
 from parasim.scoring.reward_config import (
-    FORMULA_FIELDS,
+    FORMULA_SPECS,
     FORMULAS,
     PRESET_SOURCES,
     PRESETS,
@@ -43,12 +43,12 @@ from parasim.scoring.reward_config import (
     resolve_config,
 )
 
-__all__ = ["COMPONENTS", "FORMULAS", "FORMULA_FIELDS", "PRESETS", "PRESET_SOURCES", "RewardConfig", "RewardResult",
+__all__ = ["COMPONENTS", "FORMULAS", "FORMULA_SPECS", "PRESETS", "PRESET_SOURCES", "RewardConfig", "RewardResult",
            "compute_rewards", "compute_rewards_grid", "mean_std", "parse_field", "preset", "register_preset",
            "resolve_config"]
 
 # the reward's parts, which sum to ``total`` (the core's component rows, in this order)
-COMPONENTS: tuple[str, ...] = ("outcome", "protocol", "diversity", "length", "cost", "latency", "tools")
+COMPONENTS: tuple[str, ...] = tuple(_core.reward_components())  # the core's order (cpp/rewards.hpp's one table)
 # the core's parameter row: these fixed columns, then one tool preference per tool of the batch
 _FIXED_PARAMS: tuple[str, ...] = tuple(_core.reward_param_names(1)[:-1])
 _COST_LO, _COST_HI = _FIXED_PARAMS.index("cost_lo"), _FIXED_PARAMS.index("cost_hi")
@@ -97,7 +97,7 @@ def _param_rows(batch: TrajectoryBatch, cfgs: Sequence[RewardConfig]) -> np.ndar
     for c, cfg in enumerate(cfgs):
         if cfg.num_tools == num_tools:
             rows[c] = cfg.core_params
-        elif "pref_tools" in FORMULA_FIELDS[cfg.formula]:
+        elif "pref_tools" in FORMULA_SPECS[cfg.formula].fields:
             raise ValueError(f"RewardConfig.num_tools = {cfg.num_tools}: the batch has {num_tools} tools "
                              f"(tool_counts columns); formula {cfg.formula!r} needs one pref_tools weight per tool "
                              f"(set num_tools={num_tools} and pref_tools)")
@@ -107,13 +107,14 @@ def _param_rows(batch: TrajectoryBatch, cfgs: Sequence[RewardConfig]) -> np.ndar
         if cfg.formula == "router_r1":
             key = (cfg.cost_pct_lo, cfg.cost_pct_hi) if cfg.cost_lo is None else (cfg.cost_lo, cfg.cost_hi)
             if key not in bounds:  # percentiles of the batch are computed once per distinct pair
-                bounds[key] = _router_r1_cost_bounds(batch, cfg)
+                bounds[key] = router_r1_cost_bounds(batch, cfg)
             rows[c, _COST_LO], rows[c, _COST_HI] = bounds[key]
     return rows
 
 
-def _router_r1_cost_bounds(batch: TrajectoryBatch, cfg: RewardConfig) -> tuple[float, float]:
-    """Router-R1's bounds of sqrt(usd): the config's fixed ones, else the batch's percentiles (0, 0 when empty)."""
+def router_r1_cost_bounds(batch: TrajectoryBatch, cfg: RewardConfig) -> tuple[float, float]:
+    """Router-R1's bounds of sqrt(usd): the config's fixed ones, else the batch's percentiles (0, 0 when empty). The
+    NumPy reference takes them from here too: they are the batch's input to the formula, not a kernel."""
     if cfg.cost_lo is not None and cfg.cost_hi is not None:
         return cfg.cost_lo, cfg.cost_hi
     if len(batch) == 0:
