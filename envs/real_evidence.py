@@ -16,11 +16,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from parasim.pools.pool import MAX_MODELS, PoolSpec, reliability
+from parasim.pools.pool import MAX_MODELS, PoolSpec
 from parasim.protocol.engine import TaskView
 from parasim.protocol.schema import Domain
 from parasim.real.backend import approx_tokens
-from parasim.sim.tables import ROW_DTYPE, SimTables, answer_log_odds_offset, kernel_params
+from parasim.sim.tables import (
+    ROW_DTYPE,
+    SimTables,
+    answer_log_odds_offset,
+    kernel_params,
+    vote_probabilities,
+    vote_weights,
+)
 from parasim.tasks.suites import FREE_FORM, NUM_ANSWERS
 from parasim.tools.verify import (
     AnswerKind,
@@ -97,13 +104,10 @@ def real_params(pool: PoolSpec, tables: SimTables, model_ids: tuple[str, ...], e
     p["nm"], p["slots"], p["env"], p["proto"], p["tt"], p["bonus"] = len(model_ids), slots, env, s["proto"], s["tt"], \
         s["bonus"]
     p["direct"], p["num_reviewers"], p["reviewers"] = s["direct"], s["num_reviewers"], s["reviewers"]
-    # the mean agent model, for ids the pool does not name: probabilities averaged, then their logits / LLRs
-    rel = np.clip(reliability(pool), 1e-4, 1 - 1e-4)  # [NB, T, M+1], as build_tables clips it
-    sens, spec = np.clip(pool.sens, 0.01, 0.99), np.clip(pool.spec, 0.01, 0.99)  # [M+1, D]
-    mean_rel = _logit(rel[:, :, :nm_pool].mean(-1)).T  # [T, NB]
-    mean_sens, mean_spec = sens[:nm_pool].mean(0), spec[:nm_pool].mean(0)
-    mean_md = np.stack([mean_sens, mean_spec, np.log((1 - mean_spec) / mean_sens),
-                        np.log(mean_spec / (1 - mean_sens))], -1)  # [D, 4]
+    # the mean agent model, for ids the pool does not name: probabilities averaged, then their vote weights
+    rel, sens, spec = vote_probabilities(pool)
+    mean_rel, mean_md = vote_weights(rel[:, :, :nm_pool].mean(-1), sens[:nm_pool].mean(0), spec[:nm_pool].mean(0))
+    mean_rel, mean_md = mean_rel.T, mean_md.T  # [T, NB] and [D, 4], as the parameter record holds them
     agents = slice(0, nm_pool)
     for j, r in enumerate(rows):
         if r >= 0:

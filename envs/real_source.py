@@ -47,13 +47,6 @@ from parasim.protocol.schema import CallResult, Status, ToolCall
 from parasim.real import prompts
 from parasim.sim import TARGET_CARRY, TARGET_QUESTION, TARGET_VERIFY
 from parasim.sim.kernel import (
-    C_ANSWER,
-    C_COST,
-    C_KIND,
-    C_LAT,
-    C_TOK_IN,
-    C_TOK_OUT,
-    C_USD,
     I_EPISODE,
     I_NANS,
     I_ROUND,
@@ -69,9 +62,17 @@ from parasim.sim.kernel import (
 )
 from parasim.sim.rng import seed_state
 from parasim.sim.rules import PENDING
-from parasim.sim.state import action_nvec, action_slot, allocate_lanes, allocate_obs, lane_views, slot_records
+from parasim.sim.state import (
+    action_nvec,
+    action_slot,
+    allocate_lanes,
+    allocate_obs,
+    lane_views,
+    slot_records,
+    write_slot_record,
+)
 from parasim.sim.step import apply_one, begin_one, end_one, plan_one
-from parasim.sim.tables import E_MAX_ROUNDS, E_SERIAL, E_SLOTS, E_TOKEN_BUDGET, NUM_ENV_PARAMS, build_tables
+from parasim.sim.tables import build_tables, episode_params
 from parasim.sim.task_options import option_stream, set_lane_options
 from parasim.tasks.suites import load_suite
 from parasim.tools.spec import ToolDef, ToolSpec
@@ -127,9 +128,7 @@ class RealSource:
             raise ValueError("engine: its model_names is empty; the action's model dimension needs at least one")
         self.pool = load_pool(pool)
         self.slots, self.max_rounds = max_parallel, max_rounds
-        env = np.zeros(NUM_ENV_PARAMS)
-        env[E_MAX_ROUNDS], env[E_SLOTS], env[E_SERIAL] = max_rounds, max_parallel, float(serial)
-        env[E_TOKEN_BUDGET] = np.inf if token_budget is None else token_budget
+        env = episode_params(max_rounds, serial, token_budget)
         self.params = real_params(self.pool, build_tables(self.pool, load_suite(suite)), self.model_names, env,
                                   self.slots)
         self.params[0]["task_opts"] = check_task_option_mode(task_options)
@@ -232,12 +231,9 @@ class RealSource:
                 text = call_answer(call, res, self.tool_spec)
                 answer = -1 if text is None else self.ids.id_for(text, index)
                 kind = OUT_ANSWER if answer >= 0 else OUT_NONE
-        _lanes, last_status, call_i, call_f = self._state
-        last_status[0, k] = int(res.status)
-        call_i[0, k, C_KIND], call_i[0, k, C_ANSWER] = kind, answer
-        rec = call_f[0, k]
-        rec[C_TOK_IN], rec[C_TOK_OUT], rec[C_LAT] = res.tokens_in, res.tokens_out, res.latency_s
-        rec[C_USD], rec[C_COST] = res.usd, res.cost_units  # an episode price is the engine's figure (run_round)
+        # an episode price is the engine's figure (run_round), so the record's USD is the result's
+        write_slot_record(self._state, 0, k, int(res.status), kind, answer, res.tokens_in, res.tokens_out,
+                          res.latency_s, res.usd, res.cost_units)
 
     def _episode_prices(self, calls: list[ToolCall]) -> dict[int, float]:
         """The episode's USD per call (task option ``tool_prices``) of the tools among ``calls`` it prices: the engine

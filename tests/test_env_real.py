@@ -34,7 +34,7 @@ from parasim.protocol.engine import EpisodeEngineBase
 from parasim.protocol.schema import NUM_STATUSES, Domain, Status, Tool
 from parasim.real.backend import RealToolBackend
 from parasim.real.engine import RealEpisodeEngine
-from parasim.sim.tables import MD_LLR_CONFIRM, MD_LLR_FLAG, NUM_ENV_PARAMS, build_tables, kernel_params
+from parasim.sim.tables import MD_LLR_CONFIRM, MD_LLR_FLAG, build_tables, episode_params, kernel_params
 from parasim.tasks.suites import BENCHMARK_INDEX, load_suite
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -206,7 +206,7 @@ def test_answers_past_the_id_space_get_none():
 
 def _params(model_ids: tuple[str, ...]) -> np.ndarray:
     pool = load_pool("paramanager")
-    env = np.array([12, 4, 0, np.inf])[:NUM_ENV_PARAMS]
+    env = episode_params(12, False, None)
     return real_params(pool, build_tables(pool, load_suite("paramanager")), model_ids, env, 4)[0]
 
 

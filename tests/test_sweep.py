@@ -33,7 +33,7 @@ def test_every_section_and_reward_field_is_addressable():
     ({"c_tar": "-1"}, "c_tar"),
     ({"grpo.learning_rate": "2"}, r"grpo\.learning_rate = 2\.0: must be finite and in \[0\.0, 1\.0\]"),
     ({"grpo.group_size": "1"}, r"grpo\.group_size"),
-    ({"env.max_parallel": "9"}, r"env\.max_parallel"),
+    ({"env.max_parallel": "17"}, r"env\.max_parallel"),  # past SLOT_LIMIT, the compiled step's width
     ({"grpo.adv_method": "ppo"}, r"grpo\.adv_method = 'ppo': must be one of"),
     ({"grpo.steps": "x"}, r"cannot parse 'x' as int"),
     ({"nope": "1"}, "unknown option 'nope'"),

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from parasim.config.env_options import ROUND_LIMIT
+from parasim.config.env_options import ROUND_LIMIT, SLOT_LIMIT
 from parasim.config.fields import (
     ConfigError,
     check,
@@ -50,8 +50,7 @@ class EnvConfig:
     pool: str = opt("paramanager", help="shipped pool name (paramanager, paramanager_mono, ...) or pool JSON path")
     suite: str = opt("paramanager", help="task suite (paramanager, math, reasoning, a benchmark, a JSONL file)")
     max_rounds: int = opt(12, lo=1, hi=ROUND_LIMIT, help="rounds before the episode ends without final_answer")
-    # 4, not the env's SLOT_LIMIT: the scripted expert (training/expert.py) sizes its per-slot arrays by MAX_PARALLEL
-    max_parallel: int = opt(4, lo=1, hi=4, help="calls per round (1 = the serial ablation)")
+    max_parallel: int = opt(4, lo=1, hi=SLOT_LIMIT, help="calls per round (1 = the serial ablation)")
     serial: bool = opt(False, help="calls of a round run one after another (latency sums)")
     token_budget: float = opt(0.0, lo=0.0, hi=1e9, help="calls past this trajectory length are refused (0 = none)")
     pool_set: str = opt("", help="overrides of the pool's parameters, PATH=VALUE;PATH=VALUE (parasim.pools.overrides); "

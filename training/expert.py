@@ -22,7 +22,7 @@ import torch
 
 from parasim.config.env_options import ROUND_LIMIT
 from parasim.config.fields import opt
-from parasim.protocol.schema import MAX_PARALLEL, NUM_TOOLS, Domain, Status, Tool
+from parasim.protocol.schema import NUM_TOOLS, Domain, Status, Tool
 from parasim.sim import TARGET_CARRY, TARGET_QUESTION, TARGET_VERIFY
 from parasim.sim.state import dimension_slices, empty_action, set_action_slot, slot_column
 from training.rollout import collect, derive_seed, make_envs
@@ -67,7 +67,7 @@ class ScriptedExpert:
         self.slots = (self.width - 1) // 3
         self.num_models = int(nvec[slot_column(0) + 1])
         self._tool_entries = [dimension_slices(np.asarray(nvec))[slot_column(k)] for k in range(self.slots)]
-        self.last = np.full((num_lanes, MAX_PARALLEL, 3), -1, np.int64)
+        self.last = np.full((num_lanes, self.slots, 3), -1, np.int64)
 
     def __call__(self, live: np.ndarray, obs: dict[str, np.ndarray], x: torch.Tensor,
                  mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

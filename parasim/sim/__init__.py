@@ -48,13 +48,9 @@ from parasim.sim.state import (
 )
 from parasim.sim.step import cut_lanes, reset_lanes, step_lanes, step_lanes_parallel
 from parasim.sim.tables import (
-    E_MAX_ROUNDS,
-    E_SERIAL,
-    E_SLOTS,
-    E_TOKEN_BUDGET,
-    NUM_ENV_PARAMS,
     SimTables,
     build_tables,
+    episode_params,
     kernel_params,
 )
 from parasim.sim.task_options import OPT_TAG, set_lane_options
@@ -92,10 +88,7 @@ class Simulator:
         self.state = lane_views(self._lanes, self.pool.num_models)
         self.obs = allocate_obs(self.num_lanes, self.slots, self.pool.num_models, self.pool.tools)
         self._obs_items = tuple(self.obs._asdict().items())
-        self.env = np.zeros(NUM_ENV_PARAMS)
-        self.env[E_MAX_ROUNDS], self.env[E_SLOTS] = max_rounds, max_parallel
-        self.env[E_SERIAL] = float(bool(serial))
-        self.env[E_TOKEN_BUDGET] = np.inf if token_budget is None else float(token_budget)
+        self.env = episode_params(max_rounds, serial, token_budget)
         self.env.flags.writeable = False  # the kernels read a copy in their parameter record (``kernel_params``)
         self.nvec = action_nvec(self.slots, self.pool.num_models, self.num_tools)
         self.done = np.zeros(self.num_lanes, np.uint8)

@@ -29,7 +29,7 @@ from numba import njit
 
 from parasim.sim.kernel import F_TOKENS, NUM_TARGETS
 from parasim.sim.rules import RULE_BUDGET, RULE_RUNS, is_agent, lane_lead, lane_rule, slot_rule
-from parasim.sim.tables import E_SLOTS, E_TOKEN_BUDGET
+from parasim.sim.tables import E_TOKEN_BUDGET
 
 ACTION_ENCODINGS = ("factored", "joint")
 
@@ -68,7 +68,7 @@ def joint_masks(lanes, params, calls, out):
     round (or gives it BUDGET_EXCEEDED); the same inputs ``plan_round`` gives the rule (round-start lead and tokens,
     the episode's unoffered tools, the allowed slots)."""
     P = params[0]
-    allowed, budget = int(P.env[E_SLOTS]), P.env[E_TOKEN_BUDGET]
+    allowed, budget = P.slots, P.env[E_TOKEN_BUDGET]
     width = calls.shape[0] + 1
     for i in range(lanes.shape[0]):
         L = lanes[i]

@@ -82,7 +82,6 @@ from parasim.sim.tables import (
     B_REVIEWER,
     E_MAX_ROUNDS,
     E_SERIAL,
-    E_SLOTS,
     E_TOKEN_BUDGET,
     MD_LLR_CONFIRM,
     MD_LLR_FLAG,
@@ -261,7 +260,7 @@ def plan_round(L, i, last_status, call_i, call_f, P, actions):
     """Phase (a) of a round: ``plan_slot`` for every slot. Returns the round-start (lead, context tokens)."""
     lead = lane_lead(L)
     ctx = L.st_f[F_TOKENS]
-    allowed, budget = int(P.env[E_SLOTS]), P.env[E_TOKEN_BUDGET]
+    allowed, budget = P.slots, P.env[E_TOKEN_BUDGET]
     for k in range(P.slots):
         plan_slot(i, k, last_status, call_i, call_f, actions, P.tt, allowed, P.nm, lead >= 0, ctx, budget, L.tools_off)
     return lead, ctx
@@ -430,7 +429,7 @@ def write_obs(i, L, last_status, P, o_task, o_round, o_budget, o_cand, o_evid, o
         o_tools[i, t] = L.counts_t[t]
     for s in range(NUM_STATUSES):
         o_status[i, s] = L.counts_s[s]
-    allowed = int(env[E_SLOTS])
+    allowed = P.slots
     has_lead = 1 if distinct > 0 else 0
     # the mask's static part (stop, models, empty slots, slots past max_parallel) is written once at
     # allocation (``static_action_mask``); only the entries that depend on a leading answer change (the reviewer

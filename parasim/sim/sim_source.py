@@ -55,7 +55,7 @@ from parasim.sim.rules import (
     round_start,
     slot_call,
 )
-from parasim.sim.tables import E_SERIAL, E_SLOTS, E_TOKEN_BUDGET, MM_REPLICAS
+from parasim.sim.tables import E_SERIAL, E_TOKEN_BUDGET, MM_REPLICAS
 from parasim.sim.task_options import begin_options
 
 _EXEC = int(Status.EXEC_ERR)
@@ -168,7 +168,7 @@ def step_lane(L, i, last_status, call_i, call_f, R, P, actions):
     lead = lane_lead(L)
     has_lead = lead >= 0
     ctx = st_f[F_TOKENS]
-    allowed, budget, serial = int(env[E_SLOTS]), env[E_TOKEN_BUDGET], env[E_SERIAL] != 0
+    allowed, budget, serial = P.slots, env[E_TOKEN_BUDGET], env[E_SERIAL] != 0
     off, priced = L.tools_off, L.priced
     s = L.rng
     lo, hi = 0, 0  # the round's requests per model row

@@ -271,3 +271,14 @@ def slot_records(last_status: np.ndarray, call_i: np.ndarray, call_f: np.ndarray
                     "tokens_in": float(cf[C_TOK_IN]), "tokens_out": float(cf[C_TOK_OUT]), "latency_s": float(cf[C_LAT]),
                     "usd": float(cf[C_USD]), "cost_units": float(cf[C_COST])})
     return out
+
+
+def write_slot_record(arrays: LaneArrays, lane: int, k: int, status: int, kind: int, answer: int, tokens_in: float,
+                      tokens_out: float, latency_s: float, usd: float, cost_units: float) -> None:
+    """Fill slot ``k``'s outcome record of lane ``lane`` (phase (b) of a round, ``parasim.sim.rules``) for a call
+    that a call source ran outside compiled code (real tools): the record ``slot_records`` reads back."""
+    arrays.last_status[lane, k] = status
+    arrays.call_i[lane, k, C_KIND], arrays.call_i[lane, k, C_ANSWER] = kind, answer
+    rec = arrays.call_f[lane, k]
+    rec[C_TOK_IN], rec[C_TOK_OUT], rec[C_LAT] = tokens_in, tokens_out, latency_s
+    rec[C_USD], rec[C_COST] = usd, cost_units

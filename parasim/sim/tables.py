@@ -49,8 +49,8 @@ NUM_PROTO = 7
 R_BENCH, R_DOMAIN, R_OPTIONS = range(3)
 R_Z, R_MU, R_SIGMA, R_QTOK = range(4)
 # env params (the episode options)
-E_MAX_ROUNDS, E_SLOTS, E_SERIAL, E_TOKEN_BUDGET = range(4)
-NUM_ENV_PARAMS = 4
+E_MAX_ROUNDS, E_SERIAL, E_TOKEN_BUDGET = range(3)
+NUM_ENV_PARAMS = 3
 
 _M1 = MAX_MODELS + 1  # pool models and the manager's row
 
@@ -119,15 +119,24 @@ def _families(pool: PoolSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return pool.family.astype(np.float64), pool.family_share, pool.family_wrong
 
 
-def _clip_prob(p: np.ndarray) -> np.ndarray:
-    return np.clip(p, 0.01, 0.99)
+def vote_probabilities(pool: PoolSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The probabilities behind the vote's weights, clipped off 0 and 1 so every weight is finite: an OK call's
+    expected accuracy (``reliability``, [NB, T, M+1]) and the reviewers' sensitivity and specificity ([M+1, D])."""
+    return np.clip(reliability(pool), 1e-4, 1 - 1e-4), np.clip(pool.sens, 0.01, 0.99), np.clip(pool.spec, 0.01, 0.99)
+
+
+def vote_weights(rel: np.ndarray, sens: np.ndarray, spec: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The vote's weights from those probabilities (any shapes): an answer's log-odds ``rel_logit``, and the reviewer
+    table ``md`` stacked on a new first axis (sensitivity, specificity, the log-likelihood ratio of a flag, of a
+    confirmation), which ``parasim.sim.rules.add_evidence`` adds. The simulator's tables and the real-tools source's
+    parameter record (its prior pool's mean model for unknown ids) both take them from here."""
+    return np.log(rel / (1 - rel)), np.stack([sens, spec, np.log((1 - spec) / sens), np.log(spec / (1 - sens))])
 
 
 def build_tables(pool: PoolSpec, suite: TaskSuite) -> SimTables:
     """Join a pool and a suite into the simulator's tables."""
-    sens, spec = _clip_prob(pool.sens), _clip_prob(pool.spec)
     tools = pool.tools.tools
-    rel = np.clip(reliability(pool), 1e-4, 1 - 1e-4)
+    rel_logit, md = vote_weights(*vote_probabilities(pool))
     t = suite.tables()
     r = len(suite)
     dcdf = np.ones((r, NUM_ANSWERS))
@@ -148,8 +157,8 @@ def build_tables(pool: PoolSpec, suite: TaskSuite) -> SimTables:
             np.array([t.is_agent for t in tools], np.float64)])),
         mm=np.ascontiguousarray(np.stack([pool.kappa, pool.rho, pool.lam, pool.tau, pool.affinity,
                                           pool.replicas.astype(np.float64), *_families(pool)])),
-        md=np.ascontiguousarray(np.stack([sens, spec, np.log((1 - spec) / sens), np.log(spec / (1 - sens))])),
-        rel_logit=np.ascontiguousarray(np.log(rel / (1 - rel))),
+        md=np.ascontiguousarray(md),
+        rel_logit=np.ascontiguousarray(rel_logit),
         proto=np.array([pool.ensemble_k, pool.manager_tokens_round, pool.manager_tokens_call, pool.prompt_tokens,
                         pool.status_tokens, pool.repair, pool.max_output_tokens], np.float64),
         row_i=np.ascontiguousarray(np.stack([t["row_bench"], t["row_domain"], t["row_options"]], 1), np.int32),
@@ -157,6 +166,16 @@ def build_tables(pool: PoolSpec, suite: TaskSuite) -> SimTables:
         row_cdf=np.ascontiguousarray(t["row_cdf"]),
         row_dcdf=dcdf,
     )
+
+
+def episode_params(max_rounds: int, serial: bool, token_budget: float | None) -> np.ndarray:
+    """The episode parameters (float64[NUM_ENV_PARAMS]) of both call sources, the simulator and real tools: the round
+    limit, serial latency, the token budget (inf for none). The parallel width is not among them: it is the parameter
+    record's ``slots`` alone (``kernel_params``), one number that sizes the slot arrays and bounds the calls."""
+    env = np.zeros(NUM_ENV_PARAMS)
+    env[E_MAX_ROUNDS], env[E_SERIAL] = max_rounds, float(bool(serial))
+    env[E_TOKEN_BUDGET] = np.inf if token_budget is None else float(token_budget)
+    return env
 
 
 def kernel_params(t: SimTables, env: np.ndarray, slots: int) -> tuple[np.ndarray, np.ndarray]:
