@@ -77,12 +77,12 @@ def test_unwritable_outputs_are_refused_before_the_work(capsys, tmp_path, argv, 
 
 def test_disk_full_is_one_line(capsys, tmp_path, monkeypatch):
     """Finding 11: ENOSPC while writing an output is one line naming the file, exit 1."""
-    import training.store
+    import parasim.config.writes
 
     def full(path, data):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(training.store, "atomic_write_bytes", full)
+    monkeypatch.setattr(parasim.config.writes, "atomic_write_bytes", full)
     out = tmp_path / "calls.jsonl"
     code, err = _run(capsys, "simulate-log", "--calls", "20", "-o", str(out))
     assert code == 1

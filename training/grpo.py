@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from parasim.config.fields import opt
+from parasim.config.writes import atomic_write_bytes
 from parasim.scoring.advantages import AdvantageConfig
 from parasim.scoring.rewards import compute_rewards
 from training.policy import ADAM_BETAS, ManagerPolicy, MemberAdam, PolicyStack, clip_member_grads
@@ -44,7 +45,6 @@ from training.rollout import (
     model_descriptors,
     stack_actor,
 )
-from training.store import atomic_write_bytes
 
 ADAM_EPS = 1e-5
 STATS = ("loss", "entropy", "kl", "clip_frac", "approx_kl")

@@ -35,12 +35,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from parasim.config.writes import atomic_write_bytes, atomic_write_json
 from training import expert, grpo, sft
 from training.evaluate import evaluate_stack
 from training.loggers import ProgressCallback
 from training.policy import ManagerPolicy, PolicyStack
 from training.rollout import EnvSpec, derive_seed, env_spec
-from training.store import atomic_write_bytes, atomic_write_json
 
 
 def _quiet(phase: str, done: int, total: int) -> None:

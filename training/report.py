@@ -5,7 +5,7 @@ Seeds of one grid label are averaged (the table shows mean +- std over seeds). P
 in the summary files and as columns of the tables. Plots put each label
 on accuracy against tokens, cost and latency with the Pareto front (higher accuracy, lower
 spend) drawn through the non-dominated labels, and stack the tool and model distributions per label.
-A file is rewritten only when its content changes (``store.publish``), so rerunning a finished sweep
+A file is rewritten only when its content changes (``parasim.config.writes.publish``), so rerunning a finished sweep
 writes nothing and works on a read-only output folder; a file that must change but cannot raises
 ``StoreError`` with its path and the reason.
 """
@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from parasim.config.writes import publish, publish_json
 from parasim.protocol.schema import Tool
-from training.store import publish, publish_json
 
 SCALARS = ("accuracy", "reward", "sft_accuracy", "sft_reward", "train_reward_start", "train_reward_end", "tokens",
            "cost_units", "usd", "latency_s",

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from parasim.config.fields import check, spec_of
+from parasim.config.writes import StoreError, atomic_write_json
 from training import procgroup, result_schema
 from training.config import ABLATIONS, TrainConfig, make_config, resolve
 from training.config import options_table as config_options_table
@@ -37,7 +38,7 @@ from training.expert import demonstrations_key
 from training.loggers import Progress
 from training.population import population_key, split_population
 from training.rollout import set_env_threads, threads_per_worker
-from training.store import ResultsStore, StoreError, atomic_write_json
+from training.store import ResultsStore
 from training.sweep_backends import BACKENDS, DEFAULT_BACKEND
 
 DEFAULT_GRID = ("c_tar=4,8,12,16",)

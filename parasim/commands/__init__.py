@@ -49,7 +49,7 @@ def check_output(path: str | Path, flag: str) -> Path:
 def write_output(path: Path, data: bytes, flag: str) -> None:
     """Write a command's output file whole (atomically where it is a regular file: a full disk leaves the old
     file, never half a new one); a failure is a one-line ``CommandError`` (run failed)."""
-    from training.store import atomic_write_bytes
+    from parasim.config.writes import atomic_write_bytes
 
     try:
         if path.exists() and not path.is_file():  # a device or a pipe (/dev/stdout): written in place, never replaced

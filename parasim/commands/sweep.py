@@ -57,10 +57,10 @@ def run(args: argparse.Namespace) -> int:
     Exit codes: 0 done, 1 failed points or an output folder that cannot hold the results (one line on
     stderr naming the path and the reason), 2 a bad grid or option, 130 interrupted (finished points are kept).
     """
+    from parasim.config.writes import StoreError
     from training import config, sweep
     from training.loggers import parse_loggers
     from training.report import write_report
-    from training.store import StoreError
 
     if args.list_options:
         print(sweep.options_table())

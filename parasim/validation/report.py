@@ -1,6 +1,6 @@
 """validate-sim's outputs: the table on the terminal (rich), the plot (matplotlib, Agg) and the JSON report.
 
-Files are written atomically (``training.store.publish``): a reader sees the old report or the new one.
+Files are written atomically (``parasim.config.writes.publish``): a reader sees the old report or the new one.
 """
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from typing import Any
 
 import numpy as np
 
+from parasim.config.writes import publish
 from parasim.validation.compare import HEADLINE
 from parasim.validation.replay import STATUS_GROUPS
-from training.store import publish
 
 PLOTTED = (("accuracy", "accuracy"), ("tokens", "tool-output tokens / episode"), ("cost_units", "cost units / episode"),
            ("latency_s", "latency s / episode (critical path)"))
