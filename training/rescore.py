@@ -120,7 +120,7 @@ def reward_grid(axes: Sequence[tuple[str, Sequence[str]]], base: str = "paramana
     for name in names:
         if name != "preset" and not any(name in FORMULA_SPECS[f].fields for f in formulas):
             raise ValueError(f"--grid {labels[name]}: {name} is not read by formula {' or '.join(sorted(formulas))} "
-                             f"(it reads: {', '.join(FORMULA_SPECS[sorted(formulas)[0].fields])})")
+                             f"(it reads: {', '.join(FORMULA_SPECS[sorted(formulas)[0]].fields)})")
     configs = [(f"{base} (base)", preset(base))]
     seen: set[str] = set()
     for point in points:
