@@ -27,7 +27,8 @@ only), since that is what the model generated and the parser reads. ``render_con
 rendering function for both forms; the SFT data (``training.llm.data``) render through it too. The
 observation extends the previous one for templates that render a conversation's prefix as a prefix (ChatML-like
 templates do; templates that rewrite earlier turns, e.g. by dropping reasoning, do not).
-``render_mode="ansi"``: ``render()`` returns the observation, the conversation as text (Gymnasium's ansi mode).
+``render_mode="ansi"``: ``render()`` returns the observation, the conversation as text (Gymnasium's ansi mode);
+``render_mode="rgb_array"``: the episode board of the core ParaOrch-v0 episode as an RGB image.
 
 Limits, so that no manager text and no tool output grows the observation or ``info["messages"]`` without bound
 (constructor options; each is range-checked, and the error names the option, the value and the range):
@@ -73,7 +74,8 @@ while each env's tool calls keep its own seed (GRPO groups; see ``ParaOrchEnv``)
 NumPy integers are passed on as ints. ``num_tasks`` and ``task_weights()`` give the valid indices and the
 probabilities the engine draws tasks with by itself (uniform over a real engine's task list).
 
-Info: on reset ``task`` (the TaskView), ``messages`` and ``task_index`` / ``benchmark``; on the terminal step
+Info: on reset ``task`` (the TaskView), ``messages`` and ``task_index`` / ``benchmark``; on every step ``messages``
+(the conversation the observation renders); on a running step ``parsed`` and ``results``; on the terminal step
 ``reward_components``, ``trajectory``, ``answer``, ``correct``, ``final_answer_text``, ``messages``, and
 ``task_index`` / ``benchmark`` as ParaOrch-v0 names them (the task played and its index in
 ``parasim.tasks.suites.BENCHMARKS``; for real engines see ``EpisodeEngineBase.task_info``).
@@ -319,7 +321,7 @@ class ParaOrchTextEnv(gym.Env[str, str]):
     simulator, or real tools) and compiled rules decide every status, figure, vote and reward; this env parses the
     manager's text into those actions and writes what they did as the conversation."""
 
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"], "render_fps": 1}
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi", "rgb_array"], "render_fps": 1}
 
     def __init__(self, pool: Any = "paramanager", suite: Any = "paramanager", max_rounds: int = MAX_ROUNDS,
                  max_parallel: int = MAX_PARALLEL, serial: bool = False, reward: Any = "paramanager",
@@ -328,8 +330,8 @@ class ParaOrchTextEnv(gym.Env[str, str]):
                  max_feedback_chars: int = 262_144, max_obs_chars: int = OBS_MAX_CHARS,
                  render_mode: str | None = None, tokenizer: Any = None, chat_template: str | None = None,
                  harness: dict[str, Any] | None = None) -> None:
-        if render_mode not in (None, "ansi"):
-            raise ValueError(f"render_mode: expected None or 'ansi', got {render_mode!r}")
+        if render_mode not in (None, "ansi", "rgb_array"):
+            raise ValueError(f"render_mode: expected None, 'ansi' or 'rgb_array', got {render_mode!r}")
         self.tokenizer = load_tokenizer(tokenizer, chat_template)
         self.chat_template = chat_template
         self.max_turn_chars = _check_limit("max_turn_chars", max_turn_chars, 1, ACTION_MAX_CHARS)
@@ -353,7 +355,8 @@ class ParaOrchTextEnv(gym.Env[str, str]):
         self.core = ParaOrchEnv(pool="paramanager" if pool is None else pool, suite=suite, max_rounds=max_rounds,
                                 max_parallel=max_parallel,
                                 serial=serial, reward=reward, tools=tools, token_budget=token_budget, seed=seed,
-                                engine=engine, harness=harness)
+                                engine=engine, harness=harness,
+                                render_mode="rgb_array" if render_mode == "rgb_array" else None)
         source = self.core.source
         self.tool_spec = source.tool_spec
         self.max_rounds, self.max_parallel = int(source.max_rounds), int(source.slots)
@@ -492,7 +495,8 @@ class ParaOrchTextEnv(gym.Env[str, str]):
         self._add_turn(_Turn(shown, feedback, self._rounds, tool_messages=tool_messages))
         if step[2]:  # the round limit ended the episode
             return self._terminate(parsed, step, None)
-        return self._observation(), 0.0, False, False, {"parsed": parsed, "results": results}
+        return self._observation(), 0.0, False, False, {"parsed": parsed, "results": results,
+                                                        "messages": list(self.messages)}
 
     def _translate(self, run: list[ToolCall], malformed: bool) -> tuple[np.ndarray, dict[int, ToolCall]]:
         """The round's action row for ``run`` (one slot per call, in order; the stop flag ``MALFORMED_ROUND`` when the
@@ -715,6 +719,10 @@ class ParaOrchTextEnv(gym.Env[str, str]):
     def _observation(self) -> str:
         return self._rendered
 
-    def render(self) -> str | None:
-        """With ``render_mode="ansi"``, the conversation as text: the current observation."""
+    def render(self) -> str | np.ndarray | None:
+        """With ``render_mode="ansi"``, the conversation as text: the current observation; with ``"rgb_array"``, the
+        episode board of ParaOrch-v0's core as an image (calls and statuses, candidates, evidence, budgets: the same
+        board the structured env draws, since the episode is the same)."""
+        if self.render_mode == "rgb_array":
+            return self.core.render()
         return self._rendered if self.render_mode == "ansi" else None

@@ -304,3 +304,20 @@ def test_harness_option_caps_the_simulated_calls() -> None:
         ParaOrchTextEnv(tools="real", engine=_FakeEngine(), harness={"max_output_tokens": 8})
     with pytest.raises(ValueError, match="harness: simulated tools only"):  # and the structured env alike
         gym.make("ParaOrch-v0", tools="real", engine=_FakeEngine(), harness={"max_output_tokens": 8})
+
+
+def test_every_step_carries_the_messages_and_rgb_array_draws_the_core_board() -> None:
+    """``info["messages"]`` at every step (not only at reset and the end), and ``render_mode="rgb_array"``: the board
+    of the same episode as ParaOrch-v0 draws it."""
+    env = gym.make("ParaOrchText-v0", render_mode="rgb_array", max_rounds=3).unwrapped
+    obs, info = env.reset(seed=4)
+    model = env.model_names[0]
+    turn = ('<tool_call>{"name": "standard_reasoner", "arguments": {"model": "%s", "subtask": "solve"}}'
+            "</tool_call>" % model)
+    obs, _, terminated, _, info = env.step(turn)
+    assert not terminated and info["messages"] == env.messages and info["messages"][-2]["content"] == turn
+    frame = env.render()
+    assert frame.ndim == 3 and frame.shape[2] == 3 and frame.dtype == np.uint8 and frame.std() > 0
+    assert np.array_equal(frame, env.core.render())
+    with pytest.raises(ValueError, match="render_mode: expected None, 'ansi' or 'rgb_array'"):
+        ParaOrchTextEnv(render_mode="human")
