@@ -37,3 +37,17 @@ def one_torch_thread() -> Iterator[None]:
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+# the modules that launch torchrun jobs (two processes each): one worker runs them one after another, since two FSDP
+# jobs at once overcommit a 2-core machine
+TORCHRUN_MODULES = frozenset({"test_llm_checkpoint", "test_llm_training"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist's ``--dist loadgroup`` (the README's test command), each module stays on one worker, so its
+    module-scoped fixtures (a scripted server, the vLLM server) start once, and the torchrun modules share one."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            name = item.module.__name__ if item.module is not None else item.nodeid
+            item.add_marker(pytest.mark.xdist_group("torchrun" if name in TORCHRUN_MODULES else name))

@@ -33,6 +33,9 @@ from parasim.cli import main
 from parasim.pools.pool import load_pool
 from parasim.protocol.schema import Tool
 
+# slow: this module's runs take seconds each (the fast tier, pytest -m 'not slow', leaves it out)
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def recovery():

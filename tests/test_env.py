@@ -25,6 +25,7 @@ def _split_mask(env: gym.Env, mask: np.ndarray) -> tuple[np.ndarray, ...]:
     return tuple(m.astype(np.int8) for m in np.split(mask, ends))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("options", [{}, {"pool": "toolorchestra", "serial": True, "max_parallel": 2},
                                      {"pool": "paramanager_mono", "suite": "math", "max_rounds": 3}])
 def test_check_env_passes(options):

@@ -211,6 +211,7 @@ def test_make_vec_takes_the_autoreset_mode_in_vector_kwargs(mode):
         gym.make_vec("ParaOrch-v0", num_envs=2, vector_kwargs={"copy": False})
 
 
+@pytest.mark.slow
 def test_two_threads_step_exactly_what_one_thread_steps():
     """Lane blocks on two of numba's threads: the same observations, rewards, terminations and terminal infos
     (trajectories, reward components) as one thread, step for step, autoresets and task options included."""

@@ -19,7 +19,8 @@ TINY = {"grpo.steps": "4", "grpo.tasks_per_step": "8", "grpo.group_size": "4", "
         "eval.k": "2", "policy.hidden": "32"}
 
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
+# slow: this module's runs take seconds each (the fast tier, pytest -m 'not slow', leaves it out)
+pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.slow]
 
 
 def _weights(path):

@@ -62,5 +62,6 @@ def test_the_page_states_the_tolerances_fixed_in_advance() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.regen
 def test_the_section_is_what_the_script_writes() -> None:
     assert js.render(*js.run()) == _section()

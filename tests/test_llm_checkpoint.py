@@ -22,6 +22,9 @@ from parasim.config.fields import ConfigError  # noqa: E402
 from training.llm import runtime  # noqa: E402
 from training.llm.data import write_jsonl  # noqa: E402
 
+# slow: this module's runs take seconds each (the fast tier, pytest -m 'not slow', leaves it out)
+pytestmark = pytest.mark.slow
+
 CPU = torch.device("cpu")
 
 

@@ -35,6 +35,9 @@ from training.llm.data import (  # noqa: E402
 from training.llm.expert_data import generate  # noqa: E402
 from training.llm.rollout import Generation, parse_completion_choice, reset_for_group  # noqa: E402
 
+# slow: this module's runs take seconds each (the fast tier, pytest -m 'not slow', leaves it out)
+pytestmark = pytest.mark.slow
+
 FAKE_SERVER = Path(__file__).with_name("fake_server.py")  # the scripted OpenAI-compatible server (a test tool)
 
 REPAIR = '<tool_call>\n{"name": "python", "arguments": {"code": "print(%d+1)"}}\n</tool_call>'

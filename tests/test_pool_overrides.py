@@ -18,6 +18,9 @@ from training.population import population_key
 from training.result_schema import untimed
 from training.rollout import make_envs
 
+# slow: this module's runs take seconds each (the fast tier, pytest -m 'not slow', leaves it out)
+pytestmark = pytest.mark.slow
+
 GPT_OSS = 2  # row of GPT-OSS-20B in the paramanager pool
 
 

@@ -32,7 +32,8 @@ MEMBERS = [
 TIMING = {"sft_s", "grpo_s", "eval_s", "env_steps_per_s"}
 
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
+# slow: this module's runs take seconds each (the fast tier, pytest -m 'not slow', leaves it out)
+pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.slow]
 
 
 def _cfgs():

@@ -51,6 +51,9 @@ from pathlib import Path
 
 import pytest
 
+# slow: this module's runs take seconds each (the fast tier, pytest -m 'not slow', leaves it out)
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 PYTHON_LANGS = {"python", "py"}

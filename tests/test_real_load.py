@@ -47,7 +47,8 @@ from parasim.real.termination import Synthesis
 
 FAKE_SERVER = Path(__file__).with_name("fake_server.py")  # the scripted OpenAI-compatible server (a test tool)
 
-pytestmark = pytest.mark.timeout(150)  # a hang guard: the module runs in well under a minute
+# slow: this module's runs take seconds each (the fast tier, pytest -m 'not slow', leaves it out)
+pytestmark = [pytest.mark.timeout(150), pytest.mark.slow]  # a hang guard: the module runs in well under a minute
 
 A_MODELS = {"good": "42", "split": "41,42,42"}
 HANGS = "other"  # server C

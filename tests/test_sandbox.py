@@ -38,6 +38,9 @@ from parasim.tools.sandbox import (
     uid_pool,
 )
 
+# slow: this module's runs take seconds each (the fast tier, pytest -m 'not slow', leaves it out)
+pytestmark = pytest.mark.slow
+
 _REASON = probe_bwrap()
 needs_bwrap = pytest.mark.skipif(_REASON is not None, reason=f"sandbox unavailable: {_REASON}")
 REPO = Path(__file__).resolve().parents[1]
@@ -558,6 +561,7 @@ def test_unprivileged_user_path_when_ci_runs_as_root() -> None:
 NON_ROOT_PID1 = r"""
 import json, sys
 from parasim.tools.sandbox import Sandbox, SandboxConfig, probe_bwrap
+
 reason = probe_bwrap()
 if reason is not None:
     print(json.dumps({"skip": reason}))

@@ -20,7 +20,8 @@ from test_sandbox import assert_nothing_left, make, needs_bwrap, tagged_pids
 
 from parasim.protocol.schema import Status
 
-pytestmark = [pytest.mark.sandbox, needs_bwrap, pytest.mark.timeout(120)]
+# slow: this module's runs take seconds each (the fast tier, pytest -m 'not slow', leaves it out)
+pytestmark = [pytest.mark.sandbox, needs_bwrap, pytest.mark.timeout(120), pytest.mark.slow]
 CHILDREN, CHILD_BYTES = 64, 1536 * 2**20
 # /proc is read one process after another, so a sum of samples can count memory twice (a child read, then killed,
 # and its pages taken by the next one before that is read): up to a tenth over the true peak, which the cgroup

@@ -17,6 +17,9 @@ from training import config, grpo, report, sft, sweep
 from training.result_schema import untimed
 from training.store import ResultsStore
 
+# slow: this module's runs take seconds each (the fast tier, pytest -m 'not slow', leaves it out)
+pytestmark = pytest.mark.slow
+
 TINY = {"grpo.steps": "2", "grpo.tasks_per_step": "4", "grpo.group_size": "4", "grpo.minibatches": "2",
         "expert.episodes": "64", "sft.epochs": "1", "eval.tasks": "8", "eval.k": "2", "policy.hidden": "32"}
 

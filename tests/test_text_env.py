@@ -312,8 +312,8 @@ def test_every_step_carries_the_messages_and_rgb_array_draws_the_core_board() ->
     env = gym.make("ParaOrchText-v0", render_mode="rgb_array", max_rounds=3).unwrapped
     obs, info = env.reset(seed=4)
     model = env.model_names[0]
-    turn = ('<tool_call>{"name": "standard_reasoner", "arguments": {"model": "%s", "subtask": "solve"}}'
-            "</tool_call>" % model)
+    turn = ('<tool_call>{"name": "standard_reasoner", "arguments": {"model": "' + model
+            + '", "subtask": "solve"}}</tool_call>')
     obs, _, terminated, _, info = env.step(turn)
     assert not terminated and info["messages"] == env.messages and info["messages"][-2]["content"] == turn
     frame = env.render()

@@ -74,6 +74,7 @@ def test_string_arguments_stay_strings_and_call_ids_stay_call_ids(pool_path: Pat
     assert call.argument == 2 and call.target == 1
 
 
+@pytest.mark.slow
 def test_sim_and_real_agree_and_the_function_receives_the_int(pool_path: Path, server: str) -> None:
     """Each turn gets the same statuses in the simulator's text env and through the real backend, and a valid
     call's function receives the int."""

@@ -20,7 +20,8 @@ from parasim.real.backend import BackendConfig, CallInput, RealToolBackend
 from parasim.real.engine import RealEpisodeEngine
 from parasim.tools.spec import SpecTool
 
-pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+# slow: this module's runs take seconds each (the fast tier, pytest -m 'not slow', leaves it out)
+pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"), pytest.mark.slow]
 VERIFIER_T, CONVERTER_T, EMPTY_T = 7, 8, 9  # the user tools' indices; T = 9 is the empty slot
 NO_CALL = NUM_STATUSES
 

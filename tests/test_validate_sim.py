@@ -25,7 +25,8 @@ from parasim.validation import ValidateSimConfig, validate_sim
 from parasim.validation.compare import chance_rate, is_consistent, predictive_p
 from parasim.validation.replay import STATUS_GROUPS
 
-pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+# slow: this module's runs take seconds each (the fast tier, pytest -m 'not slow', leaves it out)
+pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"), pytest.mark.slow]
 K = 3
 _RAN = (Status.OK, Status.EXEC_ERR, Status.TIMEOUT, Status.TRUNCATED)
 

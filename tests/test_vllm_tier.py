@@ -26,7 +26,8 @@ import pytest
 
 from parasim.protocol.schema import Status, Tool, ToolCall
 
-pytestmark = pytest.mark.vllm
+# slow: this module's runs take seconds each (the fast tier, pytest -m 'not slow', leaves it out)
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[1]
 VLLM_PYTHON = Path(os.environ.get("PARASIM_VLLM_PYTHON", REPO / ".venv-vllm" / "bin" / "python"))
