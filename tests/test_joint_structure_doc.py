@@ -4,26 +4,13 @@ items within the tolerance against ``SHARE_WITHIN``. (Most held-out rows are not
 why: the tolerances stay as fixed in advance.)"""
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType
 
+import joint_structure as js  # scripts/ is on the tests' path (pyproject's pythonpath)
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "simulator.md"
-
-
-def _script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("joint_structure", ROOT / "scripts" / "joint_structure.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["joint_structure"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-js = _script()
 
 
 def _section() -> str:
