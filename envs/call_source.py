@@ -23,6 +23,7 @@ from parasim.config.env_options import TASK_OPTIONS, check_task_options
 from parasim.protocol.schema import ToolCall
 from parasim.sim import Simulator
 from parasim.sim.kernel import I_ROUND
+from parasim.sim.rules import STOP
 from parasim.sim.state import ObsBuffers
 from parasim.tools.spec import ToolSpec
 
@@ -171,7 +172,7 @@ class SimSource:
         del calls, manager_answer  # a simulated call's outcome is sampled from its slot, whatever its text
         self._act[0] = action
         done = bool(self.sim.step(self._act, self._keep)[0])
-        ran = record and action[0] != 1  # a stop runs no round
+        ran = record and action[0] != STOP  # a stop runs no round
         return done, {}, (int(self.sim.state.st_i[0, I_ROUND]), action.copy(), self.sim.last_round(0)) if ran else None
 
     def cut(self) -> None:

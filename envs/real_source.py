@@ -61,7 +61,7 @@ from parasim.sim.kernel import (
     leading_answer,
 )
 from parasim.sim.rng import seed_state
-from parasim.sim.rules import PENDING
+from parasim.sim.rules import PENDING, STOP
 from parasim.sim.state import (
     action_nvec,
     action_slot,
@@ -185,7 +185,7 @@ class RealSource:
     # ------------------------------------------------------------------------------------------ a turn
     def play(self, action: np.ndarray, record: bool, calls: dict[int, ToolCall] | None = None,
              manager_answer: str | None = None) -> tuple[bool, dict[str, Any], RoundRecord | None]:
-        if action[0] == 1:
+        if action[0] == STOP:
             self._finish(ended_final=True, manager_answer=manager_answer)
             return True, {}, None
         self._act[0] = action

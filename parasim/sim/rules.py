@@ -321,7 +321,7 @@ def account_slot(L, R, P, status, tool, model, kind, answer, tok_out, lat, usd, 
 def round_start(P, actions, i):
     """The round's accumulators before its slots (latency, trajectory tokens: the manager's per round, calls, format
     violation: a stop flag other than 0 / 1)."""
-    return 0.0, P.proto[P_MGR_ROUND], 0, actions[i, 0] != 0
+    return 0.0, P.proto[P_MGR_ROUND], 0, actions[i, 0] != ROUND
 
 
 @njit(cache=True, inline="always")

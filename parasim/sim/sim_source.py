@@ -45,6 +45,7 @@ from parasim.sim.kernel import (
 from parasim.sim.rng import uniform_from
 from parasim.sim.rules import (
     PENDING,
+    STOP,
     account_slot,
     begin_episode,
     call_row,
@@ -158,7 +159,7 @@ def step_lane(L, i, last_status, call_i, call_f, R, P, actions):
     run together, so that the call's outcome stays in registers. Calls see only the round-start lead and context,
     so the order of phases changes no result. A call of a tool the episode prices
     (``L.priced``) costs that price in USD instead of the pool's figure."""
-    if actions[i, 0] == 1:
+    if actions[i, 0] == STOP:
         sim_finish(L, R, P, 1)
         return
     st_i, st_f, env = L.st_i, L.st_f, P.env
