@@ -121,6 +121,26 @@ def evaluate(policy: ManagerPolicy, cfg: Any, seed: int, other_pool: bool = True
     return evaluate_stack(PolicyStack([policy]), [cfg], [seed], other_pool)[0]
 
 
+def evaluate_on(policy: ManagerPolicy, envs: Any, cfg: Any, seed: int) -> dict[str, Any]:
+    """``evaluate``'s metrics of ``policy`` on a vector env the caller made, its ``num_envs`` lanes ``cfg.eval.k``
+    samples of each task: a real-tools ``envs.real_vector.RealVectorEnv`` measures on real tools what the same call
+    on ``make_envs(cfg.env, lanes, cfg.reward)`` predicts in simulation. The tasks are drawn from ``cfg.eval.seed``
+    and the actions from ``seed`` as ``evaluate`` draws them, so two envs over one task list play the same tasks."""
+    e = cfg.eval
+    block = Block(envs.num_envs, derive_seed(e.seed, "eval", cfg.env.suite), e.k)
+    gen = torch.Generator().manual_seed(derive_seed(seed, "eval", 0))
+    actor = stack_actor(PolicyStack([policy]), [0], np.array([0, envs.num_envs]), [gen], [e.greedy],
+                        model_descriptors(envs))
+    ro = collect_blocks(actor, envs, [block])
+    return _measured(ro, cfg.reward)
+
+
+def _measured(ro: Rollout, reward: Any) -> dict[str, Any]:
+    """One member's evaluation rollout as ``summarize``'s metrics, its accuracy per benchmark and its episodes."""
+    return {"metrics": summarize(ro.batch, ro, ro.model_names, reward), "acc_by_benchmark": ro.accuracy_by_benchmark(),
+            "trajectories": ro.batch}
+
+
 def _suites(cfg: Any) -> list[str]:
     """The training suite, then the extra ``eval.suites``."""
     return [cfg.env.suite] + [s.strip() for s in cfg.eval.suites.split(",") if s.strip() and s.strip() != cfg.env.suite]
@@ -158,9 +178,7 @@ def evaluate_stack(stack: PolicyStack, cfgs: Sequence[Any], seeds: Sequence[int]
             ro = collect_blocks(actor, envs, blocks)
             envs.close()
             for b, (decisions, (m, i)) in enumerate(zip(ro.block_decisions(), chunk)):
-                part = ro.member(b, decisions)
-                found[m, i] = {"metrics": summarize(part.batch, part, part.model_names, cfgs[m].reward),
-                               "acc_by_benchmark": part.accuracy_by_benchmark(), "trajectories": part.batch}
+                found[m, i] = _measured(ro.member(b, decisions), cfgs[m].reward)
     out = []
     for m, member in enumerate(targets):
         suites = len(_suites(cfgs[m]))
