@@ -23,10 +23,17 @@ its own ``{"role": "tool", "tool_call_id": "call_<id>", "name": <tool>, "content
 (``block_<n>`` ids for rejected and unreadable blocks, which have no call id), followed by one ``user`` message
 with the turn's notes (rounds left, repairs, responses not shown), so that user and assistant turns alternate
 as strict templates require. The manager's turn is its text as written (an assistant message with ``content``
-only), since that is what the model generated and the parser reads. ``render_conversation`` is the one
-rendering function for both forms; the SFT data (``training.llm.data``) render through it too. The
-observation extends the previous one for templates that render a conversation's prefix as a prefix (ChatML-like
-templates do; templates that rewrite earlier turns, e.g. by dropping reasoning, do not).
+only), since that is what the model generated and the parser reads: a template that renders ``tool_calls`` (Qwen3's
+does) would write each call a second time beside the text that holds it. ``tool_call_messages=True`` (with a
+tokenizer) gives templates that pair each tool message with a call of the assistant message before it (by
+``tool_call_id``) what they need: the assistant message in OpenAI's form, ``content`` its text outside the call
+blocks and ``tool_calls`` one ``{"id", "type": "function", "function": {"name", "arguments"}}`` per block, with the
+ids of the tool messages that answer them (``call_<id>``, ``block_<n>``); the observation is then the template's
+rendering of those calls, which need not repeat the manager's text character for character, so use it for
+templates that require the pairing, and the default where a trainer needs the generated tokens as they were.
+``render_conversation`` is the one rendering function for both forms; the SFT data (``training.llm.data``) render
+through it too. The observation extends the previous one for templates that render a conversation's prefix as a
+prefix (ChatML-like templates do; templates that rewrite earlier turns, e.g. by dropping reasoning, do not).
 ``render_mode="ansi"``: ``render()`` returns the observation, the conversation as text (Gymnasium's ansi mode);
 ``render_mode="rgb_array"``: the episode board of the core ParaOrch-v0 episode as an RGB image.
 
@@ -121,7 +128,7 @@ from envs.call_source import SimSource
 from envs.paraorch import ParaOrchEnv
 from envs.sim_text import SimEpisodeText
 from parasim.protocol.engine import EpisodeEngine, TaskView
-from parasim.protocol.parser import ParsedRound, parse_tool_calls
+from parasim.protocol.parser import ParsedRound, block_call, parse_tool_calls, text_outside_calls
 from parasim.protocol.schema import (
     MAX_PARALLEL,
     MAX_ROUNDS,
@@ -197,6 +204,8 @@ class _Turn:
     round: int
     elided: bool = False
     tool_messages: list[dict[str, str]] = field(default_factory=list)
+    tool_calls: list[dict[str, Any]] | None = None  # ``tool_call_messages``: the turn's calls, OpenAI style
+    content: str = ""  # ``tool_call_messages``: its text outside the calls
 
     @property
     def chars(self) -> int:
@@ -206,8 +215,11 @@ class _Turn:
 
     def messages(self, tool_role: bool = False) -> list[dict[str, str]]:
         """Its chat messages, as ``info["messages"]`` holds them: the feedback as role "tool" messages when
-        ``tool_role`` (chat templates) and the round is not elided, else as one user message."""
-        out = [{"role": "assistant", "content": self.text}]
+        ``tool_role`` (chat templates) and the round is not elided, else as one user message; with ``tool_calls``
+        (and tool messages to pair them with, or no feedback) the assistant message is in OpenAI's form."""
+        structured = tool_role and self.tool_calls is not None and (self.feedback is None or bool(self.tool_messages))
+        out: list[dict[str, Any]] = [{"role": "assistant", "content": self.content, "tool_calls": self.tool_calls}
+                                     if structured else {"role": "assistant", "content": self.text}]
         if self.feedback is None:
             return out
         if tool_role and self.tool_messages:
@@ -329,11 +341,18 @@ class ParaOrchTextEnv(gym.Env[str, str]):
                  seed: int | None = None, max_turn_chars: int = 16_384, max_result_chars: int = 4_096,
                  max_feedback_chars: int = 262_144, max_obs_chars: int = OBS_MAX_CHARS,
                  render_mode: str | None = None, tokenizer: Any = None, chat_template: str | None = None,
-                 harness: dict[str, Any] | None = None) -> None:
+                 harness: dict[str, Any] | None = None, tool_call_messages: bool = False) -> None:
         if render_mode not in (None, "ansi", "rgb_array"):
             raise ValueError(f"render_mode: expected None, 'ansi' or 'rgb_array', got {render_mode!r}")
+        if not isinstance(tool_call_messages, bool):
+            raise TypeError(f"tool_call_messages: expected a bool, got {type(tool_call_messages).__name__}")
+        if tool_call_messages and tokenizer is None:
+            raise ValueError("tool_call_messages=True needs tokenizer=: only a chat template renders role 'tool' "
+                             "messages and assistant tool_calls (the default ChatML rendering shows the manager's "
+                             "text)")
         self.tokenizer = load_tokenizer(tokenizer, chat_template)
         self.chat_template = chat_template
+        self.tool_call_messages = tool_call_messages
         self.max_turn_chars = _check_limit("max_turn_chars", max_turn_chars, 1, ACTION_MAX_CHARS)
         self.max_result_chars = _check_limit("max_result_chars", max_result_chars, 64, ACTION_MAX_CHARS)
         self.max_feedback_chars = _check_limit(
@@ -457,10 +476,16 @@ class ParaOrchTextEnv(gym.Env[str, str]):
 
     def _template_overhead(self, head: list[dict[str, str]]) -> int:
         """What the chat template writes around one turn's messages beyond their contents: a turn with as many
-        tool messages as a turn can show, all contents empty, rendered after ``head``."""
-        probe = [{"role": "tool", "tool_call_id": f"block_{10**9}", "name": "knowledge_searcher", "content": ""}
+        tool messages as a turn can show (and, with ``tool_call_messages``, as many calls they answer), all contents
+        and arguments empty, rendered after ``head``."""
+        call_id, name = f"block_{10**9}", "knowledge_searcher"
+        probe = [{"role": "tool", "tool_call_id": call_id, "name": name, "content": ""}
                  for _ in range(self.max_parallel + 2 * MAX_ERRORS_SHOWN)]
-        turn = [{"role": "assistant", "content": ""}, *probe, {"role": "user", "content": ""}]
+        assistant: dict[str, Any] = {"role": "assistant", "content": ""}
+        if self.tool_call_messages:
+            assistant["tool_calls"] = [{"id": call_id, "type": "function", "function": {"name": name, "arguments": ""}}
+                                       for _ in probe]
+        turn = [assistant, *probe, {"role": "user", "content": ""}]
         return len(self._render(head + turn)) - len(self._render(head))
 
     @staticmethod
@@ -480,7 +505,10 @@ class ParaOrchTextEnv(gym.Env[str, str]):
         if parsed.is_final:
             if parsed.errors:
                 malformed_stop(self.core.source.lanes, 0)
-            self._add_turn(_Turn(shown, None, self._rounds))
+            calls = ([self._call_entry(f"block_{i}", None, body) for i, body in enumerate(parsed.bodies)]
+                     if self.tool_call_messages else None)
+            self._add_turn(_Turn(shown, None, self._rounds, tool_calls=calls,
+                                 content=text_outside_calls(shown, parsed.bodies)))
             stop = empty_action(self.max_parallel, self.tool_spec.num_tools, stop=True)
             return self._terminate(parsed, self.core.turn(stop, manager_answer=parsed.final_answer),
                                    parsed.final_answer)
@@ -491,8 +519,9 @@ class ParaOrchTextEnv(gym.Env[str, str]):
         self._rounds += 1
         step = self.core.turn(action_row, calls=written)
         results = self._results(run, step[4], first_id)
-        feedback, tool_messages = self._feedback(parsed, run, results, extra, first_id)
-        self._add_turn(_Turn(shown, feedback, self._rounds, tool_messages=tool_messages))
+        feedback, tool_messages, calls = self._feedback(parsed, run, results, extra, first_id)
+        self._add_turn(_Turn(shown, feedback, self._rounds, tool_messages=tool_messages, tool_calls=calls,
+                             content=text_outside_calls(shown, parsed.bodies) if calls is not None else ""))
         if step[2]:  # the round limit ended the episode
             return self._terminate(parsed, step, None)
         return self._observation(), 0.0, False, False, {"parsed": parsed, "results": results,
@@ -570,10 +599,12 @@ class ParaOrchTextEnv(gym.Env[str, str]):
         return to_charset(clip(text, self.max_result_chars))
 
     def _feedback(self, parsed: ParsedRound, run: list[ToolCall], results: list[CallResult], extra: list[ToolCall],
-                  first_id: int) -> tuple[str, list[dict[str, str]]]:
+                  first_id: int) -> tuple[str, list[dict[str, str]], list[dict[str, Any]] | None]:
         """The turn's ``<tool_response>`` blocks in the order the manager wrote them, then notes; at most
         ``max_feedback_chars`` characters (results of run calls have priority over rejected or unreadable ones).
-        With a chat template also the same as role "tool" messages and a notes message (else an empty list)."""
+        With a chat template also the same as role "tool" messages and a notes message (else an empty list), and
+        with ``tool_call_messages`` the assistant's ``tool_calls`` that those messages answer, id for id (a turn
+        without any block has no call to answer: its error goes to the notes message); else None."""
         ran: list[tuple[int, dict[str, Any]]] = []
         for j, (call, res) in enumerate(zip(run, results)):
             entry: dict[str, Any] = {"id": first_id + j, "tool": call.tool.wire_name}
@@ -619,8 +650,24 @@ class ParaOrchTextEnv(gym.Env[str, str]):
         shown.sort(key=lambda e: e[0])
         text = "\n".join([response for _, response, _ in shown] + notes)
         if self.tokenizer is None:
-            return text, []
-        return text, [message for _, _, message in shown] + [{"role": "user", "content": "\n".join(notes)}]
+            return text, [], None
+        if not self.tool_call_messages:
+            return text, [message for _, _, message in shown] + [{"role": "user", "content": "\n".join(notes)}], None
+        calls, answers, loose = [], [], []
+        for block, response, message in shown:
+            if block < len(parsed.bodies):
+                calls.append(self._call_entry(message["tool_call_id"], message.get("name"), parsed.bodies[block]))
+                answers.append(message)
+            else:
+                loose.append(response)
+        return text, answers + [{"role": "user", "content": "\n".join(loose + notes)}], calls
+
+    def _call_entry(self, call_id: str, tool: str | None, body: str) -> dict[str, Any]:
+        """One block as an assistant ``tool_calls`` entry: the tool the rules read (else the name the block gives,
+        else ``"unreadable"``) and its arguments as JSON text, bounded like a tool result."""
+        name, arguments = block_call(body)
+        return {"id": call_id, "type": "function",
+                "function": {"name": tool or name or "unreadable", "arguments": self._text(arguments)}}
 
     def _add_turn(self, turn: _Turn) -> None:
         """Append a turn, then keep the conversation within its limits: past ``max_feedback_chars`` the oldest

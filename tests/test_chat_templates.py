@@ -173,3 +173,52 @@ def test_chat_template_options_are_checked(qwen_tokenizer: Any) -> None:
         env.reset(seed=0)  # found at reset, where a probe turn is rendered, not in the middle of an episode
     with pytest.raises(ValueError, match="chat_template / tools: the default"):
         render_conversation([{"role": "user", "content": "q"}], tools=tool_list(["m"]))
+
+
+# Pairs every tool result with a call of the assistant message before it (by id), as OpenAI-style templates do.
+PAIRED = (
+    "{%- set ns = namespace(ids=[]) %}"
+    "{%- for message in messages %}"
+    "{%- if message.role == 'assistant' %}"
+    "{{- '[ASSISTANT]' + (message.content or '') }}{%- set ns.ids = [] %}"
+    "{%- for call in message.tool_calls | default([]) %}"
+    "{{- '[CALL ' + call.id + '] ' + call.function.name + ' ' + call.function.arguments }}"
+    "{%- set ns.ids = ns.ids + [call.id] %}"
+    "{%- endfor %}"
+    "{%- elif message.role == 'tool' %}"
+    "{%- if message.tool_call_id not in ns.ids %}"
+    "{{- raise_exception('tool result ' + message.tool_call_id + ' answers no call') }}{%- endif %}"
+    "{{- '[RESULT ' + message.tool_call_id + '] ' + message.content }}"
+    "{%- else %}{{- '[' + message.role + '] ' + message.content }}{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '[ASSISTANT]' }}{%- endif %}"
+)
+
+
+def test_tool_call_messages_pair_each_result_with_the_call_it_answers(qwen_tokenizer: Any) -> None:
+    paired = copy.deepcopy(qwen_tokenizer)
+    paired.chat_template = PAIRED
+    plain = gym.make("ParaOrchText-v0", max_rounds=3, tokenizer=paired)
+    with pytest.raises(ValueError, match="answers no call"):  # the manager's text alone pairs nothing
+        plain.reset(seed=4)
+    env = gym.make("ParaOrchText-v0", max_rounds=3, tokenizer=paired, tool_call_messages=True)
+    env.reset(seed=4)
+    obs, _r, terminated, _t, info = env.step("Let me check.\n" + PARALLEL)
+    assistant, *results = info["messages"][2:6]
+    assert assistant["content"] == "Let me check." and "<tool_call>" not in assistant["content"]
+    ids = [c["id"] for c in assistant["tool_calls"]]
+    assert ids == ["call_0", "call_1", "block_2"] == [m["tool_call_id"] for m in results]
+    assert [c["function"]["name"] for c in assistant["tool_calls"]] == ["python", "standard_reasoner",
+                                                                        "nonexistent_tool"]
+    assert json.loads(assistant["tool_calls"][1]["function"]["arguments"]) == {"model": "GPT-OSS-20B",
+                                                                              "subtask": "solve it"}
+    assert "[CALL call_1] standard_reasoner" in obs and "[RESULT call_1]" in obs
+    last, _r, terminated, _t, end = env.step(FINAL)
+    assert terminated and end["messages"][-1]["tool_calls"][0]["function"]["name"] == "final_answer"
+    # Qwen3's template renders tool_calls: with them, each call is written once, not once more beside the text
+    qwen = gym.make("ParaOrchText-v0", max_rounds=3, tokenizer=qwen_tokenizer, tool_call_messages=True)
+    first, _ = qwen.reset(seed=4)
+    nxt, *_ = qwen.step(PARALLEL)
+    assert nxt.count("<tool_call>") - first.count("<tool_call>") == 3
+    with pytest.raises(ValueError, match="needs tokenizer"):
+        gym.make("ParaOrchText-v0", tool_call_messages=True)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import re
 from collections import deque
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,6 +62,7 @@ class ParsedRound:
     errors: list[BlockError] = field(default_factory=list)
     repairs: list[str] = field(default_factory=list)
     num_blocks: int = 0
+    bodies: list[str] = field(default_factory=list)  # each block's text as written (``block_call`` reads one)
 
     @property
     def is_final(self) -> bool:
@@ -102,7 +103,7 @@ def parse_tool_calls(text: Any, models: Collection[str] | None = None, tools: To
 def _parse(text: str, models: Collection[str] | None, table: ToolTable) -> ParsedRound:
     result = ParsedRound()
     bodies = _split_blocks(text, result.repairs, table)
-    result.num_blocks = len(bodies)
+    result.num_blocks, result.bodies = len(bodies), bodies
     if not bodies:
         reason = ("no <tool_call> block found; write each call as "
                   "<tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>")
@@ -138,6 +139,39 @@ def _parse(text: str, models: Collection[str] | None, table: ToolTable) -> Parse
         result.calls, result.blocks = [], []
     result.repairs = list(dict.fromkeys(result.repairs))
     return result
+
+
+def block_call(body: str) -> tuple[str | None, str]:
+    """A block as an OpenAI-style function call: the name it gives (None when unreadable) and its arguments as
+    JSON text (the block's own text when it has no readable ``arguments`` object; OpenAI's ``arguments`` is the
+    model's text, not necessarily valid JSON)."""
+    try:
+        obj = _load_object(body, [])
+    except (_Unreadable, RecursionError):
+        return None, body.strip()
+    if not isinstance(obj, dict):
+        return None, body.strip()
+    name = obj.get("name") if isinstance(obj.get("name"), str) else None
+    args = obj.get("arguments", obj.get("parameters"))
+    return name, json.dumps(args, ensure_ascii=False) if isinstance(args, dict) else body.strip()
+
+
+def text_outside_calls(text: str, bodies: Sequence[str]) -> str:
+    """``text`` without its tool-call blocks (tags and bodies; the bare JSON calls of an untagged turn), trimmed:
+    an assistant message's ``content`` beside its ``tool_calls``."""
+    if _OPEN.search(text):
+        kept, pos = [], 0
+        opens = list(_OPEN.finditer(text))
+        for i, match in enumerate(opens):
+            kept.append(text[pos:match.start()])
+            end = opens[i + 1].start() if i + 1 < len(opens) else len(text)
+            close = _CLOSE.search(text, match.end(), end)
+            pos = close.end() if close is not None else end
+        kept.append(text[pos:])
+        return "".join(kept).strip()
+    for body in bodies:
+        text = text.replace(body, "", 1)
+    return text.strip()
 
 
 def _split_blocks(text: str, repairs: list[str], names: Collection[str]) -> list[str]:
