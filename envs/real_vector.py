@@ -39,7 +39,8 @@ class RealVectorEnv(VectorEnv):
 
     metadata = {"autoreset_mode": AutoresetMode.DISABLED}
 
-    def __init__(self, envs: Sequence[ParaOrchEnv], max_workers: int | None = None) -> None:
+    def __init__(self, envs: Sequence[ParaOrchEnv], max_workers: int | None = None,
+                 on_episodes: Callable[[int], None] | None = None) -> None:
         if not envs:
             raise ValueError("envs: expected at least one ParaOrch-v0 env with tools='real'")
         for i, env in enumerate(envs):
@@ -58,11 +59,13 @@ class RealVectorEnv(VectorEnv):
         self._pool = ThreadPoolExecutor(max_workers=max_workers or self.num_envs, thread_name_prefix="real-lane")
         self._live = np.zeros(self.num_envs, bool)
         self._obs: list[dict[str, np.ndarray]] = [{} for _ in self.envs]
+        self.on_episodes = on_episodes  # told how many episodes each step finished (a progress bar's update)
 
     @classmethod
-    def from_engines(cls, engines: Sequence[Any], max_workers: int | None = None, **env_kwargs: Any) -> RealVectorEnv:
+    def from_engines(cls, engines: Sequence[Any], max_workers: int | None = None,
+                     on_episodes: Callable[[int], None] | None = None, **env_kwargs: Any) -> RealVectorEnv:
         """One ``ParaOrchEnv(tools="real", engine=e, **env_kwargs)`` per engine (engines usually share a backend)."""
-        return cls([ParaOrchEnv(tools="real", engine=e, **env_kwargs) for e in engines], max_workers)
+        return cls([ParaOrchEnv(tools="real", engine=e, **env_kwargs) for e in engines], max_workers, on_episodes)
 
     @property
     def model_names(self) -> tuple[str, ...]:
@@ -124,6 +127,8 @@ class RealVectorEnv(VectorEnv):
             if term or trunc:
                 self._live[i] = False
                 finished[int(i)] = info
+        if finished and self.on_episodes is not None:
+            self.on_episodes(len(finished))
         return self._batch(), rewards, terminated, truncated, self._terminal_info(finished)
 
     def _batch(self) -> dict[str, np.ndarray]:

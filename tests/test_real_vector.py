@@ -111,7 +111,8 @@ def test_evaluate_on_real_and_simulated_envs_draws_the_same_tasks(backend, pool,
     cfg = TrainConfig()
     cfg = replace(cfg, env=replace(cfg.env, pool=pool, suite=str(tasks_file)), eval=replace(cfg.eval, tasks=3, k=2))
     policy = build_policy(cfg)
-    real = evaluate_on(policy, RealVectorEnv.from_engines(_engines(backend, 6), pool=pool, suite=str(tasks_file)), cfg, seed=5)
+    real_envs = RealVectorEnv.from_engines(_engines(backend, 6), pool=pool, suite=str(tasks_file))
+    real = evaluate_on(policy, real_envs, cfg, seed=5)
     sim = evaluate_on(policy, make_envs(cfg.env, 6, cfg.reward), cfg, seed=5)
     for result in (real, sim):
         assert 0.0 <= result["metrics"]["accuracy"] <= 1.0 and len(result["trajectories"]) == 6

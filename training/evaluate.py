@@ -18,7 +18,7 @@ draws exactly as alone; at most ``MAX_EVAL_LANES`` lanes share an env (members b
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -30,6 +30,7 @@ from parasim.protocol.schema import NUM_TOOLS, Tool
 from parasim.scoring.batch import TrajectoryBatch
 from training.policy import ManagerPolicy, PolicyStack
 from training.rollout import (
+    Actor,
     Block,
     Rollout,
     collect_blocks,
@@ -121,16 +122,20 @@ def evaluate(policy: ManagerPolicy, cfg: Any, seed: int, other_pool: bool = True
     return evaluate_stack(PolicyStack([policy]), [cfg], [seed], other_pool)[0]
 
 
-def evaluate_on(policy: ManagerPolicy, envs: Any, cfg: Any, seed: int) -> dict[str, Any]:
-    """``evaluate``'s metrics of ``policy`` on a vector env the caller made, its ``num_envs`` lanes ``cfg.eval.k``
+def evaluate_on(manager: ManagerPolicy | Callable[[Any], Actor], envs: Any, cfg: Any, seed: int) -> dict[str, Any]:
+    """``evaluate``'s metrics of a manager on a vector env the caller made, its ``num_envs`` lanes ``cfg.eval.k``
     samples of each task: a real-tools ``envs.real_vector.RealVectorEnv`` measures on real tools what the same call
     on ``make_envs(cfg.env, lanes, cfg.reward)`` predicts in simulation. The tasks are drawn from ``cfg.eval.seed``
-    and the actions from ``seed`` as ``evaluate`` draws them, so two envs over one task list play the same tasks."""
+    and a policy's actions from ``seed`` as ``evaluate`` draws them, so two envs over one task list play the same
+    tasks. ``manager``: a ``ManagerPolicy``, or a function of the env that returns a scripted actor (the expert)."""
     e = cfg.eval
     block = Block(envs.num_envs, derive_seed(e.seed, "eval", cfg.env.suite), e.k)
-    gen = torch.Generator().manual_seed(derive_seed(seed, "eval", 0))
-    actor = stack_actor(PolicyStack([policy]), [0], np.array([0, envs.num_envs]), [gen], [e.greedy],
-                        model_descriptors(envs))
+    if isinstance(manager, ManagerPolicy):
+        gen = torch.Generator().manual_seed(derive_seed(seed, "eval", 0))
+        actor = stack_actor(PolicyStack([manager]), [0], np.array([0, envs.num_envs]), [gen], [e.greedy],
+                            model_descriptors(envs))
+    else:
+        actor = manager(envs)
     ro = collect_blocks(actor, envs, [block])
     return _measured(ro, cfg.reward)
 
@@ -138,7 +143,7 @@ def evaluate_on(policy: ManagerPolicy, envs: Any, cfg: Any, seed: int) -> dict[s
 def _measured(ro: Rollout, reward: Any) -> dict[str, Any]:
     """One member's evaluation rollout as ``summarize``'s metrics, its accuracy per benchmark and its episodes."""
     return {"metrics": summarize(ro.batch, ro, ro.model_names, reward), "acc_by_benchmark": ro.accuracy_by_benchmark(),
-            "trajectories": ro.batch}
+            "trajectories": ro.batch, "benchmark": ro.benchmark}
 
 
 def _suites(cfg: Any) -> list[str]:

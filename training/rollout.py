@@ -58,13 +58,19 @@ def make_envs(env_cfg: Any, num_envs: int, reward: RewardConfig) -> gym.vector.V
     its episodes under ``reward`` in ``info["reward_components"]``. Trainers score episodes themselves
     (``Rollout.rewards``), since the lanes of a population's env belong to members with rewards of their own.
     ``pool_set`` is not an env keyword: the env gets the pool with those overrides applied (``env_pool``)."""
+    return gym.make_vec("ParaOrch-v0", num_envs=num_envs, vectorization_mode="vector_entry_point", reward=reward,
+                        num_threads=_ENV_THREADS["n"], **env_kwargs(env_cfg))
+
+
+def env_kwargs(env_cfg: Any) -> dict[str, Any]:
+    """An ``EnvConfig`` as ParaOrch-v0's keywords, for the simulated vector env (``make_envs``) and for real-tools
+    envs (``training.real_eval``) alike."""
     from parasim.pools.overrides import env_pool
 
     kwargs = asdict(env_cfg)
     kwargs["token_budget"] = kwargs["token_budget"] or None
     kwargs["pool"] = env_pool(kwargs["pool"], kwargs.pop("pool_set", ""))
-    return gym.make_vec("ParaOrch-v0", num_envs=num_envs, vectorization_mode="vector_entry_point", reward=reward,
-                        num_threads=_ENV_THREADS["n"], **kwargs)
+    return kwargs
 
 
 @dataclass(frozen=True)
