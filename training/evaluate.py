@@ -26,7 +26,6 @@ import numpy as np
 import torch
 
 from parasim.config.fields import ConfigError, opt
-from parasim.protocol.schema import NUM_TOOLS, Tool
 from parasim.scoring.batch import TrajectoryBatch
 from training.policy import ManagerPolicy, PolicyStack
 from training.rollout import (
@@ -86,6 +85,13 @@ def check_eval_pool(cfg: Any) -> None:
         raise ConfigError(f"eval.pool = {name!r}: its tool spec {other.tools.name!r} (tools {list(theirs)}) differs "
                           f"from env.pool = {cfg.env.pool!r}'s {own.tools.name!r} (tools {list(mine)}); the policy "
                           "has one head per tool of the training pool's spec")
+
+
+def _tool_names(pool: str) -> tuple[str, ...]:
+    """The tools of a pool's tool spec, in its per-tool column order (``tool_dist``'s)."""
+    from parasim.pools.pool import load_pool
+
+    return load_pool(pool).tools.names
 
 
 def _tool_layout(pool: Any) -> tuple[tuple[str, bool], ...]:
@@ -190,7 +196,7 @@ def evaluate_stack(stack: PolicyStack, cfgs: Sequence[Any], seeds: Sequence[int]
         own = {s: found[m, i]["metrics"]["accuracy"] for i, (_, s) in enumerate(member[:suites])}
         result: dict[str, Any] = {**found[m, 0]["metrics"], "acc_by_benchmark": found[m, 0]["acc_by_benchmark"],
                                   "trajectories": found[m, 0]["trajectories"], "acc_by_suite": own,
-                                  "tool_names": [Tool(t).wire_name for t in range(NUM_TOOLS)]}
+                                  "tool_names": list(_tool_names(cfgs[m].env.pool))}
         if len(member) > suites:  # eval.pool: its metrics on the training suite, its accuracy per suite
             result["eval_pool"] = {"pool": member[suites][0], **found[m, suites]["metrics"],
                                    "acc_by_benchmark": found[m, suites]["acc_by_benchmark"],

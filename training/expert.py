@@ -14,6 +14,7 @@ stats); then trajectories are dropped, most over-represented first, until no too
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +28,7 @@ from parasim.sim import TARGET_CARRY, TARGET_QUESTION, TARGET_VERIFY
 from parasim.sim.state import dimension_slices, empty_action, set_action_slot, slot_column
 from training.rollout import collect, derive_seed, make_envs
 
-EMPTY = NUM_TOOLS
+PREFERENCE_WEIGHTS = np.array([0.4, 0.3, 0.2, 0.1])  # how often each of a domain's preferred tools is drawn
 FAILED = (int(Status.EXEC_ERR), int(Status.TIMEOUT))
 PREFERENCES: dict[int, tuple[Tool, ...]] = {  # domain -> tools by how well they suit it
     Domain.MATH: (Tool.CODE_REASONER, Tool.STANDARD_REASONER, Tool.ENSEMBLE_SOLVER, Tool.PYTHON),
@@ -61,11 +62,22 @@ class Demonstrations:
 class ScriptedExpert:
     """A per-lane scripted manager; remembers each lane's last round to repair its failed calls."""
 
-    def __init__(self, num_lanes: int, nvec: list[int], cfg: ExpertConfig, rng: np.random.Generator) -> None:
+    def __init__(self, num_lanes: int, nvec: list[int], cfg: ExpertConfig, rng: np.random.Generator,
+                 tool_names: Sequence[str] | None = None) -> None:
         self.cfg, self.rng = cfg, rng
         self.width = len(nvec)
         self.slots = (self.width - 1) // 3
         self.num_models = int(nvec[slot_column(0) + 1])
+        self.num_tools = int(nvec[slot_column(0)]) - 1  # the tool dimension's last entry is the empty slot
+        # the env's tool spec (default: the default spec's tools): each default tool the script names, by its index
+        names = list(tool_names) if tool_names is not None else [Tool(t).wire_name for t in range(NUM_TOOLS)]
+        if len(names) != self.num_tools:
+            raise ValueError(f"tool_names: {len(names)} names for an action space of {self.num_tools} tools")
+        self._index = {t: names.index(t.wire_name) for t in Tool if t.wire_name in names}
+        if Tool.CRITICAL_REVIEWER not in self._index:
+            raise ValueError(f"tool_names: the scripted expert verifies with critical_reviewer, which {names} lacks")
+        self._review = self._index[Tool.CRITICAL_REVIEWER]
+        self._prefs = {d: [self._index[t] for t in tools if t in self._index] for d, tools in PREFERENCES.items()}
         self._tool_entries = [dimension_slices(np.asarray(nvec))[slot_column(k)] for k in range(self.slots)]
         self.last = np.full((num_lanes, self.slots, 3), -1, np.int64)
 
@@ -78,8 +90,8 @@ class ScriptedExpert:
 
     def decide(self, lane: int, o: dict[str, np.ndarray]) -> np.ndarray:
         """One decision for one lane from its observation."""
-        act = empty_action(self.slots, EMPTY)
-        slots = int(sum(o["action_mask"][entries][:NUM_TOOLS].any() for entries in self._tool_entries))
+        act = empty_action(self.slots, self.num_tools)
+        slots = int(sum(o["action_mask"][entries][:self.num_tools].any() for entries in self._tool_entries))
         rnd, distinct = int(o["round"][0]), int(o["evidence"][1])
         cand = o["candidates"]
         explore = self.rng.random() < self.cfg.explore
@@ -89,9 +101,9 @@ class ScriptedExpert:
             act[0] = 1  # the last round must be final_answer, or the episode ends without one
         elif failed:
             carry = TARGET_CARRY if distinct else TARGET_QUESTION
-            calls = [(t, m, target if t == Tool.CRITICAL_REVIEWER else carry) for t, m, target in failed]
+            calls = [(t, m, target if t == self._review else carry) for t, m, target in failed]
             if distinct and len(calls) < slots and self.rng.random() < 0.5:
-                calls.append((int(Tool.CRITICAL_REVIEWER), self._model(), TARGET_VERIFY))
+                calls.append((self._review, self._model(), TARGET_VERIFY))
         elif distinct == 0:
             calls = self._solvers(o, self._width(slots, explore, first=rnd == 0))
         else:
@@ -102,9 +114,9 @@ class ScriptedExpert:
                 act[0] = 1  # a confirmed leader, or (half the time) a clear majority after a round
             elif flagged or lead_margin <= 0:
                 calls = self._solvers(o, max(1, self._width(slots, explore, first=False) - 1))
-                calls.append((int(Tool.CRITICAL_REVIEWER), self._model(), TARGET_VERIFY))
+                calls.append((self._review, self._model(), TARGET_VERIFY))
             else:
-                calls = [(int(Tool.CRITICAL_REVIEWER), self._model(), TARGET_VERIFY)]
+                calls = [(self._review, self._model(), TARGET_VERIFY)]
                 if explore and slots > 1:
                     calls += self._solvers(o, 1)
         calls = calls[:slots]
@@ -128,15 +140,17 @@ class ScriptedExpert:
     def _solvers(self, o: dict[str, np.ndarray], n: int) -> list[tuple[int, int, int]]:
         """``n`` independent solver calls: distinct domain-preferred tools on distinct models."""
         domain = int(np.argmax(o["task"][:4]))
-        prefs = list(PREFERENCES[domain])
-        weights = np.array([0.4, 0.3, 0.2, 0.1])
+        prefs = self._prefs[domain]
+        weights = PREFERENCE_WEIGHTS[:len(prefs)]
+        if len(prefs) < len(PREFERENCE_WEIGHTS):  # a spec without some of the tools: the rest keep their ratios
+            weights = weights / weights.sum()
         tools = self.rng.choice(len(prefs), size=min(n, len(prefs)), replace=False, p=weights)
         models = self.rng.permutation(self.num_models)
         has_lead = int(o["evidence"][1]) > 0
         out = []
         for j, ti in enumerate(tools):
             target = TARGET_CARRY if has_lead and self.rng.random() < 0.3 else TARGET_QUESTION
-            out.append((int(prefs[ti]), int(models[j % self.num_models]), target))
+            out.append((prefs[ti], int(models[j % self.num_models]), target))
         return out
 
 
@@ -166,7 +180,8 @@ def demonstrations(cfg: Any) -> Demonstrations:
     e: ExpertConfig = cfg.expert
     envs = make_envs(cfg.env, e.episodes, cfg.reward)
     nvec = [int(v) for v in envs.single_action_space.nvec]
-    expert = ScriptedExpert(e.episodes, nvec, e, np.random.default_rng(derive_seed(cfg.seed, "expert-policy")))
+    expert = ScriptedExpert(e.episodes, nvec, e, np.random.default_rng(derive_seed(cfg.seed, "expert-policy")),
+                            envs.unwrapped.sim.pool.tools.names)
     ro = collect(expert, envs, seed=derive_seed(cfg.seed, "expert"), group_size=1)
     envs.close()
     b = ro.batch

@@ -301,6 +301,7 @@ def collect_blocks(actor: Actor, envs: gym.vector.VectorEnv, blocks: Sequence[Bl
     actions_all = torch.cat(acts)
     relevant = relevance(actions_all, [int(v) for v in envs.single_action_space.nvec], len(AGENT_TOOLS))
     bounds = np.cumsum([0] + [b.lanes for b in blocks])
+    batch = TrajectoryBatch.from_arrays(num_tools=traj["tool_counts"].shape[1], **traj)  # the pool's tool spec
     return Rollout(torch.cat(xs), torch.cat(masks), actions_all, torch.cat(logps), torch.cat(lanes),
-                   TrajectoryBatch.from_arrays(**traj), benchmark, list(envs.unwrapped.model_names), env_steps,
+                   batch, benchmark, list(envs.unwrapped.model_names), env_steps,
                    time.perf_counter() - t0, relevant, status_counts, components, bounds, model_descriptors(envs))
