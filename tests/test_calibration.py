@@ -26,6 +26,7 @@ from parasim.calibration.irt import (
     same_wrong_probability,
     vote_polynomial,
 )
+from parasim.calibration.fit import FitError
 from parasim.calibration.poolfile import read_raw
 from parasim.calibration.quadrature import Marginal
 from parasim.calibration.runtime import normal_terms
@@ -280,3 +281,14 @@ def test_cli_reports_a_bad_log_clearly(tmp_path: Path, capsys: pytest.CaptureFix
     assert "bad.jsonl:1.domain: expected one of" in capsys.readouterr().err
     assert main(["simulate-log", "--calls", "0", "-o", str(tmp_path / "calls.jsonl")]) == 2
     assert "calls and calls_per_task" in capsys.readouterr().err
+
+
+def test_a_model_whose_every_output_reached_the_cap_is_a_clear_fit_error() -> None:
+    """A served model that never stops before max_tokens (every call TRUNCATED) leaves nothing to fit: the fit says
+    so, naming the model, instead of dividing by a zero spread somewhere in the optimizer."""
+    records = simulated_records("paramanager", calls=600, seed=7, tools=["standard_reasoner"])
+    for rec in records:
+        if rec["model"] == "GPT-OSS-20B":
+            rec.update(status="TRUNCATED", correct=None, answer=None)
+    with pytest.raises(FitError, match="model 'GPT-OSS-20B': all .* reached the generation cap"):
+        calibrate(calls_from_records(records), "paramanager")

@@ -230,10 +230,14 @@ def _difficulty_part(table: CallTable, raw: dict[str, Any], base: PoolSpec, entr
     c = CorrectRows(remap[table.task[correct]], model[correct], bench[correct], table.tool[correct],
                     table.domain[correct], np.log1p(table.context[correct] / 1000.0), table.correct[correct],
                     poly[correct], table.carried[correct])
+    cut = (table.tokens_out[tokens] >= base.max_output_tokens - 0.5) | (table.status[tokens] == _CUT)
+    for m in np.unique(model[tokens]):  # every output at the cap: the length distribution has nothing to fit
+        if cut[model[tokens] == m].all():
+            raise FitError(f"model {names[m]!r}: all {int((model[tokens] == m).sum())} of its agent calls reached "
+                           "the generation cap (TRUNCATED or tokens_out at protocol.max_output_tokens), so neither "
+                           "its output length nor its accuracy can be fitted; log calls with a higher max_tokens")
     t = TokenRows(remap[table.task[tokens]], model[tokens], table.tool[tokens], table.domain[tokens],
-                  np.log(table.tokens_out[tokens]),
-                  ((table.tokens_out[tokens] >= base.max_output_tokens - 0.5) | (table.status[tokens] == _CUT))
-                  .astype(np.int64))
+                  np.log(table.tokens_out[tokens]), cut.astype(np.int64))
     task_bench = np.zeros(len(used), np.int64)
     inside = remap[table.task] >= 0
     task_bench[remap[table.task[inside]]] = bench[inside]
