@@ -19,6 +19,7 @@ from parasim.calibration import (
     simulated_records,
     true_parameters,
 )
+from parasim.calibration.fit import FitError
 from parasim.calibration.irt import (
     CorrectRows,
     DifficultyModel,
@@ -26,7 +27,6 @@ from parasim.calibration.irt import (
     same_wrong_probability,
     vote_polynomial,
 )
-from parasim.calibration.fit import FitError
 from parasim.calibration.poolfile import read_raw
 from parasim.calibration.quadrature import Marginal
 from parasim.calibration.runtime import normal_terms
