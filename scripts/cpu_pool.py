@@ -106,7 +106,8 @@ class PoolConfig:
     task_seed: int = 0
     vocab_size: int = 768
     max_len: int = 1024
-    threads: int = 2
+    threads: int = 1  # torch threads per model; models train in ``workers`` processes at once
+    workers: int = 2
     eval_per_cell: int = 50
     train_per_cell: int = 150
     tool_weights: dict[str, float] = field(default_factory=lambda: {
@@ -115,19 +116,19 @@ class PoolConfig:
 
 
 POOL = PoolConfig(models=(
-    ModelPlan("cp-general", 192, 4, 6, 2, 512, {"math": 0.25, "code": 0.25, "knowledge": 0.25, "science": 0.25},
-              {1: 1.0, 2: 0.6, 3: 0.35}, steps=900, seed=11),
-    ModelPlan("cp-math", 128, 3, 4, 2, 384, {"math": 0.55, "code": 0.15, "knowledge": 0.1, "science": 0.2},
-              {1: 1.0, 2: 0.3, 3: 0.15}, steps=800, seed=12),
-    ModelPlan("cp-code", 128, 3, 4, 2, 384, {"math": 0.15, "code": 0.55, "knowledge": 0.1, "science": 0.2},
-              {1: 1.0, 2: 0.3, 3: 0.15}, steps=800, seed=13),
+    ModelPlan("cp-general", 128, 3, 4, 2, 384, {"math": 0.25, "code": 0.25, "knowledge": 0.25, "science": 0.25},
+              {1: 1.0, 2: 0.6, 3: 0.35}, steps=1000, seed=11),
+    ModelPlan("cp-math", 96, 3, 3, 1, 256, {"math": 0.55, "code": 0.15, "knowledge": 0.1, "science": 0.2},
+              {1: 1.0, 2: 0.3, 3: 0.15}, steps=1000, seed=12),
+    ModelPlan("cp-code", 96, 3, 3, 1, 256, {"math": 0.15, "code": 0.55, "knowledge": 0.1, "science": 0.2},
+              {1: 1.0, 2: 0.3, 3: 0.15}, steps=1000, seed=13),
     ModelPlan("cp-small", 64, 2, 2, 1, 192, {"math": 0.15, "code": 0.15, "knowledge": 0.45, "science": 0.25},
-              {1: 1.0, 2: 0.8, 3: 0.6}, steps=700, seed=14, lr=5e-3),
+              {1: 1.0, 2: 0.8, 3: 0.6}, steps=1000, seed=14, lr=5e-3),
 ))
 QUICK = replace(POOL, models=tuple(replace(m, hidden_size=64, num_hidden_layers=1, num_attention_heads=2,
                                            num_key_value_heads=1, intermediate_size=128, steps=3, batch_size=4)
                                    for m in POOL.models[:2]),
-                eval_per_cell=4, train_per_cell=4, tokenizer_samples=300)
+                eval_per_cell=4, train_per_cell=4, tokenizer_samples=300, workers=1)
 
 
 def _digest(obj: Any) -> str:
@@ -378,6 +379,19 @@ def serving_config(config: PoolConfig, out: Path, metas: dict[str, dict[str, Any
     }
 
 
+def _train_job(job: tuple[PoolConfig, ModelPlan, frozenset[str], Path, bool]) -> dict[str, Any]:
+    """Train one model into a temporary directory and move it into place (a process of its own when the build
+    trains several at once: the tokenizer is rebuilt there, deterministically)."""
+    config, plan, held, out, verbose = job
+    tokenizer = build_tokenizer(config.vocab_size, corpus=tokenizer_corpus(config), split_digits=True)
+    final, tmp = out / "models" / plan.model_id, out / "models" / f".{plan.model_id}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    meta = train_model(config, plan, tokenizer, held, tmp, sys.stderr if verbose else None)
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(tmp, final)
+    return meta
+
+
 def build(out_dir: str | Path = DEFAULT_OUT, config: PoolConfig = POOL, vllm_python: str | None = None,
           log: Any = sys.stderr) -> dict[str, Any]:
     """Train what is stale, write the suites, the serving file and the manifest; returns the manifest."""
@@ -388,21 +402,24 @@ def build(out_dir: str | Path = DEFAULT_OUT, config: PoolConfig = POOL, vllm_pyt
     start = time.perf_counter()
     evals, trains = held_out(config)
     held = frozenset(t.question_key for t in evals + trains if t.domain != "knowledge")
-    tokenizer, metas, cached = None, {}, []
+    metas, cached, stale = {}, [], []
     for plan in config.models:
-        final = out / "models" / plan.model_id
-        meta = _read_meta(final)
+        meta = _read_meta(out / "models" / plan.model_id)
         if meta is not None and meta.get("model_hash") == model_hash(config, plan):
             metas[plan.model_id] = meta
             cached.append(plan.model_id)
-            continue
-        if tokenizer is None:
-            tokenizer = build_tokenizer(config.vocab_size, corpus=tokenizer_corpus(config), split_digits=True)
-        tmp = out / "models" / f".{plan.model_id}.tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
-        metas[plan.model_id] = train_model(config, plan, tokenizer, held, tmp, log)
-        shutil.rmtree(final, ignore_errors=True)
-        os.replace(tmp, final)
+        else:
+            stale.append(plan)
+    jobs = [(config, plan, held, out, log is not None) for plan in stale]
+    if config.workers > 1 and len(jobs) > 1:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(config.workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+            done = list(pool.map(_train_job, jobs))
+    else:
+        done = [_train_job(job) for job in jobs]
+    metas.update((plan.model_id, meta) for plan, meta in zip(stale, done))
     _write_jsonl(out / "tasks_eval.jsonl", evals)
     _write_jsonl(out / "tasks_train.jsonl", trains)
     python = vllm_python or str(REPO / ".venv-vllm" / "bin" / "python")

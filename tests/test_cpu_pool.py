@@ -160,10 +160,19 @@ def test_served_pool_answers_through_the_real_backend(tmp_path: Path):
     if not VLLM_PYTHON.exists():
         pytest.skip(f"no vLLM environment at {VLLM_PYTHON}: run scripts/setup_vllm_venv.sh (or set "
                     "PARASIM_VLLM_PYTHON)")
+    import socket
+
+    import yaml
+
     from parasim.protocol.schema import Status, ToolCall
     from parasim.real.backend import CallInput, RealToolBackend
 
     C.build(tmp_path, FORMAT, vllm_python=str(VLLM_PYTHON), log=None)
+    serving = yaml.safe_load((tmp_path / "pool_serving.yaml").read_text())
+    with socket.socket() as s:  # a free port, not the file's default
+        s.bind(("127.0.0.1", 0))
+        serving["base_port"] = s.getsockname()[1]
+    (tmp_path / "pool_serving.yaml").write_text(yaml.safe_dump(serving))
     endpoints = tmp_path / "endpoints.json"
     proc = subprocess.Popen([sys.executable, "-m", "parasim.cli", "serve-pool", "--config",
                              str(tmp_path / "pool_serving.yaml"), "--endpoints-out", str(endpoints)],
