@@ -67,7 +67,9 @@ from parasim.real import prompts  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = REPO / "parasim_out" / "cpu_pool"
-SOURCES = (Path(__file__), Path(T.__file__), REPO / "scripts" / "tiny_lm.py")
+# Part of every cache key: bump it with any change to the task generator, the examples or the training loop that
+# changes the weights a config trains (a change elsewhere, such as to ``measure``, keeps the built pools valid).
+GENERATOR_VERSION = 2
 _AGENT_TOOLS = (Tool.STANDARD_REASONER, Tool.CRITICAL_REVIEWER, Tool.CODE_REASONER, Tool.KNOWLEDGE_SEARCHER)
 _SUBTASKS = ("Solve it.", "Compute the answer.", "Answer the question.", "Work it out step by step.")
 _REVIEW_SUBTASKS = ("Check the answer {c}.", "Verify the earlier result.", "Is {c} right?", "Review the answer.")
@@ -100,7 +102,7 @@ class ModelPlan:
 
 @dataclass(frozen=True)
 class PoolConfig:
-    """Everything a build depends on; its hash (with the generator's source) keys the cache."""
+    """Everything a build depends on; its hash (with ``GENERATOR_VERSION``) keys the cache."""
 
     models: tuple[ModelPlan, ...]
     task_seed: int = 0
@@ -118,11 +120,11 @@ class PoolConfig:
 POOL = PoolConfig(models=(
     ModelPlan("cp-general", 128, 3, 4, 2, 384, {"math": 0.25, "code": 0.25, "knowledge": 0.25, "science": 0.25},
               {1: 1.0, 2: 0.6, 3: 0.35}, steps=1000, seed=11),
-    ModelPlan("cp-math", 96, 3, 3, 1, 256, {"math": 0.55, "code": 0.15, "knowledge": 0.1, "science": 0.2},
+    ModelPlan("cp-math", 128, 3, 4, 1, 320, {"math": 0.6, "code": 0.1, "knowledge": 0.1, "science": 0.2},
               {1: 1.0, 2: 0.3, 3: 0.15}, steps=1000, seed=12),
-    ModelPlan("cp-code", 96, 3, 3, 1, 256, {"math": 0.15, "code": 0.55, "knowledge": 0.1, "science": 0.2},
+    ModelPlan("cp-code", 96, 4, 3, 1, 256, {"math": 0.1, "code": 0.6, "knowledge": 0.1, "science": 0.2},
               {1: 1.0, 2: 0.3, 3: 0.15}, steps=1000, seed=13),
-    ModelPlan("cp-small", 64, 2, 2, 1, 192, {"math": 0.15, "code": 0.15, "knowledge": 0.45, "science": 0.25},
+    ModelPlan("cp-small", 64, 2, 2, 1, 192, {"math": 0.1, "code": 0.1, "knowledge": 0.5, "science": 0.3},
               {1: 1.0, 2: 0.8, 3: 0.6}, steps=1000, seed=14, lr=5e-3),
 ))
 QUICK = replace(POOL, models=tuple(replace(m, hidden_size=64, num_hidden_layers=1, num_attention_heads=2,
@@ -135,19 +137,14 @@ def _digest(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def source_hash() -> str:
-    """The generator's code: a change to it makes every model stale."""
-    return _digest([hashlib.sha256(p.read_bytes()).hexdigest() for p in SOURCES])
-
-
 def config_hash(config: PoolConfig) -> str:
-    return _digest([asdict(config), source_hash()])
+    return _digest([asdict(config), GENERATOR_VERSION])
 
 
 def model_hash(config: PoolConfig, plan: ModelPlan) -> str:
-    """What one model's weights depend on: its plan, the shared data and tokenizer settings, the code."""
+    """What one model's weights depend on: its plan, the shared data and tokenizer settings, the code's version."""
     shared = {k: v for k, v in asdict(config).items() if k != "models"}
-    return _digest([asdict(plan), shared, source_hash()])
+    return _digest([asdict(plan), shared, GENERATOR_VERSION])
 
 
 # ------------------------------------------------------------------------------------------------ training data
@@ -181,14 +178,22 @@ def _wrong_answer(rng: random.Random, task: T.GenTask) -> str:
     return "".join(digits)
 
 
-def _candidate_text(rng: random.Random, task: T.GenTask, candidate: str) -> str:
-    """An earlier call's output that proposes ``candidate``: a worked solution, a bare final line, or the
+def _candidate(rng: random.Random, task: T.GenTask, right: bool) -> tuple[str, str]:
+    """An earlier call's output and the answer it proposes: a worked solution (a wrong one is the solution of a
+    nearby question, so its steps agree with its answer, as a real model's mistakes do), a bare final line, or the
     ensemble's vote line (the forms ``RealEpisodeEngine`` carries as context)."""
     form = rng.random()
-    body = "\n".join((*task.steps, f"Final answer: {candidate}")) if form < 0.6 else f"Final answer: {candidate}"
+    miss = None if right else T.near_miss(rng, task)
+    if right or (miss is not None and form < 0.6):
+        shown = task if right else miss
+        candidate = shown.answer
+        body = T.solution(shown) if form < 0.6 else f"Final answer: {candidate}"
+    else:
+        candidate = _wrong_answer(rng, task)
+        body = f"Final answer: {candidate}"
     if form >= 0.85:
         body += f"\n\nMajority of 3 samples ({rng.randint(2, 3)} votes): {candidate}"
-    return body
+    return body, candidate
 
 
 def example(rng: random.Random, task: T.GenTask, tool: Tool) -> tuple[list[dict[str, str]], str]:
@@ -196,8 +201,7 @@ def example(rng: random.Random, task: T.GenTask, tool: Tool) -> tuple[list[dict[
     subtask, context = task.question, ""
     if tool is Tool.CRITICAL_REVIEWER:
         right = rng.random() < 0.5
-        candidate = task.answer if right else _wrong_answer(rng, task)
-        context = _candidate_text(rng, task, candidate)
+        context, candidate = _candidate(rng, task, right)
         if rng.random() < 0.25:
             subtask = rng.choice(_REVIEW_SUBTASKS).format(c=candidate)
         target = "\n".join((*task.steps, f"Verdict: {'CORRECT' if right else 'WRONG'}",
