@@ -18,7 +18,6 @@ import numpy as np
 
 from parasim.pools.pool import MAX_MODELS, PoolSpec
 from parasim.protocol.engine import TaskView
-from parasim.protocol.schema import Domain
 from parasim.real.backend import approx_tokens
 from parasim.sim.tables import (
     ROW_DTYPE,
@@ -29,19 +28,13 @@ from parasim.sim.tables import (
     vote_weights,
 )
 from parasim.tasks.suites import FREE_FORM, NUM_ANSWERS
-from parasim.tools.verify import (
+from parasim.tools.verify import (  # noqa: F401  (answer_kind: re-exported for the real call source)
     AnswerKind,
+    answer_kind,
     extract_choice,
-    kind_for,
     math_equal,
     normalize_text,
 )
-
-
-def answer_kind(domain: int, num_options: int) -> AnswerKind:
-    """How answers of a task are compared: the verifier's kind, exact match for code (its outputs are strings)."""
-    kind = kind_for(Domain(domain), num_options)
-    return AnswerKind.EXACT if kind is AnswerKind.CODE else kind
 
 
 class AnswerIds:

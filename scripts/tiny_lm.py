@@ -15,6 +15,7 @@ come from ``torch.manual_seed(seed)``.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -144,16 +145,22 @@ class TinyLMSpec:
     max_position_embeddings: int = 16384
 
 
-def build_tokenizer(vocab_size: int = TinyLMSpec.vocab_size):
-    """Train a byte-level BPE tokenizer on the built-in corpus and wrap it as a ``PreTrainedTokenizerFast``.
+def build_tokenizer(vocab_size: int = TinyLMSpec.vocab_size, *, corpus: Sequence[str] | None = None,
+                    split_digits: bool = False):
+    """Train a byte-level BPE tokenizer and wrap it as a ``PreTrainedTokenizerFast``.
 
     Byte-level means every string is encodable (model output never hits an unknown token), as with Qwen's own.
+    ``corpus`` (lines of text) replaces the built-in training text (the manager's conversations), for models that
+    see other text; ``split_digits`` makes every digit a token of its own (as Qwen's and Llama's tokenizers do),
+    so that numbers are spelled the same way wherever they occur and digit-by-digit arithmetic is learnable.
     """
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.pre_tokenizer = (pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
+                         if split_digits else byte_level)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size - len(ADDED_TOKENS),
@@ -161,7 +168,7 @@ def build_tokenizer(vocab_size: int = TinyLMSpec.vocab_size):
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tok.train_from_iterator(_corpus_lines(), trainer=trainer)
+    tok.train_from_iterator(_corpus_lines() if corpus is None else list(corpus), trainer=trainer)
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok,
         eos_token="<|im_end|>",
@@ -179,19 +186,10 @@ def build_tokenizer(vocab_size: int = TinyLMSpec.vocab_size):
     return fast
 
 
-def build_tiny_lm(out_dir: str | Path, seed: int = 0, spec: TinyLMSpec | None = None) -> Path:
-    """Write a random Qwen3ForCausalLM (safetensors), its tokenizer and generation config to ``out_dir``.
+def qwen3_config(spec: TinyLMSpec, tokenizer):
+    """The ``Qwen3Config`` of a model of ``spec``'s sizes whose special token ids are ``tokenizer``'s."""
+    from transformers import Qwen3Config
 
-    The directory loads with ``AutoModelForCausalLM.from_pretrained``, ``AutoTokenizer.from_pretrained`` and a vLLM
-    server, all offline. Returns the directory.
-    """
-    import torch
-    from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
-
-    spec = spec or TinyLMSpec()
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    tokenizer = build_tokenizer(spec.vocab_size)
     eos_id = tokenizer.convert_tokens_to_ids("<|im_end|>")
     pad_id = tokenizer.convert_tokens_to_ids("<|endoftext|>")
     config = Qwen3Config(
@@ -210,12 +208,17 @@ def build_tiny_lm(out_dir: str | Path, seed: int = 0, spec: TinyLMSpec | None = 
         torch_dtype="float32",
     )
     config.architectures = ["Qwen3ForCausalLM"]
-    generator_state = torch.random.get_rng_state()
-    torch.manual_seed(seed)
-    try:
-        model = Qwen3ForCausalLM(config).to(torch.float32)
-    finally:
-        torch.random.set_rng_state(generator_state)
+    return config
+
+
+def save_checkpoint(model, tokenizer, out_dir: str | Path, meta: dict) -> Path:
+    """Write ``model`` (safetensors, with a sampling generation config), ``tokenizer`` and ``meta`` (as
+    ``parasim_tiny_lm.json``) to ``out_dir``, in the form transformers and a vLLM server both load offline."""
+    from transformers import GenerationConfig
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    eos_id, pad_id = model.config.eos_token_id, model.config.pad_token_id
     model.generation_config = GenerationConfig(
         bos_token_id=pad_id, eos_token_id=[eos_id, pad_id], pad_token_id=pad_id,
         do_sample=True, temperature=1.0, top_p=1.0, top_k=0,
@@ -223,8 +226,29 @@ def build_tiny_lm(out_dir: str | Path, seed: int = 0, spec: TinyLMSpec | None = 
     model.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
     _add_legacy_keys(out)
-    (out / "parasim_tiny_lm.json").write_text(json.dumps({"seed": seed, **spec.__dict__}, indent=1) + "\n")
+    (out / "parasim_tiny_lm.json").write_text(json.dumps(meta, indent=1) + "\n")
     return out
+
+
+def build_tiny_lm(out_dir: str | Path, seed: int = 0, spec: TinyLMSpec | None = None) -> Path:
+    """Write a random Qwen3ForCausalLM (safetensors), its tokenizer and generation config to ``out_dir``.
+
+    The directory loads with ``AutoModelForCausalLM.from_pretrained``, ``AutoTokenizer.from_pretrained`` and a vLLM
+    server, all offline. Returns the directory.
+    """
+    import torch
+    from transformers import Qwen3ForCausalLM
+
+    spec = spec or TinyLMSpec()
+    tokenizer = build_tokenizer(spec.vocab_size)
+    config = qwen3_config(spec, tokenizer)
+    generator_state = torch.random.get_rng_state()
+    torch.manual_seed(seed)
+    try:
+        model = Qwen3ForCausalLM(config).to(torch.float32)
+    finally:
+        torch.random.set_rng_state(generator_state)
+    return save_checkpoint(model, tokenizer, out_dir, {"seed": seed, **spec.__dict__})
 
 
 def _add_legacy_keys(out: Path) -> None:

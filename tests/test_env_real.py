@@ -353,3 +353,16 @@ def _check_task_options(env: gym.Env, server: str) -> None:
     termination_usd = env.unwrapped.source.engine.backend.termination_usd(env.unwrapped.source.engine.last_synthesis)
     assert term and info["trajectory"]["usd"] == pytest.approx(0.5 + termination_usd)
     assert info["trajectory"]["has_preference"] == 0
+
+
+def test_default_verifier_matches_a_code_task_file_answer_as_the_expected_output():
+    """A task file's code answer is the program's output: exact match, as the answer ids compare it (no crash for
+    want of tests and a sandbox)."""
+    from parasim.real.engine import default_verifier
+    from parasim.real.tasks import parse_task
+
+    task = parse_task({"id": "c0", "question": "What does x = 2; print(x * 3) print?", "answer": "6",
+                       "domain": "code", "benchmark": "generic_code"})
+    assert default_verifier("6", task) and default_verifier(" 6.", task)
+    assert not default_verifier("7", task) and not default_verifier("", task)
+    assert answer_kind(int(Domain.CODE), 0) is answer_kind(int(Domain.KNOWLEDGE), 0)

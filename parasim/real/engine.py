@@ -34,10 +34,10 @@ Verifier = Callable[[str, RealTask], bool]
 def default_verifier(answer: str, task: RealTask) -> bool:
     """math-verify for math, option matching for multiple choice, normalized exact match otherwise (code tasks
     in a task file carry an expected output string, so they are matched exactly too)."""
-    from parasim.tools.verify import AnswerKind, kind_for, verify
+    from parasim.tools.verify import AnswerKind, answer_kind, verify
 
     try:
-        kind = kind_for(task.domain, len(task.options))
+        kind = answer_kind(task.domain, len(task.options))
     except ValueError:
         kind = AnswerKind.EXACT
     return verify(answer, task.answer, kind, options=task.options).correct

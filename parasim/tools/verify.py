@@ -64,6 +64,13 @@ def kind_for(domain: Domain | int, num_options: int = 0) -> AnswerKind:
     return {Domain.MATH: AnswerKind.MATH, Domain.CODE: AnswerKind.CODE}.get(Domain(domain), AnswerKind.EXACT)
 
 
+def answer_kind(domain: Domain | int, num_options: int = 0) -> AnswerKind:
+    """How the answers of a task with a gold answer string are compared: ``kind_for``, but exact match for code (a
+    task file's code answer is the program's expected output, not a test suite)."""
+    kind = kind_for(domain, num_options)
+    return AnswerKind.EXACT if kind is AnswerKind.CODE else kind
+
+
 # ---------------------------------------------------------------------------------------------- extraction
 
 _ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
