@@ -54,21 +54,20 @@ METRICS = ("accuracy", "tokens", "cost_units", "usd", "latency_s", "rounds", "ca
 class LoopConfig:
     """The sizes of one run of the loop (``--quick``: the CI tier's)."""
 
-    log_expert: int = 320  # real episodes of the scripted expert for calibration
-    log_random: int = 160  # real episodes of an untrained policy for calibration
-    eval_tasks: int = 200  # evaluation tasks on real tools, one episode each (the same tasks for every manager)
+    log_expert: int = 240  # real episodes of the scripted expert for calibration
+    log_random: int = 120  # real episodes of an untrained policy for calibration
+    eval_tasks: int = 160  # evaluation tasks on real tools, one episode each (the same tasks for every manager)
     sim_tasks: int = 4096  # evaluation tasks in simulation (the predicted figures' own error is then small)
     lanes: int = 32  # real episodes in flight at once
     grpo_steps: int | None = None  # None: the recipe's own
     expert_episodes: int | None = None  # None: the recipe's own demonstrations
     bootstrap: int = 2000  # resamples of the evaluation tasks for the intervals
     seed: int = 0
-    pool_quick: bool = False  # scripts/cpu_pool.py build --quick
 
     @classmethod
     def quick(cls) -> LoopConfig:
-        return cls(log_expert=24, log_random=12, eval_tasks=12, sim_tasks=256, lanes=12, grpo_steps=2,
-                   expert_episodes=256, bootstrap=200, pool_quick=True)
+        return cls(log_expert=48, log_random=24, eval_tasks=24, sim_tasks=512, lanes=24, grpo_steps=4,
+                   expert_episodes=512, bootstrap=200)  # the real pool's models: a fit needs models that answer
 
 
 # the manager configs trained in simulation: name -> `parasim train` arguments (the pool and suite are added)
@@ -98,23 +97,41 @@ def run_command(argv: Sequence[str], log: Path | None = None) -> None:
 
 
 # ------------------------------------------------------------------------------------------------ stage 1: the pool
-def write_base_pool(manifest: dict[str, Any], out: Path) -> Path:
-    """A base pool for ``calibrate``: one model per served model (the serving file's ids and order; prices from the
-    parameter count, which no fit identifies), over the default tool spec (the one ``calibrate`` fits)."""
+def write_base_pool(serving: Path, out: Path) -> Path:
+    """A base pool for ``calibrate``: one model per served model, in the serving file's order (the endpoint map's,
+    which the manager's model index follows) and at its endpoint prices (what a log cannot identify, and what the
+    real backend charges), over the default tool spec (the one ``calibrate`` fits)."""
+    import yaml
+
     from parasim.pools.pool import pool_file
 
     raw = json.loads(pool_file("paramanager").read_text())
     models = []
-    for m in manifest["models"]:
+    for served_model in yaml.safe_load(serving.read_text())["models"]:
         entry = json.loads(json.dumps(raw["models"][0]))
-        per_mtok = round(0.01 * m["params"] / 1e6, 6)  # assumed: USD per million tokens in proportion to size
-        entry.update(name=m["id"], price={"input_per_mtok": per_mtok, "output_per_mtok": 4 * per_mtok,
-                                           "source": "assumed"})
+        price = served_model.get("endpoint", {})
+        entry.update(name=served_model["id"], price={"input_per_mtok": price.get("input_per_mtok", 0.0),
+                                                     "output_per_mtok": price.get("output_per_mtok", 0.0),
+                                                     "source": "assumed"})
         models.append(entry)
     raw.update(name="cpu_pool_base", description="the CPU pool's models before calibration", models=models)
     base = out / "base_pool.json"
     atomic_write_json(base, raw)
     return base
+
+
+def hide_difficulty(src: Path, dst: Path) -> Path:
+    """``src``'s tasks without their ``difficulty``: a real log has no difficulty to give ``calibrate``, which would
+    take a logged one as the task's true value, nor would a user's task suite; each task's ``level`` stays (for the
+    per-level tables)."""
+    lines = []
+    for line in src.read_text().splitlines():
+        if line.strip():
+            rec = json.loads(line)
+            rec.pop("difficulty", None)
+            lines.append(json.dumps(rec) + "\n")
+    atomic_write_bytes(dst, "".join(lines).encode())
+    return dst
 
 
 def without_search(pool: Path, out: Path) -> Path:
@@ -136,6 +153,46 @@ def without_search(pool: Path, out: Path) -> Path:
 
 
 # ------------------------------------------------------------------------------------------- serving the real pool
+def free_ports(n: int) -> int:
+    """The first of ``n`` consecutive free local ports (a pool served by someone else on the file's ports, or a run
+    started twice, must not collide with this one)."""
+    import socket
+
+    for _ in range(100):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            start = probe.getsockname()[1]
+        if start + n > 65535:
+            continue
+        try:
+            held = []
+            for port in range(start, start + n):
+                sock = socket.socket()
+                held.append(sock)
+                sock.bind(("127.0.0.1", port))
+            return start
+        except OSError:
+            continue
+        finally:
+            for sock in held:
+                sock.close()
+    raise RuntimeError(f"no {n} consecutive free local ports")
+
+
+def serving_here(serving: Path, out: Path) -> Path:
+    """The pool's serving file with free ports and its server logs under ``out`` (written as ``out/serving.yaml``)."""
+    import yaml
+
+    config = yaml.safe_load(serving.read_text())
+    config["base_port"] = free_ports(len(config["models"]))
+    for model in config["models"]:
+        model.pop("port", None)
+    config["log_dir"] = str(out / "serve_logs")
+    path = out / "serving.yaml"
+    atomic_write_bytes(path, yaml.safe_dump(config, sort_keys=False).encode())
+    return path
+
+
 def _stop_with_parent() -> None:
     """In the serve-pool child: SIGTERM when this script dies, even by SIGKILL (Linux's parent-death signal), so that
     no server outlives the run; serve-pool then stops its vLLM servers."""
@@ -147,8 +204,9 @@ def _stop_with_parent() -> None:
 
 @contextlib.contextmanager
 def served(serving: Path, out: Path, timeout_s: float = 900.0) -> Iterator[Path]:
-    """``parasim serve-pool`` in a session of its own for the block's duration; yields the endpoint map's path.
-    Stopped with SIGTERM (then SIGKILL) on exit, on an exception and on a SIGTERM to this script."""
+    """``parasim serve-pool`` in a session of its own for the block's duration, on free ports; yields the endpoint
+    map's path. Stopped with SIGTERM (then SIGKILL) on exit, on an exception and on a SIGTERM to this script."""
+    serving = serving_here(serving, out)
     endpoints = out / "endpoints.json"
     endpoints.unlink(missing_ok=True)
     log = open(out / "serve_pool.log", "w")
@@ -590,7 +648,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(REPO / "parasim_out" / "sim_to_real"), help="the run's folder (resumable)")
     ap.add_argument("--pool-dir", default=None, help="where scripts/cpu_pool.py builds the pool (default: OUT/pool)")
-    ap.add_argument("--quick", action="store_true", help="the CI tier: small models, a few dozen real episodes")
+    ap.add_argument("--quick", action="store_true", help="the CI tier: the same pool, a few dozen real episodes")
+    ap.add_argument("--no-build", action="store_true",
+                    help="use the pool in --pool-dir as it is (its manifest.json, task files and serving file)")
     ap.add_argument("--vllm-python", default=str(REPO / ".venv-vllm" / "bin" / "python"),
                     help="an interpreter with vLLM (scripts/setup_vllm_venv.sh builds .venv-vllm)")
     ap.add_argument("--update", default=None, metavar="PAGE", help="also rewrite PAGE's generated section")
@@ -602,13 +662,18 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     timings: dict[str, float] = {}
 
-    build = [sys.executable, REPO / "scripts" / "cpu_pool.py", "build", pool_dir, "--vllm-python", args.vllm_python]
-    run_command(build + (["--quick"] if loop.pool_quick else []), out / "cpu_pool.log")
+    if not args.no_build:
+        build = [sys.executable, REPO / "scripts" / "cpu_pool.py", "build", pool_dir, "--vllm-python",
+                 args.vllm_python]
+        run_command(build, out / "cpu_pool.log")
+    elif not (pool_dir / "manifest.json").is_file():
+        raise SystemExit(f"--no-build: {pool_dir} holds no manifest.json (build it with scripts/cpu_pool.py build)")
     timings["pool"] = time.perf_counter() - t0
     manifest = json.loads((pool_dir / "manifest.json").read_text())
-    paths = {"out": out, "train_tasks": pool_dir / "tasks_train.jsonl", "eval_tasks": pool_dir / "tasks_eval.jsonl",
+    paths = {"out": out, "train_tasks": hide_difficulty(pool_dir / "tasks_train.jsonl", out / "tasks_train.jsonl"),
+             "eval_tasks": hide_difficulty(pool_dir / "tasks_eval.jsonl", out / "tasks_eval.jsonl"),
              "serving": pool_dir / "pool_serving.yaml", "pool": out / "pool.json", "pool_mono": out / "pool_mono.json"}
-    paths["base_pool"] = write_base_pool(manifest, out)
+    paths["base_pool"] = write_base_pool(paths["serving"], out)
     paths["play_base"] = without_search(paths["base_pool"], out / "base_pool_no_search.json")
 
     from parasim.real.tasks import load_real_tasks

@@ -48,8 +48,13 @@ def real_envs(cfg: TrainConfig, backend: Any, tasks: Sequence[Any], lanes: int, 
     """``lanes`` real-tools lanes with ``cfg.env``'s options (pool, suite, rounds, width, serial, budget) over
     ``backend`` (a ``RealToolBackend``) and ``tasks`` (``RealTask``s); ``logger`` (a ``CallLogger``) records every
     call and episode for ``parasim calibrate`` / ``validate-sim``."""
+    from parasim.pools.pool import load_pool
     from parasim.real.engine import RealEpisodeEngine
+    from parasim.tasks.suites import load_suite
 
     engines = [RealEpisodeEngine(backend, tasks, logger=logger, use_termination_model=use_termination_model)
                for _ in range(lanes)]
-    return RealVectorEnv.from_engines(engines, max_workers, on_episodes, **env_kwargs(cfg.env))
+    kwargs = env_kwargs(cfg.env)
+    # read once for all lanes: parsing a pool file (and solving its skills) per lane costs seconds at hundreds of lanes
+    kwargs.update(pool=load_pool(kwargs["pool"]), suite=load_suite(kwargs["suite"]))
+    return RealVectorEnv.from_engines(engines, max_workers, on_episodes, **kwargs)
