@@ -108,6 +108,7 @@ inline double feature(const BatchView& b, int64_t i, int f) {
 // vectorizes the scoring loops; a mispredicted branch per trajectory would cost more than the formula.
 inline double fmin1(double a, double b) { return a < b ? a : b; }
 inline double fmax1(double a, double b) { return a > b ? a : b; }
+inline double clamp01(double x) { return fmin1(fmax1(x, 0.0), 1.0); }
 // Per-group min and max of every toolorchestra feature: [group][feature] pairs.
 struct GroupRange {
   std::vector<int64_t> group;
@@ -133,18 +134,94 @@ inline GroupRange group_ranges(const BatchView& b) {
   return gr;
 }
 
-constexpr int64_t kRewardBlock = 256;
+// Trajectories per block: the block's inputs and shared sums (about 10 doubles a row, 320 KB) stay in L2 while every
+// config is scored, and each config writes 32 KB of its output row in one run. 256 rows (2 KB runs, 64 output
+// streams switching every 2 KB) cost 1.5x the CPU time of 2,048-8,192 (measured, 64 configs x 1e6).
+constexpr int64_t kRewardBlock = 4096;
 
 // Per-block values shared by every config: toolorchestra's normalized features, calls per round, sqrt(usd), and the
 // integer fields the formulas read, converted to double once per block instead of once per config.
+// The paramanager total is summed left to right, ((((outcome + protocol) + diversity) + length) + cost), so configs
+// that agree on the parameters of the first three terms share their sum, and those that also agree on the length
+// term's share the sum of four: a budget grid (C_tar x L_tar x w_cost) computes the first three once per block, the
+// length term once per L_tar and only the cost term per config, with the same floats as summing each config alone.
+// `prefix3` / `prefix4` hold those sums for the block's last config whose parameters are in `key3` / `key4`.
+constexpr int kPrefix3Params[] = {kCorrectThreshold, kWOutcome, kWProtocol, kFormatPenalty, kNoFinalPenalty,
+                                  kWDiversity, kThetaPar, kThetaTool, kParShare, kDiversityNeedsCorrect};
+constexpr int kLengthParams[] = {kWLength, kLTar, kBudgetMaxFactor};
+constexpr int kNumPrefix3 = sizeof(kPrefix3Params) / sizeof(int);
+constexpr int kNumLength = sizeof(kLengthParams) / sizeof(int);
+
 struct RewardScratch {
-  std::vector<double> norm, par, sqrt_usd, fmt, no_final, distinct;
+  std::vector<double> norm, par, sqrt_usd, fmt, no_final, distinct, prefix3, prefix4;
+  double key3[kNumPrefix3], key4[kNumLength];
+  bool has3 = false, has4 = false;  // whether prefix3 / prefix4 hold this block's sums (reset per block)
   RewardScratch(bool ranges, int num_features)
       : norm(ranges ? num_features * kRewardBlock : 0), par(kRewardBlock), sqrt_usd(kRewardBlock),
-        fmt(kRewardBlock), no_final(kRewardBlock), distinct(kRewardBlock) {}
+        fmt(kRewardBlock), no_final(kRewardBlock), distinct(kRewardBlock), prefix3(kRewardBlock),
+        prefix4(kRewardBlock) {}
 };
 
-inline double clamp01(double x) { return fmin1(fmax1(x, 0.0), 1.0); }
+// The paramanager terms of one config, each per trajectory; score_config (with components) and
+// score_paramanager_totals (shared prefix sums) both read them, so the formula is written once.
+struct Paramanager {
+  double thr, w_o, w_p, fp, nf, w_d, inv_tp, inv_tt, ps, gate, w_l, lt, inv_l, w_c, ct, inv_c;
+  explicit Paramanager(const double* p)
+      : thr(p[kCorrectThreshold]), w_o(p[kWOutcome]), w_p(p[kWProtocol]), fp(p[kFormatPenalty]),
+        nf(p[kNoFinalPenalty]), w_d(p[kWDiversity]), inv_tp(1.0 / p[kThetaPar]), inv_tt(1.0 / p[kThetaTool]),
+        ps(p[kParShare]), gate(p[kDiversityNeedsCorrect] != 0.0 ? 1.0 : 0.0), w_l(p[kWLength]), lt(p[kLTar]),
+        inv_l(1.0 / ((p[kBudgetMaxFactor] - 1.0) * p[kLTar])), w_c(p[kWCost]), ct(p[kCTar]),
+        inv_c(1.0 / ((p[kBudgetMaxFactor] - 1.0) * p[kCTar])) {}
+  double outcome(double o) const { return w_o * o; }
+  double protocol(double fmt, double no_final) const { return -w_p * fmin1(fp * fmt + nf * no_final, 1.0); }
+  double diversity(double o, double par, double distinct) const {
+    const double correct = static_cast<double>(o >= thr);
+    const double div = ps * fmin1(par * inv_tp, 1.0) + (1.0 - ps) * fmin1(distinct * inv_tt, 1.0);
+    return w_d * div * (gate * correct + (1.0 - gate));
+  }
+  double length(double tokens) const { return w_l * -clamp01((tokens - lt) * inv_l); }
+  double cost(double cost_units) const { return w_c * -clamp01((cost_units - ct) * inv_c); }
+};
+
+// Whether `key` holds the parameters `ids` of row `p`; stores them when not.
+template <int K>
+inline bool same_params(double* key, const double* p, const int (&ids)[K]) {
+  bool same = true;
+  for (int k = 0; k < K; ++k) same &= key[k] == p[ids[k]];
+  for (int k = 0; k < K; ++k) key[k] = p[ids[k]];
+  return same;
+}
+
+// The paramanager totals of one config over a block's m trajectories without components: the shared prefix sums
+// (RewardScratch) recomputed only when the config's parameters of them differ from the last config's.
+// Cloned for AVX2 (4 doubles a vector instead of SSE2's 2; chosen at load time): with the sums shared, the per-config
+// loop is short enough for the width to show (0.093 -> 0.061 CPU s for 64 x 1e6). -ffp-contract=off (CMakeLists.txt)
+// keeps FMA out of either clone, so the floats are those of the components path.
+__attribute__((target_clones("avx2", "default"))) inline void score_paramanager_totals(
+    const BatchView& b, const double* p, int64_t b0, int64_t m, RewardScratch& sc, double* __restrict out) {
+  const Paramanager f(p);
+  double* __restrict s3 = sc.prefix3.data();
+  double* __restrict s4 = sc.prefix4.data();
+  const bool keep3 = same_params(sc.key3, p, kPrefix3Params) && sc.has3;
+  if (!keep3) {
+    const double* __restrict o = b.outcome + b0;
+    const double* __restrict fv = sc.fmt.data();
+    const double* __restrict nef = sc.no_final.data();
+    const double* __restrict dt = sc.distinct.data();
+    const double* __restrict par = sc.par.data();
+    for (int64_t j = 0; j < m; ++j)
+      s3[j] = f.outcome(o[j]) + f.protocol(fv[j], nef[j]) + f.diversity(o[j], par[j], dt[j]);
+    sc.has3 = true;
+  }
+  const bool keep4 = same_params(sc.key4, p, kLengthParams) && keep3 && sc.has4;
+  if (!keep4) {
+    const double* __restrict tok = b.tokens + b0;
+    for (int64_t j = 0; j < m; ++j) s4[j] = s3[j] + f.length(tok[j]);
+    sc.has4 = true;
+  }
+  const double* __restrict cu = b.cost_units + b0;
+  for (int64_t j = 0; j < m; ++j) out[j] = s4[j] + f.cost(cu[j]);
+}
 
 // One formula over trajectories [b0, b0 + m). Every parameter is read into a local first and the outputs
 // are restrict: otherwise each store to `out` could alias the parameter row and forbid vectorization.
@@ -162,11 +239,7 @@ inline void score_config(const BatchView& b, const double* p, int64_t b0, int64_
     if constexpr (kComps) comps[k * n + b0 + j] = v;
   };
   if (formula == kParamanager) {
-    const double w_o = p[kWOutcome], w_p = p[kWProtocol], fp = p[kFormatPenalty], nf = p[kNoFinalPenalty];
-    const double w_d = p[kWDiversity], inv_tp = 1.0 / p[kThetaPar], inv_tt = 1.0 / p[kThetaTool];
-    const double ps = p[kParShare], gate = p[kDiversityNeedsCorrect] != 0.0 ? 1.0 : 0.0;
-    const double w_l = p[kWLength], lt = p[kLTar], inv_l = 1.0 / ((p[kBudgetMaxFactor] - 1.0) * p[kLTar]);
-    const double w_c = p[kWCost], ct = p[kCTar], inv_c = 1.0 / ((p[kBudgetMaxFactor] - 1.0) * p[kCTar]);
+    const Paramanager f(p);
     const double* __restrict fv = sc.fmt.data();
     const double* __restrict nef = sc.no_final.data();
     const double* __restrict dt = sc.distinct.data();
@@ -174,13 +247,8 @@ inline void score_config(const BatchView& b, const double* p, int64_t b0, int64_
     const double* __restrict cu = b.cost_units + b0;
     const double* __restrict par = sc.par.data();
     for (int64_t j = 0; j < m; ++j) {
-      const double correct = static_cast<double>(o[j] >= thr);
-      const double c0 = w_o * o[j];
-      const double c1 = -w_p * fmin1(fp * fv[j] + nf * nef[j], 1.0);
-      const double div = ps * fmin1(par[j] * inv_tp, 1.0) + (1.0 - ps) * fmin1(dt[j] * inv_tt, 1.0);
-      const double c2 = w_d * div * (gate * correct + (1.0 - gate));
-      const double c3 = w_l * -clamp01((tok[j] - lt) * inv_l);
-      const double c4 = w_c * -clamp01((cu[j] - ct) * inv_c);
+      const double c0 = f.outcome(o[j]), c1 = f.protocol(fv[j], nef[j]), c2 = f.diversity(o[j], par[j], dt[j]);
+      const double c3 = f.length(tok[j]), c4 = f.cost(cu[j]);
       out[j] = c0 + c1 + c2 + c3 + c4;
       put(j, 0, c0), put(j, 1, c1), put(j, 2, c2), put(j, 3, c3), put(j, 4, c4), put(j, 5, 0.0), put(j, 6, 0.0);
     }
@@ -300,10 +368,13 @@ inline void score_block(const BatchView& b, const double* params, int64_t C, boo
     sc.distinct[j] = static_cast<double>(b.distinct_tools[b0 + j]);
   }
   const int64_t width = param_width(b.num_tools);
+  sc.has3 = sc.has4 = false;  // a new block: no shared sums yet
   for (int64_t c = 0; c < C; ++c) {
     const double* p = params + c * width;
     double* t = totals + c * b.n + b0;
-    if (row_pref) {
+    if (comps == nullptr && static_cast<int>(p[kFormula]) == kParamanager) {
+      score_paramanager_totals(b, p, b0, m, sc, t);
+    } else if (row_pref) {
       if (comps != nullptr) score_config<true, true>(b, p, b0, m, sc, t, comps);
       else score_config<false, true>(b, p, b0, m, sc, t, nullptr);
     } else {

@@ -168,6 +168,19 @@ def test_grid_equals_one_config_at_a_time():
         compute_rewards_grid(batch, configs, out=np.empty((2, 2)))
 
 
+def test_a_budget_grid_shares_its_sums_and_gives_each_config_alone():
+    """Configs that agree on the first terms of the paramanager sum share them within a block (the grid's fast
+    path); rows equal, bit for bit, each config scored alone, also when other formulas and configs that differ in
+    the shared terms come between them."""
+    rng = np.random.default_rng(4)
+    batch = random_batch(rng, 5_000, 200)
+    base = PRESETS["paramanager"]
+    grid = [base.replace(c_tar=c, l_tar=lt, w_cost=w) for c in (2.0, 8.0) for lt in (4096, 16384) for w in (0.0, 0.5)]
+    configs = grid[:3] + ["toolorchestra"] + grid[3:5] + [base.replace(w_outcome=0.5)] + grid[5:] + grid[:2]
+    for row, cfg in zip(compute_rewards_grid(batch, configs), configs):
+        np.testing.assert_array_equal(row, compute_rewards(batch, cfg).total)
+
+
 def test_hand_computed_paramanager_values():
     batch = TrajectoryBatch.from_arrays(
         outcome=[1.0, 0.0], format_violations=[0, 2], ended_with_final=[1, 0], rounds=[4, 2], tool_calls=[5, 8],
