@@ -167,7 +167,8 @@ def test_simulated_same_wrong_rate_follows_the_zipf_override() -> None:
 
 def test_consensus_is_the_plurality_of_the_samples() -> None:
     """One sample: the plurality is the sample. Many samples of a model right with p_q > 1/2 on every question
-    (no spread): the plurality is right far more often than one sample; with p_q spread to near 0 or 1 it gains little."""
+    (no spread): the plurality is right far more often than one sample; with p_q spread to near 0 or 1 it gains
+    little."""
     flat = [StructureModel("a", 0.8, 0.0, 0.0, 0.0), StructureModel("b", 0.8, 0.0, 0.0, 0.0)]
     spec = parse_pool(structure_pool(_base(), "generic_math", flat, "assumed"))
     om, plural = simulated_consensus(spec, "generic_math", 500, 1, sigma=1e-6, seed=4)
