@@ -8,9 +8,16 @@ import math
 import numpy as np
 import pytest
 
-from parasim.calibration.joint_fit import StructureModel, fit_agreement, fit_correctness, structure_pool
+from parasim.calibration.joint_fit import (
+    StructureModel,
+    chance_agreement,
+    fit_agreement,
+    fit_correctness,
+    structure_pool,
+    zipf_exponent,
+)
 from parasim.calibration.joint_stats import joint_statistics, majority_vote, matrix_statistics, outcome_matrices
-from parasim.calibration.simulate import simulated_outcomes
+from parasim.calibration.simulate import simulated_consensus, simulated_outcomes
 from parasim.pools.pool import PoolSpec, expected_accuracy, parse_pool, pool_file
 from parasim.tasks.suites import BENCHMARK_INDEX, BENCHMARKS
 
@@ -110,8 +117,66 @@ def test_agreement_fit_recovers_the_accuracy_curve() -> None:
         models.append(StructureModel(f"m{i}", th, tau, kappa, g, fam, 0.0, d / (kappa * (1 - g)) if fam else 0.0))
     spec = parse_pool(structure_pool(_base(), "MMLU-Pro", models, "assumed"))
     om = simulated_outcomes(spec, "MMLU-Pro", 6000, models=[m.name for m in models], sigma=sigma, seed=3)
-    w = np.arange(1, 10, dtype=np.float64) ** -BENCHMARKS[BENCHMARK_INDEX["MMLU-Pro"]].zipf_s
-    s_chance = float(((w / w.sum()) ** 2).sum())
+    s_chance = chance_agreement(BENCHMARKS[BENCHMARK_INDEX["MMLU-Pro"]].zipf_s, 10)
     fit = fit_agreement(om, s_chance, {"m1": "F", "m2": "F"})
     got, se = np.array([fit.a0, fit.a1, fit.d]), fit.se
     assert np.all(np.abs(got - [a0, a1, d]) < 3 * se) and np.all(se < 0.5), (got, se)
+
+
+def test_zipf_exponent_inverts_the_chance_agreement() -> None:
+    w = np.arange(1, 10, dtype=np.float64) ** -1.0
+    assert chance_agreement(1.0, 10) == pytest.approx(float(((w / w.sum()) ** 2).sum()))
+    assert chance_agreement(0.0, 16) == pytest.approx(1 / 15)
+    for s in (0.0, 0.4, 0.85, 2.5):
+        assert zipf_exponent(chance_agreement(s, 16), 16) == pytest.approx(s, abs=1e-6)
+    with pytest.raises(ValueError, match=r"outside \[0.0667, 1\) for 16 answers"):
+        zipf_exponent(0.05, 16)
+
+
+def test_agreement_fit_recovers_a_free_form_answer_space() -> None:
+    """Free-form answers whose distractor weights have Zipf exponent 0.6 (not the catalogue's 1.2): with S fitted,
+    S and the curve come back within 3 sandwich SEs, and the exponent from S near 0.6."""
+    a0, a1, kappa, tau, sigma, zipf = -1.0, 1.0, 0.8, 1.0, 1.5, 0.6
+    models = []
+    for i, th in enumerate([-2.0, -1.0, -0.3, 0.5, 1.2, 2.0, 2.8]):
+        acc = float(expected_accuracy(np.array(th), np.array(0.0), np.array(math.hypot(sigma, tau))))
+        c = 1 / (1 + math.exp(-(a0 + a1 * math.log(acc / (1 - acc)))))
+        models.append(StructureModel(f"m{i}", th, tau, kappa, c / kappa))
+    spec = parse_pool(structure_pool(_base(), "generic_math", models, "assumed"))
+    om = simulated_outcomes(spec, "generic_math", 6000, models=[m.name for m in models], sigma=sigma, zipf_s=zipf,
+                            seed=5)
+    fit = fit_agreement(om, None, answers=16)
+    truth = chance_agreement(zipf, 16)
+    assert abs(fit.s_chance - truth) < 3 * fit.s_se and fit.s_se < 0.03, (fit.s_chance, fit.s_se, truth)
+    assert abs(fit.a0 - a0) < 3 * fit.se[0] and abs(fit.a1 - a1) < 3 * fit.se[1], (fit.a0, fit.a1, fit.se)
+    assert abs(zipf_exponent(fit.s_chance, 16) - zipf) < 0.25
+    with pytest.raises(ValueError, match="fitting S needs the answer count"):
+        fit_agreement(om, None)
+
+
+def test_simulated_same_wrong_rate_follows_the_zipf_override() -> None:
+    """Models without a preferred answer (kappa 0) agree on a wrong answer at the weights' chance rate S."""
+    models = [StructureModel("a", -1.0, 0.5, 0.0, 0.0), StructureModel("b", -1.0, 0.5, 0.0, 0.0)]
+    spec = parse_pool(structure_pool(_base(), "generic_math", models, "assumed"))
+    for zipf in (0.3, 1.5):
+        st = matrix_statistics(simulated_outcomes(spec, "generic_math", 20000, sigma=1.0, zipf_s=zipf, seed=2))
+        assert st["same_wrong"]["a|b"] == pytest.approx(chance_agreement(zipf, 16), abs=0.02)
+    with pytest.raises(ValueError, match="zipf_s must be a finite number >= 0"):
+        simulated_outcomes(spec, "generic_math", 10, zipf_s=-1.0)
+
+
+def test_consensus_is_the_plurality_of_the_samples() -> None:
+    """One sample: the plurality is the sample. Many samples of a model right with p_q > 1/2 on every question
+    (no spread): the plurality is right far more often than one sample; with p_q spread to near 0 or 1 it gains
+    little."""
+    flat = [StructureModel("a", 0.8, 0.0, 0.0, 0.0), StructureModel("b", 0.8, 0.0, 0.0, 0.0)]
+    spec = parse_pool(structure_pool(_base(), "generic_math", flat, "assumed"))
+    om, plural = simulated_consensus(spec, "generic_math", 500, 1, sigma=1e-6, seed=4)
+    assert np.array_equal(plural, om.hits)
+    om, plural = simulated_consensus(spec, "generic_math", 500, 15, sigma=1e-6, seed=4)
+    assert om.rate.mean() == pytest.approx(1 / (1 + math.exp(-0.8)), abs=0.02)
+    assert plural.mean() > 0.95
+    spread = [StructureModel("a", 0.8, 10.0, 0.0, 0.0), StructureModel("b", 0.8, 10.0, 0.0, 0.0)]
+    om, plural = simulated_consensus(parse_pool(structure_pool(_base(), "generic_math", spread, "assumed")),
+                                     "generic_math", 2000, 15, sigma=20.0, seed=4)
+    assert abs(plural.mean() - om.rate.mean()) < 0.03

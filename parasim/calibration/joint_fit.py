@@ -32,6 +32,7 @@ import numpy as np
 import torch
 from scipy.optimize import minimize
 
+from parasim.calibration.irt import same_wrong_probability
 from parasim.calibration.joint_stats import OutcomeMatrix
 from parasim.calibration.mle import Estimate, maximize
 from parasim.calibration.params import Block, Layout
@@ -136,18 +137,42 @@ def fit_correctness(om: OutcomeMatrix, family: dict[str, str] | None = None, *, 
 
 @dataclass(frozen=True)
 class AgreementFit:
-    """``fit_agreement``'s result: a0, a1 (c = sigmoid(a0 + a1 logit(acc))) and d, with sandwich SEs."""
+    """``fit_agreement``'s result: a0, a1 (c = sigmoid(a0 + a1 logit(acc))), d and the chance agreement S, with
+    sandwich SEs (S's NaN where it was given)."""
 
     a0: float
     a1: float
     d: float
     se: np.ndarray  # SEs of (a0, a1, d)
     pairs: int  # both-wrong pairs used
+    s_chance: float = float("nan")  # S = sum_j q_j^2 of the distractor weights, given or fitted
+    s_se: float = float("nan")
 
     def c(self, accuracy: np.ndarray | float) -> np.ndarray:
         """kappa * affinity of a model of this accuracy (the fitted curve)."""
         a = np.clip(np.asarray(accuracy, np.float64), 1e-6, 1 - 1e-6)
         return 1.0 / (1.0 + np.exp(-(self.a0 + self.a1 * np.log(a / (1 - a)))))
+
+
+def chance_agreement(zipf_s: float, answers: int) -> float:
+    """S = sum_j q_j^2 of Zipf distractor weights q_j ~ j^-zipf_s over the ``answers`` - 1 wrong answers: how often
+    two independent draws from them agree (``same_wrong_probability`` without a preferred answer)."""
+    return same_wrong_probability(0.0, zipf_s, answers)
+
+
+def zipf_exponent(s_chance: float, answers: int) -> float:
+    """The Zipf exponent whose distractor weights over ``answers`` - 1 wrong answers have chance agreement
+    ``s_chance`` (``chance_agreement``'s inverse; S rises from 1 / (answers - 1) at exponent 0 towards 1)."""
+    lo_s = 1.0 / (answers - 1)
+    if not lo_s <= s_chance < 1.0:
+        raise ValueError(f"zipf_exponent: S = {s_chance!r} is outside [{lo_s:.4f}, 1) for {answers} answers")
+    lo, hi = 0.0, 1.0
+    while chance_agreement(hi, answers) < s_chance:
+        hi *= 2.0
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if chance_agreement(mid, answers) < s_chance else (lo, mid)
+    return 0.5 * (lo + hi)
 
 
 def _pair_arrays(om: OutcomeMatrix) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -168,30 +193,41 @@ def _pair_arrays(om: OutcomeMatrix) -> tuple[np.ndarray, np.ndarray, np.ndarray,
             np.concatenate(agree).astype(np.float64))
 
 
-def fit_agreement(om: OutcomeMatrix, s_chance: float, family: dict[str, str] | None = None) -> AgreementFit:
+def fit_agreement(om: OutcomeMatrix, s_chance: float | None, family: dict[str, str] | None = None, *,
+                  answers: int | None = None) -> AgreementFit:
     """The wrong-answer agreement curve of one single-sample benchmark table (module docstring); ``s_chance`` is the
-    benchmark's S = sum_j q_j^2 (``parasim.calibration.agreement``). d is fitted only when a family has two models
-    in the table (else 0)."""
+    benchmark's S = sum_j q_j^2 (``parasim.calibration.agreement``), or None to fit S too, in [1 / (answers - 1), 1)
+    (a free-form benchmark's answer space is not known in advance: the fitted S gives its distractor weights'
+    Zipf exponent, ``zipf_exponent``; S is told apart from the curve because the curve's share c c' falls with the
+    pair's accuracy and S does not). d is fitted only when a family has two models in the table (else 0)."""
     q, i, j, y = _pair_arrays(om)
     if len(y) == 0:
         raise ValueError("fit_agreement: no question on which two models with answers both erred")
+    fit_s = s_chance is None
+    if fit_s and (answers is None or answers < 3):
+        raise ValueError(f"fit_agreement: fitting S needs the answer count (>= 3), got answers={answers!r}")
+    s_lo = 1.0 / (answers - 1) if fit_s else 0.0
     acc = np.clip(np.nansum(om.hits, 0) / np.maximum(om.samples.sum(0), 1), 1e-3, 1 - 1e-3)
     la = np.log(acc / (1 - acc))
     groups = family_groups(om.models, family)
     same = (groups[i] == groups[j]).astype(np.float64)
     use_d = bool(same.any())
+    free = [0, 1] + ([2] if use_d else []) + ([3] if fit_s else [])  # of (a0, a1, log d, logit of S's position)
 
     def parts(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        a0, a1, ld = v
+        a0, a1, ld, ls = v
         c = 1.0 / (1.0 + np.exp(-(a0 + a1 * la)))
         d2 = np.exp(2 * ld) if use_d else 0.0
+        pos = 1.0 / (1.0 + np.exp(-ls))
+        sc = s_lo + (1.0 - s_lo) * pos if fit_s else s_chance
         x = c[i] * c[j] + d2 * same
-        a = np.clip(s_chance + (1 - s_chance) * x, 1e-9, 1 - 1e-9)
+        a = np.clip(sc + (1 - sc) * x, 1e-9, 1 - 1e-9)
         dll_da = y / a - (1 - y) / (1 - a)
         dc = c * (1 - c)
         dx = np.stack([dc[i] * c[j] + c[i] * dc[j], la[i] * dc[i] * c[j] + c[i] * la[j] * dc[j],
                        2 * d2 * same if use_d else np.zeros_like(x)], 1)
-        score = dll_da[:, None] * (1 - s_chance) * dx  # per pair, on (a0, a1, log d)
+        ds = (1 - x) * (1.0 - s_lo) * pos * (1 - pos) if fit_s else np.zeros_like(x)
+        score = dll_da[:, None] * np.concatenate([(1 - sc) * dx, ds[:, None]], 1)  # per pair, on v
         ll = y * np.log(a) + (1 - y) * np.log1p(-a)
         return ll, score
 
@@ -199,30 +235,39 @@ def fit_agreement(om: OutcomeMatrix, s_chance: float, family: dict[str, str] | N
         ll, score = parts(v)
         return -float(ll.sum()), -score.sum(0)
 
-    start = np.array([0.0, 0.5, np.log(0.2)])
+    start = np.array([0.0, 0.5, np.log(0.2), -2.0])
+    fixed_d = (np.log(0.2), np.log(0.2))
     res = minimize(negative, start, jac=True, method="L-BFGS-B",
-                   bounds=[(-10, 10), (-5, 5), (-8, 0) if use_d else (np.log(0.2), np.log(0.2))])
+                   bounds=[(-10, 10), (-5, 5), (-8, 0) if use_d else fixed_d, (-10, 10) if fit_s else (-2.0, -2.0)])
     v = res.x
-    k = 3 if use_d else 2
+    k = len(free)
     step = 1e-5
     h = np.empty((k, k))
-    for a in range(k):
-        e = np.zeros(3)
+    for r, a in enumerate(free):
+        e = np.zeros(4)
         e[a] = step
-        h[a] = (negative(v + e)[1][:k] - negative(v - e)[1][:k]) / (2 * step)
+        h[r] = (negative(v + e)[1][free] - negative(v - e)[1][free]) / (2 * step)
     h = 0.5 * (h + h.T)
     _, score = parts(v)
-    per_q = np.zeros((int(q.max()) + 1, 3))
+    per_q = np.zeros((int(q.max()) + 1, 4))
     np.add.at(per_q, q, score)
-    meat = per_q[:, :k].T @ per_q[:, :k]
+    meat = per_q[:, free].T @ per_q[:, free]
     bread = np.linalg.inv(h)
-    cov = bread @ meat @ bread
-    se = np.full(3, np.nan)
-    se[:k] = np.sqrt(np.diag(cov))
+    cov = np.full((4, 4), np.nan)
+    cov[np.ix_(free, free)] = bread @ meat @ bread
+    se4 = np.sqrt(np.diag(cov))
     d = float(np.exp(v[2])) if use_d else 0.0
+    se = se4[:3].copy()
     if use_d:
         se[2] *= d  # delta method from log d
-    return AgreementFit(float(v[0]), float(v[1]), d, se, len(y))
+    else:
+        se[2] = np.nan
+    if fit_s:
+        pos = 1.0 / (1.0 + np.exp(-v[3]))
+        s_val, s_se = s_lo + (1.0 - s_lo) * pos, float(se4[3] * (1.0 - s_lo) * pos * (1 - pos))
+    else:
+        s_val, s_se = float(s_chance), float("nan")
+    return AgreementFit(float(v[0]), float(v[1]), d, se, len(y), float(s_val), s_se)
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,16 @@ from parasim.sim.kernel import (
     task_item,
 )
 from parasim.sim.rng import seed_state, uniform
-from parasim.sim.tables import B_REVIEWER, MM_REPLICAS, R_QTOK, R_SIGMA, TT_AGENT, TT_BEHAVIOUR, build_tables
+from parasim.sim.tables import (
+    B_REVIEWER,
+    MM_REPLICAS,
+    R_QTOK,
+    R_SIGMA,
+    TT_AGENT,
+    TT_BEHAVIOUR,
+    build_tables,
+    distractor_cdf,
+)
 from parasim.tasks.suites import BENCHMARKS, NUM_ANSWERS, TaskSuite, benchmark_suite, load_suite
 
 _SR_TOOL = int(Tool.STANDARD_REASONER)
@@ -221,16 +230,20 @@ def true_parameters(pool: str | PoolSpec, raw: dict[str, Any]) -> dict[str, np.n
 
 
 @njit(cache=True)
-def _outcomes(n_questions, models, n_samples, rng, hits, answers, sigma, skill, bonus, tok_mu, tm, tt, mmt, md, proto,
-              row_i, row_f, row_dcdf):  # pragma: no cover - compiled
+def _outcomes(n_questions, models, n_samples, rng, hits, answers, plural, sigma, skill, bonus, tok_mu, tm, tt, mmt, md,
+              proto, row_i, row_f, row_dcdf):  # pragma: no cover - compiled
     """``n_samples[j]`` fresh ``standard_reasoner`` calls of each model row ``models[j]`` on each of ``n_questions``
     tasks
     of suite row 0 (difficulty spread ``sigma`` when positive, else the row's): right answers summed into
-    ``hits[q, j]``, the first call's answer id into ``answers[q, j]`` (-1 when it gave none)."""
+    ``hits[q, j]``, the first call's answer id into ``answers[q, j]`` (-1 when it gave none), and into
+    ``plural[q, j]`` 1 when the plurality answer of the calls that gave one is the gold answer (ties to the answer
+    given first, as the ensemble's vote breaks them; 0 when none gave an answer)."""
     nm1 = skill.shape[0]
     pref = np.empty(nm1, np.int64)
     effect = np.empty(nm1)
     scratch = np.empty((1, NUM_ANSWERS), np.int64)
+    tally = np.zeros(NUM_ANSWERS, np.int64)  # per answer id: calls that gave it (this question and model)
+    first = np.full(NUM_ANSWERS, -1, np.int64)  # per answer id: the call that first gave it
     rf = row_f.copy()
     if sigma > 0:
         rf[0, R_SIGMA] = sigma
@@ -239,6 +252,8 @@ def _outcomes(n_questions, models, n_samples, rng, hits, answers, sigma, skill, 
         task_effects(rng, 0, row, nans, mmt, row_dcdf, pref, effect)
         for j in range(len(models)):
             mm = models[j]
+            tally[:] = 0
+            first[:] = -1
             for k in range(n_samples[j]):
                 status, kind, answer, _, _, _, _, _ = sample_call(
                     rng, 0, _SR_TOOL, mm, 0, -1, 0.0, False, row, bench, dom, nans, z, rf[row, R_QTOK], pref[mm],
@@ -248,16 +263,44 @@ def _outcomes(n_questions, models, n_samples, rng, hits, answers, sigma, skill, 
                     hits[q, j] += 1.0
                 if k == 0:
                     answers[q, j] = answer if given else -1
+                if given:
+                    tally[answer] += 1
+                    if first[answer] < 0:
+                        first[answer] = k
+            best = -1
+            for a in range(NUM_ANSWERS):
+                if tally[a] > 0 and (best < 0 or tally[a] > tally[best] or (
+                        tally[a] == tally[best] and first[a] < first[best])):
+                    best = a
+            plural[q, j] = 1.0 if best == 0 else 0.0
 
 
 def simulated_outcomes(pool: str | PoolSpec, benchmark: str, n_questions: int, n_samples: int | Sequence[int] = 1, *,
-                       models: Sequence[str] | None = None, sigma: float | None = None, seed: int = 0) -> OutcomeMatrix:
+                       models: Sequence[str] | None = None, sigma: float | None = None, zipf_s: float | None = None,
+                       seed: int = 0) -> OutcomeMatrix:
     """A per-query outcome table drawn with the simulator's own per-call model (``sample_call``): ``n_samples`` (one
     count, or one per model) direct ``standard_reasoner`` calls of each named model (default: every pool model; the
     manager may be named too) on ``n_questions`` fresh questions of ``benchmark``, as the ``OutcomeMatrix`` that
     ``parasim.calibration.joint_stats`` and ``joint_fit`` read (answer codes are the simulator's answer ids, 0
-    gold). ``sigma`` overrides the benchmark's difficulty spread sigma_b for this table. A call cut at the cap or
-    failed counts as a wrong sample without an answer, as an eval harness scores it."""
+    gold). ``sigma`` overrides the benchmark's difficulty spread sigma_b for this table, ``zipf_s`` the Zipf exponent
+    of its distractor weights (a fitted answer space, ``joint_fit.zipf_exponent``). A call cut at the cap or failed
+    counts as a wrong sample without an answer, as an eval harness scores it."""
+    return _draw_outcomes(pool, benchmark, n_questions, n_samples, models, sigma, zipf_s, seed)[0]
+
+
+def simulated_consensus(pool: str | PoolSpec, benchmark: str, n_questions: int, n_samples: int | Sequence[int], *,
+                        models: Sequence[str] | None = None, sigma: float | None = None, zipf_s: float | None = None,
+                        seed: int = 0) -> tuple[OutcomeMatrix, np.ndarray]:
+    """``simulated_outcomes``' table and, per [question, model], whether the plurality answer of the model's
+    ``n_samples`` calls is the gold one (1.0 / 0.0): its mean over questions is the model's cons@n (majority vote over
+    n samples with answers, as the DeepSeek-R1 report's cons@64)."""
+    return _draw_outcomes(pool, benchmark, n_questions, n_samples, models, sigma, zipf_s, seed)
+
+
+def _draw_outcomes(pool: str | PoolSpec, benchmark: str, n_questions: int, n_samples: int | Sequence[int],
+                   models: Sequence[str] | None, sigma: float | None, zipf_s: float | None,
+                   seed: int) -> tuple[OutcomeMatrix, np.ndarray]:
+    """The draw behind ``simulated_outcomes`` and ``simulated_consensus``: (table, plurality-right [Q, M])."""
     spec = pool if isinstance(pool, PoolSpec) else load_pool(pool)
     check_int("n_questions", n_questions, 1, 10**7)
     names = list(spec.model_names) if models is None else list(models)
@@ -272,11 +315,17 @@ def simulated_outcomes(pool: str | PoolSpec, benchmark: str, n_questions: int, n
     if sigma is not None and not sigma > 0:
         raise ValueError(f"simulated_outcomes: sigma must be > 0, got {sigma!r}")
     rows = np.array([spec.model_names.index(m) for m in names], np.int64)
-    t = build_tables(spec, benchmark_suite([benchmark]))
+    if zipf_s is not None and not (math.isfinite(zipf_s) and zipf_s >= 0):
+        raise ValueError(f"simulated_outcomes: zipf_s must be a finite number >= 0, got {zipf_s!r}")
+    suite = benchmark_suite([benchmark])
+    t = build_tables(spec, suite)
+    if zipf_s is not None:
+        t = t._replace(row_dcdf=distractor_cdf(int(suite.options[0]), float(zipf_s))[None, :])
     hits = np.zeros((n_questions, len(rows)))
     answers = np.full((n_questions, len(rows)), -1, np.int64)
-    _outcomes(n_questions, rows, counts, np.array([seed_state(seed)], np.uint64), hits, answers,
+    plural = np.zeros((n_questions, len(rows)))
+    _outcomes(n_questions, rows, counts, np.array([seed_state(seed)], np.uint64), hits, answers, plural,
               -1.0 if sigma is None else float(sigma), t.skill, t.bonus, t.tok_mu, t.tm, t.tt, t.mm, t.md, t.proto,
               t.row_i, t.row_f, t.row_dcdf)
     samples = np.broadcast_to(counts.astype(np.float64), hits.shape).copy()
-    return OutcomeMatrix(names, np.arange(n_questions), hits, samples, answers)
+    return OutcomeMatrix(names, np.arange(n_questions), hits, samples, answers), plural

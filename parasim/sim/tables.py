@@ -133,18 +133,24 @@ def vote_weights(rel: np.ndarray, sens: np.ndarray, spec: np.ndarray) -> tuple[n
     return np.log(rel / (1 - rel)), np.stack([sens, spec, np.log((1 - spec) / sens), np.log(spec / (1 - sens))])
 
 
+def distractor_cdf(options: int, zipf_s: float) -> np.ndarray:
+    """A suite row's cumulative distractor weights over wrong answers 1..A-1 ([NUM_ANSWERS], ones past A-2): Zipf
+    weights j^-zipf_s (A = NUM_ANSWERS for a free-form row, else its option count), as ``wrong_answer`` reads them."""
+    a = NUM_ANSWERS if options == FREE_FORM else options
+    w = np.arange(1, a, dtype=np.float64) ** -zipf_s
+    out = np.ones(NUM_ANSWERS)
+    out[: a - 1] = np.cumsum(w) / w.sum()
+    out[a - 2:] = 1.0
+    return out
+
+
 def build_tables(pool: PoolSpec, suite: TaskSuite) -> SimTables:
     """Join a pool and a suite into the simulator's tables."""
     tools = pool.tools.tools
     rel_logit, md = vote_weights(*vote_probabilities(pool))
     t = suite.tables()
     r = len(suite)
-    dcdf = np.ones((r, NUM_ANSWERS))
-    for j in range(r):
-        a = NUM_ANSWERS if t["row_options"][j] == FREE_FORM else int(t["row_options"][j])
-        w = np.arange(1, a, dtype=np.float64) ** -t["row_zipf"][j]
-        dcdf[j, : a - 1] = np.cumsum(w) / w.sum()
-        dcdf[j, a - 2:] = 1.0
+    dcdf = np.stack([distractor_cdf(int(t["row_options"][j]), float(t["row_zipf"][j])) for j in range(r)])
     return SimTables(
         skill=np.ascontiguousarray(pool.skill, np.float64),
         bonus=np.ascontiguousarray(pool.bonus, np.float64),
