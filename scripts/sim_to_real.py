@@ -349,7 +349,8 @@ def stage_calibrate(paths: dict[str, Path]) -> None:
         right: dict[str, list[bool]] = {}
         for line in open(paths["out"] / "log" / "calls.jsonl"):  # the most accurate model in the log's fresh calls
             call = json.loads(line)
-            if call.get("correct") is not None and call.get("target") is None and call["model"]:
+            fresh = call.get("target") is None or call["target"] < 0  # -1: the call carried no earlier output
+            if call.get("correct") is not None and fresh and call["model"]:
                 right.setdefault(call["model"], []).append(bool(call["correct"]))
         best = max(right, key=lambda m: float(np.mean(right[m])))
         raw.update(name=f"{raw['name']}_mono", models=[m for m in raw["models"] if m["name"] == best])
