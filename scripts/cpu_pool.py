@@ -12,8 +12,9 @@ model directory records the hash of everything its weights depend on); a changed
 
 Why: the simulator's calibration (``parasim calibrate``) and its check (``parasim validate-sim``) need a pool whose
 models really differ, which no single tiny random model gives. The models differ on purpose, as real pools do:
-sizes (d_model 64-192, 2-4 layers), training mixes (math-heavy, code-heavy, generalist, a small knowledge-heavy
-one), step counts, and the part of the fact table each saw. The task family is ``scripts/cpu_pool_tasks.py``.
+sizes (d_model 64-128, 2-3 layers, 0.15-0.69 M parameters), training mixes (math-heavy, code-heavy, generalist,
+a small knowledge-heavy one), learning rates, and the part of the fact table each saw. The task family is
+``scripts/cpu_pool_tasks.py``; the measured accuracies are in ``scripts/cpu_pool.md``.
 
 What each agent tool's prompt is trained to produce (the model sees exactly the text the backend sends:
 ``parasim.real.prompts.agent_messages`` rendered by the chat template with the generation prompt; the loss is on
