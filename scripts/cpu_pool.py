@@ -12,8 +12,9 @@ model directory records the hash of everything its weights depend on); a changed
 
 Why: the simulator's calibration (``parasim calibrate``) and its check (``parasim validate-sim``) need a pool whose
 models really differ, which no single tiny random model gives. The models differ on purpose, as real pools do:
-sizes (d_model 64-192, 2-4 layers), training mixes (math-heavy, code-heavy, generalist, a small knowledge-heavy
-one), step counts, and the part of the fact table each saw. The task family is ``scripts/cpu_pool_tasks.py``.
+sizes (d_model 64-128, 2-3 layers, 0.15-0.69 M parameters), training mixes (math-heavy, code-heavy, generalist,
+a small knowledge-heavy one), learning rates, and the part of the fact table each saw. The task family is
+``scripts/cpu_pool_tasks.py``; the measured accuracies are in ``scripts/cpu_pool.md``.
 
 What each agent tool's prompt is trained to produce (the model sees exactly the text the backend sends:
 ``parasim.real.prompts.agent_messages`` rendered by the chat template with the generation prompt; the loss is on
@@ -69,7 +70,7 @@ REPO = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = REPO / "parasim_out" / "cpu_pool"
 # Part of every cache key: bump it with any change to the task generator, the examples or the training loop that
 # changes the weights a config trains (a change elsewhere, such as to ``measure``, keeps the built pools valid).
-GENERATOR_VERSION = 2
+GENERATOR_VERSION = 1
 _AGENT_TOOLS = (Tool.STANDARD_REASONER, Tool.CRITICAL_REVIEWER, Tool.CODE_REASONER, Tool.KNOWLEDGE_SEARCHER)
 _SUBTASKS = ("Solve it.", "Compute the answer.", "Answer the question.", "Work it out step by step.")
 _REVIEW_SUBTASKS = ("Check the answer {c}.", "Verify the earlier result.", "Is {c} right?", "Review the answer.")
@@ -120,11 +121,11 @@ class PoolConfig:
 POOL = PoolConfig(models=(
     ModelPlan("cp-general", 128, 3, 4, 2, 384, {"math": 0.25, "code": 0.25, "knowledge": 0.25, "science": 0.25},
               {1: 1.0, 2: 0.6, 3: 0.35}, steps=1000, seed=11),
-    ModelPlan("cp-math", 128, 3, 4, 1, 320, {"math": 0.6, "code": 0.1, "knowledge": 0.1, "science": 0.2},
+    ModelPlan("cp-math", 96, 3, 3, 1, 256, {"math": 0.55, "code": 0.15, "knowledge": 0.1, "science": 0.2},
               {1: 1.0, 2: 0.3, 3: 0.15}, steps=1000, seed=12),
-    ModelPlan("cp-code", 96, 4, 3, 1, 256, {"math": 0.1, "code": 0.6, "knowledge": 0.1, "science": 0.2},
+    ModelPlan("cp-code", 96, 3, 3, 1, 256, {"math": 0.15, "code": 0.55, "knowledge": 0.1, "science": 0.2},
               {1: 1.0, 2: 0.3, 3: 0.15}, steps=1000, seed=13),
-    ModelPlan("cp-small", 64, 2, 2, 1, 192, {"math": 0.1, "code": 0.1, "knowledge": 0.5, "science": 0.3},
+    ModelPlan("cp-small", 64, 2, 2, 1, 192, {"math": 0.15, "code": 0.15, "knowledge": 0.45, "science": 0.25},
               {1: 1.0, 2: 0.8, 3: 0.6}, steps=1000, seed=14, lr=5e-3),
 ))
 QUICK = replace(POOL, models=tuple(replace(m, hidden_size=64, num_hidden_layers=1, num_attention_heads=2,
@@ -178,22 +179,14 @@ def _wrong_answer(rng: random.Random, task: T.GenTask) -> str:
     return "".join(digits)
 
 
-def _candidate(rng: random.Random, task: T.GenTask, right: bool) -> tuple[str, str]:
-    """An earlier call's output and the answer it proposes: a worked solution (a wrong one is the solution of a
-    nearby question, so its steps agree with its answer, as a real model's mistakes do), a bare final line, or the
+def _candidate_text(rng: random.Random, task: T.GenTask, candidate: str) -> str:
+    """An earlier call's output that proposes ``candidate``: a worked solution, a bare final line, or the
     ensemble's vote line (the forms ``RealEpisodeEngine`` carries as context)."""
     form = rng.random()
-    miss = None if right else T.near_miss(rng, task)
-    if right or (miss is not None and form < 0.6):
-        shown = task if right else miss
-        candidate = shown.answer
-        body = T.solution(shown) if form < 0.6 else f"Final answer: {candidate}"
-    else:
-        candidate = _wrong_answer(rng, task)
-        body = f"Final answer: {candidate}"
+    body = "\n".join((*task.steps, f"Final answer: {candidate}")) if form < 0.6 else f"Final answer: {candidate}"
     if form >= 0.85:
         body += f"\n\nMajority of 3 samples ({rng.randint(2, 3)} votes): {candidate}"
-    return body, candidate
+    return body
 
 
 def example(rng: random.Random, task: T.GenTask, tool: Tool) -> tuple[list[dict[str, str]], str]:
@@ -201,7 +194,8 @@ def example(rng: random.Random, task: T.GenTask, tool: Tool) -> tuple[list[dict[
     subtask, context = task.question, ""
     if tool is Tool.CRITICAL_REVIEWER:
         right = rng.random() < 0.5
-        context, candidate = _candidate(rng, task, right)
+        candidate = task.answer if right else _wrong_answer(rng, task)
+        context = _candidate_text(rng, task, candidate)
         if rng.random() < 0.25:
             subtask = rng.choice(_REVIEW_SUBTASKS).format(c=candidate)
         target = "\n".join((*task.steps, f"Verdict: {'CORRECT' if right else 'WRONG'}",
@@ -453,7 +447,7 @@ def _phi(a: Sequence[bool], b: Sequence[bool]) -> float | None:
     return round((pab - pa * pb) / math.sqrt(pa * (1 - pa) * pb * (1 - pb)), 3)
 
 
-def measure(out_dir: str | Path, endpoints: str | Path, per_cell: int = 50, chunk: int = 256) -> dict[str, Any]:
+def measure(out_dir: str | Path, endpoints: str | Path, per_cell: int = 50) -> dict[str, Any]:
     """Each served model on the eval suite through ``RealToolBackend`` (the real call path, the endpoints'
     temperature): standard_reasoner and code_reasoner accuracy and output tokens per domain and level,
     critical_reviewer's verdicts on the next model's real standard_reasoner outputs, and the pairwise correlation
@@ -479,14 +473,15 @@ def measure(out_dir: str | Path, endpoints: str | Path, per_cell: int = 50, chun
     models = list(emap["endpoints"])
     backend = RealToolBackend.from_config(emap, pool=None)
 
-    def run(tool: Tool, model: str, contexts: Sequence[str] | None = None) -> list[Any]:
-        calls = [ToolCall(tool, model, t.question) for t in tasks]
-        inputs = [CallInput(t.question, t.options, contexts[i] if contexts else "", _call_seed(int(tool), i))
-                  for i, t in enumerate(tasks)]
-        results = []
-        for i in range(0, len(calls), chunk):
-            results += backend.run_round(calls[i:i + chunk], inputs[i:i + chunk])
-        return results
+    def run(jobs: Sequence[tuple[Tool, str, Sequence[str] | None]]) -> list[list[Any]]:
+        """Every (tool, model, contexts) job over all tasks, all models' calls in flight together."""
+        calls, inputs = [], []
+        for tool, model, contexts in jobs:
+            calls += [ToolCall(tool, model, t.question) for t in tasks]
+            inputs += [CallInput(t.question, t.options, contexts[i] if contexts else "", _call_seed(int(tool), i))
+                       for i, t in enumerate(tasks)]
+        results = backend.run_round(calls, inputs)  # the endpoints' max_concurrency paces them
+        return [results[j * len(tasks):(j + 1) * len(tasks)] for j in range(len(jobs))]
 
     def correct(result: Any, task: Any) -> bool:
         return result.status.name == "OK" and default_verifier(result.extra.get("answer", ""), task)
@@ -495,9 +490,11 @@ def measure(out_dir: str | Path, endpoints: str | Path, per_cell: int = 50, chun
     errors, standard = {}, {}
     start = time.perf_counter()
     try:
-        for model in models:
-            res = standard[model] = run(Tool.STANDARD_REASONER, model)
-            code = run(Tool.CODE_REASONER, model)
+        done = run([(tool, model, None) for model in models
+                    for tool in (Tool.STANDARD_REASONER, Tool.CODE_REASONER)])
+        for j, model in enumerate(models):
+            res = standard[model] = done[2 * j]
+            code = done[2 * j + 1]
             errors[model] = [not correct(r, t) for r, t in zip(res, tasks)]
             table: dict[str, Any] = {}
             for key in sorted(cells):
@@ -509,20 +506,20 @@ def measure(out_dir: str | Path, endpoints: str | Path, per_cell: int = 50, chun
                     "not_ok": sum(res[i].status.name != "OK" for i in idx)}
             report["models"][model] = {"cells": table,
                                        "standard_accuracy": round(1 - sum(errors[model]) / len(tasks), 3)}
-        for j, model in enumerate(models):  # each reviewer checks the next model's real outputs
-            other = models[(j + 1) % len(models)]
-            contexts = [r.output if r.status.name == "OK" else "" for r in standard[other]]
-            reviews = run(Tool.CRITICAL_REVIEWER, model, contexts)
-            flags = {True: [], False: []}
-            for r, wrong, ctx in zip(reviews, errors[other], contexts):
+        # each reviewer checks the next model's real standard_reasoner outputs
+        others = [models[(j + 1) % len(models)] for j in range(len(models))]
+        contexts = {m: [r.output if r.status.name == "OK" else "" for r in standard[m]] for m in models}
+        reviews = run([(Tool.CRITICAL_REVIEWER, model, contexts[other]) for model, other in zip(models, others)])
+        for model, other, review in zip(models, others, reviews):
+            flags: dict[bool, list[bool]] = {True: [], False: []}
+            for r, wrong, ctx in zip(review, errors[other], contexts[other]):
                 if ctx and r.status.name == "OK":
                     flags[wrong].append(r.extra.get("flagged") is True)
-            report["models"][model]["review_of"] = other
-            report["models"][model]["flag_rate_when_wrong"] = round(sum(flags[True]) / max(1, len(flags[True])), 3)
-            report["models"][model]["flag_rate_when_right"] = round(sum(flags[False]) / max(1, len(flags[False])),
-                                                                    3)
-            report["models"][model]["review_accuracy"] = round(
-                sum(correct(r, t) for r, t in zip(reviews, tasks)) / len(tasks), 3)
+            entry = report["models"][model]
+            entry["review_of"] = other
+            entry["flag_rate_when_wrong"] = round(sum(flags[True]) / max(1, len(flags[True])), 3)
+            entry["flag_rate_when_right"] = round(sum(flags[False]) / max(1, len(flags[False])), 3)
+            entry["review_accuracy"] = round(sum(correct(r, t) for r, t in zip(review, tasks)) / len(tasks), 3)
     finally:
         backend.close()
     report["error_correlation"] = {f"{a}~{b}": _phi(errors[a], errors[b])

@@ -15,9 +15,7 @@ index), so a seed gives the same tasks on every machine:
   about facts the models were trained on (phrased the same way); only math, code and science eval questions are
   unseen.
 - science (``generic_science``): which of four numbers is largest (or smallest), as multiple choice; the level
-  sets how alike the numbers are (1: different lengths, 4: 3-digit numbers a few apart). The worked line names
-  the number, then its option letter (found by matching the number, which small models learn far sooner than
-  picking the letter directly).
+  sets how alike the numbers are (1: different lengths, 4: 3-digit numbers a few apart).
 
 ``solution`` writes the worked text ending in ``Final answer: X`` (what ``parasim.real.prompts.extract_answer``
 reads); ``program`` the Python that prints the answer (what code_reasoner's sandbox runs).
@@ -25,7 +23,7 @@ reads); ``program`` the Python that prints the answer (what code_reasoner's sand
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 DOMAINS: tuple[str, ...] = ("math", "code", "knowledge", "science")
 LEVELS: dict[str, tuple[int, ...]] = {"math": (1, 2, 3, 4), "code": (1, 2, 3, 4), "knowledge": (1, 2, 3),
@@ -180,7 +178,7 @@ def science_task(seed: int, level: int, index: int) -> GenTask:
     letter = "ABCD"[options.index(str(pick))]
     word = "largest" if largest else "smallest"
     return GenTask(f"science-L{level}-{index:05d}", "science", level, f"Which number is the {word}?", letter,
-                   options=tuple(options), steps=(f"The {word} is {pick}, option {letter}.",))
+                   options=tuple(options), steps=(f"The {word} is {pick}.",))
 
 
 def generate(seed: int, domain: str, level: int, index: int, facts: list[tuple[str, int, int]] | None = None
@@ -220,45 +218,3 @@ def suite(seed: int, per_cell: int, offset: int = 0, exclude: frozenset[str] = f
                 tasks.append(task)
                 count += 1
     return tasks
-
-
-def trace(statements: list[str]) -> tuple[str, ...]:
-    """The value of x after each statement of a straight-line program (``x = 3``, ``x = x * 2``, ...)."""
-    steps, x = [], 0
-    for statement in statements:
-        rhs = statement.split("=", 1)[1].strip()
-        if rhs.startswith("x "):
-            op, k = rhs[2], int(rhs[4:])
-            x = x * k if op == "*" else x + k if op == "+" else x - k
-        else:
-            x = int(rhs)
-        steps.append(f"x = {x}")
-    return tuple(steps)
-
-
-def near_miss(rng: random.Random, task: GenTask) -> GenTask | None:
-    """A wrong answer with worked steps that agree with it, as a real model's mistake looks: the right solution of
-    a nearby question (an operand or the start value a little off, the runner-up option, another registry
-    number). None when the nearby question has the same answer."""
-    if task.domain == "math":
-        a, b = map(int, task.expression.split(" + "))
-        b2 = b + rng.choice([d for d in range(-9, 10) if d and len(str(b + d)) == len(str(b)) and b + d >= 0]
-                           or [1])
-        miss = replace(task, answer=str(a + b2), steps=column_steps(a, b2))
-    elif task.domain == "code":
-        statements = task.expression.split("; ")[:-1]
-        start = int(statements[0].split("=")[1]) + rng.choice((-2, -1, 1, 2))
-        steps = trace([f"x = {start}", *statements[1:]])
-        miss = replace(task, answer=steps[-1].split("= ")[1], steps=steps)
-    elif task.domain == "science":
-        values = [int(v) for v in task.options]
-        largest = "largest" in task.question
-        runner_up = sorted(values, reverse=largest)[1]
-        letter = "ABCD"[values.index(runner_up)]
-        word = "largest" if largest else "smallest"
-        miss = replace(task, answer=letter, steps=(f"The {word} is {runner_up}, option {letter}.",))
-    else:
-        name = task.steps[0].split(" is registered")[0]
-        number = rng.randint(100, 999)
-        miss = replace(task, answer=str(number), steps=(f"{name} is registered as {number}.",))
-    return None if miss.answer == task.answer else miss
