@@ -156,6 +156,7 @@ def test_a_trained_checkpoint_writes_a_final_answer_line_in_transformers(tmp_pat
 
 @pytest.mark.slow
 @pytest.mark.vllm
+@pytest.mark.pool_tier  # out of the README's command (its 10-minute budget): .ci/run runs it with the sim-to-real tier
 def test_served_pool_answers_through_the_real_backend(tmp_path: Path):
     if not VLLM_PYTHON.exists():
         pytest.skip(f"no vLLM environment at {VLLM_PYTHON}: run scripts/setup_vllm_venv.sh (or set "
