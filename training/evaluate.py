@@ -87,13 +87,6 @@ def check_eval_pool(cfg: Any) -> None:
                           "has one head per tool of the training pool's spec")
 
 
-def _tool_names(pool: str) -> tuple[str, ...]:
-    """The tools of a pool's tool spec, in its per-tool column order (``tool_dist``'s)."""
-    from parasim.pools.pool import load_pool
-
-    return load_pool(pool).tools.names
-
-
 def _tool_layout(pool: Any) -> tuple[tuple[str, bool], ...]:
     """What the policy's per-tool heads depend on: each tool's name and kind, in the spec's order."""
     return tuple((t.name, t.is_agent) for t in pool.tools.tools)
@@ -187,16 +180,17 @@ def evaluate_stack(stack: PolicyStack, cfgs: Sequence[Any], seeds: Sequence[int]
             actor = stack_actor(stack, [m for m, _ in chunk], np.cumsum([0] + [b.lanes for b in blocks]), gens,
                                 [e.greedy for e in evals], model_descriptors(envs))
             ro = collect_blocks(actor, envs, blocks)
+            tool_names = list(envs.unwrapped.sim.pool.tools.names)  # the pool's spec: tool_dist's column order
             envs.close()
             for b, (decisions, (m, i)) in enumerate(zip(ro.block_decisions(), chunk)):
-                found[m, i] = _measured(ro.member(b, decisions), cfgs[m].reward)
+                found[m, i] = {**_measured(ro.member(b, decisions), cfgs[m].reward), "tool_names": tool_names}
     out = []
     for m, member in enumerate(targets):
         suites = len(_suites(cfgs[m]))
         own = {s: found[m, i]["metrics"]["accuracy"] for i, (_, s) in enumerate(member[:suites])}
         result: dict[str, Any] = {**found[m, 0]["metrics"], "acc_by_benchmark": found[m, 0]["acc_by_benchmark"],
                                   "trajectories": found[m, 0]["trajectories"], "acc_by_suite": own,
-                                  "tool_names": list(_tool_names(cfgs[m].env.pool))}
+                                  "tool_names": found[m, 0]["tool_names"]}
         if len(member) > suites:  # eval.pool: its metrics on the training suite, its accuracy per suite
             result["eval_pool"] = {"pool": member[suites][0], **found[m, suites]["metrics"],
                                    "acc_by_benchmark": found[m, suites]["acc_by_benchmark"],
