@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import os
 import signal
@@ -43,11 +44,12 @@ from typing import Any
 import numpy as np
 
 from parasim.config.writes import atomic_write_bytes, atomic_write_json
+from parasim.real.serve_pool import stop_process_groups
+from training.procgroup import die_with_parent
 
 REPO = Path(__file__).resolve().parents[1]
 
 BEGIN, END = "<!-- sim_to_real:begin -->", "<!-- sim_to_real:end -->"
-METRICS = ("accuracy", "tokens", "cost_units", "usd", "latency_s", "rounds", "calls_per_round")
 
 
 @dataclass(frozen=True)
@@ -77,7 +79,6 @@ MANAGERS: dict[str, list[str]] = {
     "serial": ["--config", "serial"],
     "mono": [],  # the mono pool replaces env.pool
 }
-BASELINES = ("expert", "random")  # scripted managers evaluated beside the trained ones
 RANKED = (("default", "c_tar=2"), ("default", "serial"), ("default", "mono"))  # pairs whose order is compared
 
 
@@ -193,15 +194,6 @@ def serving_here(serving: Path, out: Path) -> Path:
     return path
 
 
-def _stop_with_parent() -> None:
-    """In the serve-pool child: SIGTERM when this script dies, even by SIGKILL (Linux's parent-death signal), so that
-    no server outlives the run; serve-pool then stops its vLLM servers."""
-    import ctypes
-
-    PR_SET_PDEATHSIG = 1
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-
-
 @contextlib.contextmanager
 def served(serving: Path, out: Path, timeout_s: float = 900.0) -> Iterator[Path]:
     """``parasim serve-pool`` in a session of its own for the block's duration, on free ports; yields the endpoint
@@ -212,8 +204,9 @@ def served(serving: Path, out: Path, timeout_s: float = 900.0) -> Iterator[Path]
     log = open(out / "serve_pool.log", "w")
     argv = [sys.executable, "-m", "parasim", "serve-pool", "--config", str(serving), "--endpoints-out", str(endpoints)]
     say("$ " + " ".join(argv[1:]))
+    # SIGTERM to serve-pool when this script dies, even by SIGKILL, so that it stops its servers: none outlives the run
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True, cwd=REPO,
-                            preexec_fn=_stop_with_parent)
+                            preexec_fn=functools.partial(die_with_parent, os.getpid(), signal.SIGTERM))
     previous = signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
         deadline = time.monotonic() + timeout_s
@@ -228,13 +221,7 @@ def served(serving: Path, out: Path, timeout_s: float = 900.0) -> Iterator[Path]
         say(f"pool served: {endpoints}")
         yield endpoints
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        stop_process_groups([proc], grace_s=60.0)
         log.close()
         signal.signal(signal.SIGTERM, previous)
 
@@ -420,17 +407,12 @@ def stage_evaluate(loop: LoopConfig, paths: dict[str, Path], endpoints: Path, ta
             arrays[f"{side}_tool_counts"] = np.asarray(batch.tool_counts, np.float64)
             arrays[f"{side}_benchmark"] = np.asarray(result["benchmark"], np.int64)
         atomic_write_json(folder / "summary.json", {
-            "sim": {**result_metrics(sim), "acc_by_benchmark": sim["acc_by_benchmark"]},
-            "real": {**result_metrics(real), "acc_by_benchmark": real["acc_by_benchmark"]}, "real_wall_s": wall})
+            "sim": {**sim["metrics"], "acc_by_benchmark": sim["acc_by_benchmark"]},
+            "real": {**real["metrics"], "acc_by_benchmark": real["acc_by_benchmark"]}, "real_wall_s": wall})
         buf = _npz(arrays)
         atomic_write_bytes(folder / "episodes.npz", buf)
         say(f"evaluate {name}: predicted {sim['metrics']['accuracy']:.3f}, measured {real['metrics']['accuracy']:.3f} "
             f"({wall:.0f} s)")
-
-
-def result_metrics(result: dict[str, Any]) -> dict[str, Any]:
-    """The JSON-ready part of ``evaluate_on``'s metrics."""
-    return {k: v for k, v in result["metrics"].items()}
 
 
 def _npz(arrays: dict[str, np.ndarray]) -> bytes:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import subprocess
 from pathlib import Path
@@ -18,6 +17,7 @@ import pytest
 import torch
 from tiny_lm import build_tiny_lm
 
+from parasim.real.serve_pool import stop_process_groups
 from training.llm import grpo, runtime
 from training.llm.data import ROLE_MANAGER
 
@@ -53,12 +53,7 @@ def server(tmp_path_factory: pytest.TempPathFactory):
     except TimeoutError:
         pytest.fail("vLLM server did not start:\n" + (root / "server.log").read_text()[-3000:])
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_process_groups([proc], grace_s=60.0)
         log.close()
 
 

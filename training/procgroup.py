@@ -35,11 +35,12 @@ R = TypeVar("R")
 _PR_SET_PDEATHSIG = 1  # from <sys/prctl.h>
 
 
-def die_with_parent(parent_pid: int) -> None:
-    """Make the calling process die when ``parent_pid``, its parent, does; exit now if that has happened."""
+def die_with_parent(parent_pid: int, signo: int = signal.SIGKILL) -> None:
+    """Make the calling process die when ``parent_pid``, its parent, does (on Linux by ``signo``: SIGTERM lets a
+    process stop what it started, as serve-pool stops its servers); exit now if that has happened."""
     if sys.platform.startswith("linux"):
         libc = ctypes.CDLL(None, use_errno=True)
-        if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+        if libc.prctl(_PR_SET_PDEATHSIG, signo, 0, 0, 0) != 0:
             err = ctypes.get_errno()
             raise OSError(err, f"prctl(PR_SET_PDEATHSIG): {os.strerror(err)}")
     else:

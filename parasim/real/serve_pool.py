@@ -30,7 +30,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -249,17 +249,7 @@ class ServerPool:
 
     def stop(self) -> None:
         """SIGTERM every server's process group, wait ``grace_s``, SIGKILL what is left, reap."""
-        for proc in self.procs.values():
-            _signal_group(proc.pid, signal.SIGTERM)
-        deadline = time.monotonic() + self.config.grace_s
-        for proc in self.procs.values():
-            try:
-                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
-        for proc in self.procs.values():
-            _signal_group(proc.pid, signal.SIGKILL)  # children that outlived their parent, if any
-            proc.wait()
+        stop_process_groups(self.procs.values(), self.config.grace_s)
 
     def __enter__(self) -> ServerPool:
         self.start()
@@ -267,6 +257,23 @@ class ServerPool:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def stop_process_groups(procs: Iterable[subprocess.Popen], grace_s: float) -> None:
+    """Stop processes that each lead a process group of their own (``start_new_session``): SIGTERM every group, wait
+    up to ``grace_s`` in all, then SIGKILL each group (children that outlived their parent, if any) and reap."""
+    procs = list(procs)
+    for proc in procs:
+        _signal_group(proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    for proc in procs:
+        try:
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
+    for proc in procs:
+        _signal_group(proc.pid, signal.SIGKILL)
+        proc.wait()
 
 
 def _signal_group(pgid: int, signo: int) -> None:
