@@ -144,7 +144,7 @@ class ParaOrchVectorEnv(VectorEnv):
               options: dict[str, Any] | None = None) -> tuple[dict[str, np.ndarray], dict]:
         seeds = check_lane_seeds(seed, self.num_envs)
         options = check_option_keys(options, ("reset_mask", *RESET_OPTIONS), "ParaOrch-v0 (vector)")
-        super().reset(seed=seeds[0] if isinstance(seed, int | np.integer) else None)
+        super().reset(seed=int(seeds[0]) if isinstance(seed, int | np.integer) else None)
         mask = np.ones(self.num_envs, bool)
         if "reset_mask" in options:
             mask = np.asarray(options["reset_mask"])
@@ -155,10 +155,10 @@ class ParaOrchVectorEnv(VectorEnv):
         self._episode_prices = self._episode_prices or "tool_prices" in options
         if seeds is None and not self._seeded:
             first = self._initial_seed if self._initial_seed is not None else int(self.np_random.integers(2**62))
-            seeds = [first + i for i in range(self.num_envs)]
+            seeds = np.arange(self.num_envs, dtype=np.int64) + first
         lanes = np.flatnonzero(mask)
         if seeds is not None:
-            self.sim.seed([seeds[i] for i in lanes], lanes)
+            self.sim.seed(seeds[lanes], lanes)
             self._seeded = True
         self.sim.reset(mask.astype(np.uint8), *task)
         self._autoreset[mask] = 0

@@ -103,6 +103,31 @@ def test_vector_env_seeds_follow_the_single_env(seed, error, words):
         envs.reset(seed=seed)
 
 
+@pytest.mark.parametrize(("seed", "error", "words"), [
+    (np.array([0, -5, 2]), ValueError, r"seed\[1\]: expected an integer in \[0, "),
+    (np.array([0, 1, 2**63], np.uint64), ValueError, r"seed\[2\]"),
+    (np.array([0, 1]), ValueError, "seed: expected an int or 3 seeds"),
+    (np.array([0.0, 1.0, 2.0]), TypeError, r"seed\[0\]"),
+])
+def test_vector_env_seed_arrays_are_checked_like_lists(seed, error, words):
+    envs = gym.make_vec("ParaOrch-v0", num_envs=3, vectorization_mode="vector_entry_point")
+    with pytest.raises(error, match=words):
+        envs.reset(seed=seed)
+
+
+def test_vector_env_seed_array_equals_seed_list():
+    a = gym.make_vec("ParaOrch-v0", num_envs=3, vectorization_mode="vector_entry_point")
+    b = gym.make_vec("ParaOrch-v0", num_envs=3, vectorization_mode="vector_entry_point")
+    oa, _ = a.reset(seed=[7, 2**62, 3])
+    ob, _ = b.reset(seed=np.array([7, 2**62, 3], np.uint64))
+    for _ in range(3):
+        for k in oa:
+            np.testing.assert_array_equal(oa[k], ob[k])
+        act = a.action_space.sample()
+        oa, *_ = a.step(act)
+        ob, *_ = b.step(act)
+
+
 def test_vector_env_seed_list_equals_int_seed():
     a = gym.make_vec("ParaOrch-v0", num_envs=3, vectorization_mode="vector_entry_point")
     b = gym.make_vec("ParaOrch-v0", num_envs=3, vectorization_mode="vector_entry_point")

@@ -105,7 +105,7 @@ class Block:
     group_size: int
 
 
-def block_reset(envs: gym.vector.VectorEnv, block: Block) -> tuple[list[int], np.ndarray, np.ndarray]:
+def block_reset(envs: gym.vector.VectorEnv, block: Block) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The reset of one block: lane seeds, task index and task seed per lane.
 
     Each block of ``group_size`` lanes plays one task with independent tool randomness: each group's task index is
@@ -122,7 +122,7 @@ def block_reset(envs: gym.vector.VectorEnv, block: Block) -> tuple[list[int], np
     task_index = rng.choice(env.num_tasks, size=n // g, p=env.task_weights())
     task_seed = rng.integers(2**62, size=n // g)
     lane_seeds = np.random.SeedSequence([block.seed, 1]).generate_state(n, np.uint32)
-    return [int(s) for s in lane_seeds], np.repeat(task_index, g), np.repeat(task_seed, g)
+    return lane_seeds.astype(np.int64), np.repeat(task_index, g), np.repeat(task_seed, g)
 
 
 def reset_blocks(envs: gym.vector.VectorEnv, blocks: Sequence[Block]) -> dict[str, np.ndarray]:
@@ -130,7 +130,7 @@ def reset_blocks(envs: gym.vector.VectorEnv, blocks: Sequence[Block]) -> dict[st
     if sum(b.lanes for b in blocks) != envs.num_envs:
         raise ValueError(f"blocks of {[b.lanes for b in blocks]} lanes do not fill num_envs={envs.num_envs}")
     parts = [block_reset(envs, b) for b in blocks]
-    obs, _ = envs.reset(seed=[s for p in parts for s in p[0]],
+    obs, _ = envs.reset(seed=np.concatenate([p[0] for p in parts]),
                         options={"task_index": np.concatenate([p[1] for p in parts]),
                                  "task_seed": np.concatenate([p[2] for p in parts])})
     return obs

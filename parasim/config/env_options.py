@@ -72,20 +72,30 @@ def check_seed(seed: Any, name: str = "seed") -> int | None:
     return check_int(name, seed, 0, SEED_LIMIT - 1)
 
 
-def check_lane_seeds(seed: Any, num_envs: int) -> list[int] | None:
-    """A vector env's reset seed: None, an int ``s`` (lane ``i`` gets ``s + i``) or one int per lane, each in
-    ``[0, 2**63)``, as the single env takes them (so ``seed=[-5] * N`` is refused there as ``seed=-5`` is here)."""
+def check_lane_seeds(seed: Any, num_envs: int) -> np.ndarray | None:
+    """A vector env's reset seed as int64[num_envs]: None, an int ``s`` (lane ``i`` gets ``s + i``) or one int per
+    lane, each in ``[0, 2**63)``, as the single env takes them (so ``seed=[-5] * N`` is refused there as ``seed=-5``
+    is here). An integer NumPy array is checked in one pass: a trainer reseeds every lane at every collection, and
+    the per-seed check of a list was the largest Python cost of a population's reset."""
     if seed is None:
         return None
     if isinstance(seed, int | np.integer) and not isinstance(seed, bool | np.bool_):
         first = check_int("seed", seed, 0, SEED_LIMIT - num_envs)
-        return [first + i for i in range(num_envs)]
+        return np.arange(num_envs, dtype=np.int64) + first
+    if isinstance(seed, np.ndarray) and seed.dtype.kind in "iu" and seed.ndim == 1:
+        if len(seed) != num_envs:
+            raise ValueError(f"seed: expected an int or {num_envs} seeds (one per lane), got {len(seed)}")
+        bad = np.flatnonzero((seed < 0) | (seed > SEED_LIMIT - 1)) if len(seed) else ()
+        if len(bad):
+            i = int(bad[0])
+            check_int(f"seed[{i}]", seed[i], 0, SEED_LIMIT - 1)  # raises, naming the lane
+        return seed.astype(np.int64)
     if isinstance(seed, str | bytes) or not isinstance(seed, Iterable):
         raise TypeError(f"seed: expected None, an int or {num_envs} ints, got {type(seed).__name__} {seed!r}")
     seeds = list(seed)
     if len(seeds) != num_envs:
         raise ValueError(f"seed: expected an int or {num_envs} seeds (one per lane), got {len(seeds)}")
-    return [check_int(f"seed[{i}]", s, 0, SEED_LIMIT - 1) for i, s in enumerate(seeds)]
+    return np.array([check_int(f"seed[{i}]", s, 0, SEED_LIMIT - 1) for i, s in enumerate(seeds)], np.int64)
 
 
 def check_mapping(name: str, value: Any) -> dict[str, Any]:

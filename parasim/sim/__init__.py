@@ -111,7 +111,7 @@ class Simulator:
         idx = np.arange(self.num_lanes) if lanes is None else np.asarray(lanes)
         n = min(len(idx), len(seeds))
         idx = idx[:n]
-        states = seed_states(list(seeds)[:n])
+        states = seed_states(seeds[:n])
         self.state.rng[idx] = states
         self._lanes.lanes["opt_rng"][idx] = states ^ np.uint64(OPT_TAG)  # ``option_stream`` of each seed
         self.state.st_i[idx, I_EPISODE] = 0
@@ -168,7 +168,7 @@ class Simulator:
                 raise ValueError(f"task_seeds: expected {self.num_lanes} integers, got shape {np.shape(task_seeds)}")
             task[:, TASK_KEYED] = 1
             reset = np.flatnonzero(m)
-            self.state.task_rng[reset] = seed_states([task_seeds[i] for i in reset])
+            self.state.task_rng[reset] = seed_states(np.asarray(task_seeds)[reset])
         if preference is not None or tools_available is not None or tool_prices is not None:
             t = self.num_tools
             for name, value, width in (("preference", preference, t + 3), ("tools_available", tools_available, t),

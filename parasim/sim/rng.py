@@ -30,7 +30,11 @@ def seed_state(seed: int) -> np.uint64:
 def seed_states(seeds: list[int] | np.ndarray) -> np.ndarray:
     """``seed_state`` of every seed at once (uint64[n], the same numbers): a vector env seeds thousands of lanes
     per reset, and the per-seed Python call was about a tenth of a GRPO collection."""
-    z = np.array([int(s) & _MASK for s in seeds], dtype=np.uint64) * np.uint64(_GOLDEN) + np.uint64(0x632BE59BD9B4E019)
+    if isinstance(seeds, np.ndarray) and seeds.dtype.kind in "iu":  # two's complement, as ``int(s) & _MASK``
+        z = seeds.astype(np.uint64)
+    else:
+        z = np.array([int(s) & _MASK for s in seeds], dtype=np.uint64)
+    z = z * np.uint64(_GOLDEN) + np.uint64(0x632BE59BD9B4E019)
     z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
     z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
     return z ^ (z >> np.uint64(31))
