@@ -3,7 +3,20 @@
 // grid of C configs reads the batch once and the cost is dominated by writing the C x N output.
 #pragma once
 
+#include <cstdint>
+#include <cstring>
+#if defined(__SSE2__)
+#include <emmintrin.h>  // _mm_stream_pd, _mm_sfence
+#endif
+
 #include "common.hpp"
+
+// An AVX2 clone beside the baseline, chosen at load time (an ifunc: x86-64 ELF only; elsewhere the one baseline).
+#if defined(__x86_64__) && defined(__ELF__)
+#define PARASIM_AVX2_CLONE __attribute__((target_clones("avx2", "default")))
+#else
+#define PARASIM_AVX2_CLONE
+#endif
 
 namespace parasim {
 
@@ -153,13 +166,13 @@ constexpr int kNumPrefix3 = sizeof(kPrefix3Params) / sizeof(int);
 constexpr int kNumLength = sizeof(kLengthParams) / sizeof(int);
 
 struct RewardScratch {
-  std::vector<double> norm, par, sqrt_usd, fmt, no_final, distinct, prefix3, prefix4;
+  std::vector<double> norm, par, sqrt_usd, fmt, no_final, distinct, prefix3, prefix4, stage;
   double key3[kNumPrefix3], key4[kNumLength];
   bool has3 = false, has4 = false;  // whether prefix3 / prefix4 hold this block's sums (reset per block)
   RewardScratch(bool ranges, int num_features)
       : norm(ranges ? num_features * kRewardBlock : 0), par(kRewardBlock), sqrt_usd(kRewardBlock),
         fmt(kRewardBlock), no_final(kRewardBlock), distinct(kRewardBlock), prefix3(kRewardBlock),
-        prefix4(kRewardBlock) {}
+        prefix4(kRewardBlock), stage(kRewardBlock) {}
 };
 
 // The paramanager terms of one config, each per trajectory; score_config (with components) and
@@ -197,7 +210,7 @@ inline bool same_params(double* key, const double* p, const int (&ids)[K]) {
 // Cloned for AVX2 (4 doubles a vector instead of SSE2's 2; chosen at load time): with the sums shared, the per-config
 // loop is short enough for the width to show (0.093 -> 0.061 CPU s for 64 x 1e6). -ffp-contract=off (CMakeLists.txt)
 // keeps FMA out of either clone, so the floats are those of the components path.
-__attribute__((target_clones("avx2", "default"))) inline void score_paramanager_totals(
+PARASIM_AVX2_CLONE inline void score_paramanager_totals(
     const BatchView& b, const double* p, int64_t b0, int64_t m, RewardScratch& sc, double* __restrict out) {
   const Paramanager f(p);
   double* __restrict s3 = sc.prefix3.data();
@@ -342,10 +355,37 @@ inline void normalize_runs(const BatchView& b, int64_t b0, int64_t b1, double* n
   }
 }
 
+// Output grids larger than this are written with non-temporal stores: a 64 x 1e6 grid (512 MB) is never read back
+// from cache, and a plain store first reads each line it writes (read-for-ownership), so streaming the rows halves
+// the traffic of the grid's one unavoidable cost. Smaller outputs (an env step's rewards, read back at once) keep
+// plain stores, which leave them in cache.
+constexpr int64_t kStreamBytes = int64_t{32} << 20;
+
+// dst[0, m) = src[0, m) with non-temporal stores (16-byte aligned runs; the unaligned head and tail plainly); a plain
+// copy where the CPU has no SSE2.
+inline void stream_copy(double* __restrict dst, const double* __restrict src, int64_t m) {
+#if defined(__SSE2__)
+  int64_t j = 0;
+  for (; j < m && (reinterpret_cast<uintptr_t>(dst + j) & 15) != 0; ++j) dst[j] = src[j];
+  for (; j + 2 <= m; j += 2) _mm_stream_pd(dst + j, _mm_loadu_pd(src + j));
+  for (; j < m; ++j) dst[j] = src[j];
+#else
+  std::memcpy(dst, src, static_cast<size_t>(m) * sizeof(double));
+#endif
+}
+
+// Orders this thread's non-temporal stores before what follows (the join that hands the output to the caller).
+inline void stream_fence() {
+#if defined(__SSE2__)
+  _mm_sfence();
+#endif
+}
+
 // Score trajectories [b0, b1) under every config. totals: [C, n]; comps: [kNumComponents, n] or null
 // (only with C == 1). Toolorchestra needs `runs` (sorted short groups) or the group range table `gr`.
 inline void score_block(const BatchView& b, const double* params, int64_t C, bool runs, const GroupRange* gr,
-                        bool row_pref, int64_t b0, int64_t b1, double* totals, double* comps, RewardScratch& sc) {
+                        bool row_pref, bool stream, int64_t b0, int64_t b1, double* totals, double* comps,
+                        RewardScratch& sc) {
   const int64_t m = b1 - b0;
   if (runs) normalize_runs(b, b0, b1, sc.norm.data());
   if (gr != nullptr) {
@@ -371,7 +411,8 @@ inline void score_block(const BatchView& b, const double* params, int64_t C, boo
   sc.has3 = sc.has4 = false;  // a new block: no shared sums yet
   for (int64_t c = 0; c < C; ++c) {
     const double* p = params + c * width;
-    double* t = totals + c * b.n + b0;
+    double* row = totals + c * b.n + b0;
+    double* t = stream ? sc.stage.data() : row;  // streamed: scored in cache, then copied out past it
     if (comps == nullptr && static_cast<int>(p[kFormula]) == kParamanager) {
       score_paramanager_totals(b, p, b0, m, sc, t);
     } else if (row_pref) {
@@ -381,6 +422,7 @@ inline void score_block(const BatchView& b, const double* params, int64_t C, boo
       if (comps != nullptr) score_config<true, false>(b, p, b0, m, sc, t, comps);
       else score_config<false, false>(b, p, b0, m, sc, t, nullptr);
     }
+    if (stream) stream_copy(row, t, m);
   }
 }
 
@@ -395,11 +437,13 @@ inline void score_rewards(const BatchView& b, const double* params, int64_t C, d
   if (need_ranges && !runs) gr = group_ranges(b);  // any other layout: one pass for the table first
   const GroupRange* table = need_ranges && !runs ? &gr : nullptr;
   const int64_t nblocks = (b.n + kRewardBlock - 1) / kRewardBlock;
+  const bool stream = comps == nullptr && C * b.n * static_cast<int64_t>(sizeof(double)) >= kStreamBytes;
   parallel_for(nblocks, 16, [&](int, int64_t lo, int64_t hi) {
     RewardScratch sc(need_ranges, b.num_features());
     for (int64_t blk = lo; blk < hi; ++blk)
-      score_block(b, params, C, runs, table, rows, blk * kRewardBlock, std::min(b.n, (blk + 1) * kRewardBlock),
-                  totals, comps, sc);
+      score_block(b, params, C, runs, table, rows, stream, blk * kRewardBlock,
+                  std::min(b.n, (blk + 1) * kRewardBlock), totals, comps, sc);
+    if (stream) stream_fence();  // this thread's streamed rows are visible before the caller reads them
   });
 }
 
