@@ -7,6 +7,8 @@
   NumPy-batched CartPole (``CartPoleVectorEnv``, the same lanes), and the compiled env on two threads
   (``num_threads=2``) against one thread; each row alternates short slices of the two (ABAB, after a warm-up) and
   reports the median of the per-pair ratios of lane-steps/s in ``extra_info["ratio"]`` (goals: >= 0.2 and >= 1.7).
+  ``compute_two_threads_vs_one`` is the same pair for arithmetic alone (``_compute_blocks``), the ceiling of
+  ``two_threads_vs_one`` on this machine: a VM's two vCPUs can share one physical core, or wait for each other.
 - group ``vector env lane-step cost``: the compiled env at 1,024 and 4,096 lanes, each round the same number of
   lane-steps (4x the steps at 1,024 lanes): equal times mean a lane-step costs the same with 4x the lanes, i.e.
   that the larger state (about 4 MB of lane records and observations at 4,096 lanes) does not slow each lane down.
@@ -19,14 +21,17 @@ benchmark once, untimed, as a smoke test.
 """
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 
 import gymnasium as gym
+import numba
 import numpy as np
 import pytest
 from bench_env import NumpyReferenceEnv
 from bench_policy import policy_actions
+from numba import njit, prange
 
 import parasim  # noqa: F401  (registers the envs)
 
@@ -70,6 +75,37 @@ def _threaded(threads: int) -> Callable[[int, int], tuple[Callable[[np.ndarray],
     return make
 
 
+@njit(parallel=True, cache=True)
+def _compute_blocks(out: np.ndarray, work: int) -> None:
+    """Arithmetic only (no memory traffic) in 64 blocks over numba's threads, as the env's step splits its lanes:
+    what two threads of this machine give when nothing but the cores is shared."""
+    for c in prange(64):
+        s = 0.0
+        for i in range(work):
+            s += math.exp(-((i * 7 + c) % 1000) * 1e-3)
+        out[c] = s
+
+
+def _compute(threads: int) -> Callable[[int, int], tuple[Callable[[np.ndarray], object], np.ndarray]]:
+    """The yardstick of ``two_threads_vs_one``: ``_compute_blocks`` on ``threads`` threads, sized like one env step
+    at ``lanes`` lanes (about 0.35 us of work per lane)."""
+    def make(lanes: int, steps: int) -> tuple[Callable[[np.ndarray], object], np.ndarray]:
+        out = np.zeros(64)
+        work = lanes * 40 // 64
+
+        def step(_: np.ndarray) -> None:
+            before = numba.get_num_threads()
+            numba.set_num_threads(threads)
+            try:
+                _compute_blocks(out, work)
+            finally:
+                numba.set_num_threads(before)
+
+        step(np.zeros(1))  # compiled before the timed slices
+        return step, np.zeros((steps, lanes))
+    return make
+
+
 def interleaved_ratio(a: tuple[Callable[[np.ndarray], object], np.ndarray],
                       b: tuple[Callable[[np.ndarray], object], np.ndarray], pairs: int) -> dict[str, float]:
     """Lane-steps/s of ``a`` over ``b``, each (step function, actions [steps, lanes, ...]): one warm-up slice each,
@@ -94,14 +130,14 @@ def interleaved_ratio(a: tuple[Callable[[np.ndarray], object], np.ndarray],
 
 
 @pytest.mark.benchmark(group=f"vector env against CartPole, {LANES} lanes")
-@pytest.mark.parametrize("pair", ["one_thread_vs_cartpole", "two_threads_vs_one"])
+@pytest.mark.parametrize("pair", ["one_thread_vs_cartpole", "two_threads_vs_one", "compute_two_threads_vs_one"])
 def test_vector_env_interleaved(benchmark, pair: str) -> None:
+    if pair != "one_thread_vs_cartpole" and numba.config.NUMBA_NUM_THREADS < 2:
+        pytest.skip("numba has one thread on this machine")
     if pair == "two_threads_vs_one":
-        import numba
-
-        if numba.config.NUMBA_NUM_THREADS < 2:
-            pytest.skip("numba has one thread on this machine")
         a, b = _threaded(2)(LANES, STEPS), _threaded(1)(LANES, STEPS)
+    elif pair == "compute_two_threads_vs_one":
+        a, b = _compute(2)(LANES, STEPS), _compute(1)(LANES, STEPS)
     else:
         a, b = _threaded(1)(LANES, STEPS), _cartpole(LANES, STEPS * 4)
     figures = benchmark.pedantic(interleaved_ratio, args=(a, b, 10), rounds=1, iterations=1)
