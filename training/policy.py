@@ -164,39 +164,48 @@ def _sum0(x: torch.Tensor) -> torch.Tensor:
     return total
 
 
-def _log_softmax0(x: torch.Tensor) -> torch.Tensor:
-    """Log-softmax over dimension 0 (the choices of a choice-major block), each lane on its own."""
+def _softmax_terms(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The log-softmax of a choice-major block over its choices (dimension 0, each lane on its own), the
+    exponentials of the block shifted by each lane's maximum, and their sum (``_sum0``). Outside autograd's graph
+    (sampling, ``_LogSoftmax0``): the shifted block is turned into the log-softmax in place, one large temporary
+    fewer."""
     z = x - x.amax(0)
-    return z - _sum0(z.exp()).log()
+    e = z.exp()
+    total = _sum0(e)
+    return z.sub_(total.log()), e, total
 
 
 class _LogSoftmax0(torch.autograd.Function):
-    """``_log_softmax0`` with its backward written elementwise, ``g - softmax * sum_choices(g)`` by ``_sum0``:
+    """``_softmax_terms``'s log-softmax with its backward written elementwise, ``g - softmax * sum_choices(g)`` by ``_sum0``:
     autograd's own backward of the broadcast subtraction reduces over the choices with a kernel whose summation
     order depends on where a lane sits, so a member's gradients would differ in their last bits between a pass
     alone and a pass in a population."""
 
     @staticmethod
     def forward(ctx: torch.autograd.function.FunctionCtx, x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
-        out = _log_softmax0(x)
+        out = _softmax_terms(x)[0]
         ctx.save_for_backward(out)
         return out
 
     @staticmethod
     def backward(ctx: torch.autograd.function.FunctionCtx, grad: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
         (out,) = ctx.saved_tensors
-        return grad - out.exp() * _sum0(grad)
+        return torch.sub(grad, out.exp().mul_(_sum0(grad)))
 
 
-def _inverse_cdf(lsm: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-    """Sample each lane of a log-softmax block ``[size, dims, rows]`` by its uniform ``u`` ``[dims, rows]``: the
-    first choice whose cumulative probability exceeds ``u`` times the total. ``u * total`` is kept below the total,
-    and a choice whose cumulative probability exceeds it adds a positive probability, so a masked choice (probability
-    exactly 0) is never drawn."""
-    cdf = lsm.exp().cumsum(0)
-    total = cdf[-1]
+def _inverse_cdf(e: torch.Tensor, total: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """Sample each lane of a block of exponentials ``e`` ``[size, dims, rows]`` (``_softmax_terms``) by its uniform
+    ``u`` ``[dims, rows]``: the first choice whose cumulative sum exceeds ``u * total``, i.e. the number of partial
+    sums at or below it. The partial sums add the choices in ``_sum0``'s order, so the last one is ``total`` bit for
+    bit; ``u * total`` is kept below it, and the first partial sum above it adds a positive exponential, so a masked
+    choice (``exp`` exactly 0) is never drawn."""
     v = torch.minimum(u * total, torch.nextafter(total, torch.zeros_like(total)))
-    return (cdf <= v).sum(0)
+    partial = e[0]
+    chosen = (partial <= v).long()
+    for term in e[1:-1]:
+        partial = partial + term
+        chosen += partial <= v
+    return chosen
 
 
 class _Heads:
@@ -310,14 +319,15 @@ class _Heads:
         n = len(x)
         blocks = [(p[0] if len(p) == 1 else torch.cat(p, dim=1)).view(nvec[g.dims[0]], len(g.dims), n)
                   for g, p in zip(self.groups, pieces)]
-        illegal = mask.t().index_select(0, self._mask_order(nvec)).logical_not_()
+        # transposed whole first: a bool tensor's strided gather is several times slower than a transpose and a copy
+        illegal = mask.t().contiguous().index_select(0, self._mask_order(nvec)).logical_not_()
         illegal_blocks = illegal.split([nvec[g.dims[0]] * len(g.dims) for g in self.groups])
         tables = {}
         if self.slots:
             tool_model = w.tool_model if embs is None else torch.stack([t @ e.t() for t, e in zip(w.tool_model, embs)])
-            tables = {"model": tool_model.reshape(-1, tool_model.shape[-1]),
-                      "target": w.tool_target.reshape(-1, w.tool_target.shape[-1])}
-            # row r's offsets of slot s for tool t sit at row (member(r) * slots + s) * tools + t of a flattened table
+            # choice-major too: row r's offsets of slot s for tool t sit at column (member(r) * slots + s) * tools + t
+            tables = {"model": tool_model.reshape(-1, tool_model.shape[-1]).t().contiguous(),
+                      "target": w.tool_target.reshape(-1, w.tool_target.shape[-1]).t().contiguous()}
             first = torch.repeat_interleave(torch.arange(len(counts)) * (self.slots * self.nvec[1]),
                                             torch.as_tensor(counts))
             at = first + (torch.arange(self.slots) * self.nvec[1]).unsqueeze(1)  # [slots, N], plus the tool
@@ -331,25 +341,28 @@ class _Heads:
         tools = None
         for g, (group, lg) in enumerate(zip(self.groups, blocks)):
             if group.name in tables:
-                offsets = tables[group.name].index_select(0, (at + tools).flatten())  # [slots * N, size]
-                lg = lg + offsets.view(self.slots, n, -1).permute(2, 0, 1)
-            lg = lg.masked_fill(illegal_blocks[g].view(lg.shape), MIN_LOGIT)
+                lg = lg + tables[group.name].index_select(1, (at + tools).flatten()).view(lg.shape)
+            # in place outside the graph (sampling): the block is this pass's own, one large temporary fewer
+            fill = lg.masked_fill if torch.is_grad_enabled() else lg.masked_fill_
+            lg = fill(illegal_blocks[g].view(lg.shape), MIN_LOGIT)
             if given is not None:
                 out.append(lg)
                 chosen = given[g]
             else:
-                out.append(_log_softmax0(lg))
+                lsm, e, total = _softmax_terms(lg)
+                out.append(lsm)
                 if u is None:
                     chosen = lg.argmax(0)
                 else:
-                    chosen = _inverse_cdf(out[-1], u[g])
+                    chosen = _inverse_cdf(e, total, u[g])
                     if greedy_rows is not None:
                         chosen = torch.where(greedy_rows, lg.argmax(0), chosen)
             picked.append(chosen)
             if group.name == "tool":
                 tools = chosen
         if actions is None:
-            actions = torch.cat(picked).t().index_select(1, self._unorder)
+            # dimension order first, then transposed: gathering columns of a transposed tensor is ~10x slower
+            actions = torch.cat(picked).index_select(0, self._unorder).t().contiguous()
         return actions, out
 
     def _score(self, lsm: list[torch.Tensor], actions: torch.Tensor,
