@@ -176,10 +176,10 @@ def _softmax_terms(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.T
 
 
 class _LogSoftmax0(torch.autograd.Function):
-    """``_softmax_terms``'s log-softmax with its backward written elementwise, ``g - softmax * sum_choices(g)`` by ``_sum0``:
-    autograd's own backward of the broadcast subtraction reduces over the choices with a kernel whose summation
-    order depends on where a lane sits, so a member's gradients would differ in their last bits between a pass
-    alone and a pass in a population."""
+    """``_softmax_terms``'s log-softmax with its backward written elementwise, ``g - softmax * sum_choices(g)``
+    by ``_sum0``: autograd's own backward of the broadcast subtraction reduces over the choices with a kernel whose
+    summation order depends on where a lane sits, so a member's gradients would differ in their last bits between a
+    pass alone and a pass in a population."""
 
     @staticmethod
     def forward(ctx: torch.autograd.function.FunctionCtx, x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
@@ -188,7 +188,8 @@ class _LogSoftmax0(torch.autograd.Function):
         return out
 
     @staticmethod
-    def backward(ctx: torch.autograd.function.FunctionCtx, grad: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+    def backward(ctx: torch.autograd.function.FunctionCtx,  # type: ignore[override]
+                 grad: torch.Tensor) -> torch.Tensor:
         (out,) = ctx.saved_tensors
         return torch.sub(grad, out.exp().mul_(_sum0(grad)))
 
