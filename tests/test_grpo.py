@@ -34,14 +34,16 @@ def _same(a, b):
 def test_groups_share_a_task_but_not_their_randomness():
     cfg = make_config("default", TINY)
     envs = make_envs(cfg.env, 64, cfg.reward)
-    ro = collect(build_policy(cfg), envs, seed=7, group_size=8, generator=torch.Generator().manual_seed(0))
+    # a sampler seed whose draws give each group a lane that calls a tool: eight lanes of an untrained policy all
+    # stopping at once (about 1 in 2^8 a group) have equal tokens whatever the tool outcomes
+    ro = collect(build_policy(cfg), envs, seed=7, group_size=8, generator=torch.Generator().manual_seed(1))
     groups = ro.benchmark.reshape(8, 8)
     assert (groups == groups[:, :1]).all()  # one benchmark (one task) per group
     assert len(np.unique(groups[:, 0])) > 1  # different tasks across groups
     tokens = ro.batch.tokens.reshape(8, 8)
     assert all(len(np.unique(row)) > 1 for row in tokens)  # independent tool outcomes inside a group
     assert ro.batch.group_id.tolist() == np.repeat(np.arange(8), 8).tolist()
-    again = collect(build_policy(cfg), envs, seed=7, group_size=8, generator=torch.Generator().manual_seed(0))
+    again = collect(build_policy(cfg), envs, seed=7, group_size=8, generator=torch.Generator().manual_seed(1))
     np.testing.assert_array_equal(again.batch.tokens, ro.batch.tokens)
 
 

@@ -46,11 +46,15 @@ def test_sampling_never_picks_a_masked_choice(seed):
     rng = np.random.default_rng(seed)
     policy = _policy()
     mask = _random_mask(rng, 64)
-    actions, logp = policy.act(torch.randn(64, 6), mask, torch.Generator().manual_seed(seed))
     offsets = np.concatenate([[0], np.cumsum(NVEC)[:-1]])
+    only = rng.integers(0, NVEC, (8, len(NVEC)))  # rows 0-7: one legal choice in every dimension
+    mask[:8] = False
+    mask[np.arange(8)[:, None], offsets + only] = True
+    actions, logp = policy.act(torch.randn(64, 6), mask, torch.Generator().manual_seed(seed))
     picked = mask[torch.arange(64)[:, None], torch.as_tensor(offsets)[None, :] + actions]
     assert picked.all()
-    assert torch.isfinite(logp).all() and (logp <= 0).all()
+    assert torch.equal(actions[:8], torch.as_tensor(only))
+    assert torch.isfinite(logp).all() and (logp <= 0).all() and (logp[:8] == 0).all()
 
 
 def test_log_prob_counts_only_relevant_dimensions():

@@ -5,8 +5,10 @@ import math
 
 import numpy as np
 import pytest
+import scipy.stats
 import torch
 
+from parasim.pools.descriptors import MODEL_FEATURES
 from training import sweep
 from training.config import make_config
 from training.pipeline import run_pipeline
@@ -141,17 +143,80 @@ def test_a_members_rows_give_its_floats_alone_wherever_they_sit_in_the_pass():
         assert torch.equal(alone_actions, am) and torch.equal(alone_logp, lm), m
 
 
-def test_sampling_reproduces_multinomial_draw_for_draw():
-    policy = ManagerPolicy(6, [2, 5, 3, 4], ("a",), 3, PolicyConfig(hidden=16, layers=1, model_head="index"))
-    x, mask = torch.randn(300, 6), torch.rand(300, 14) < 0.7
-    mask[:, [0, 2, 7, 10]] = True  # a legal choice in every dimension
-    gen = torch.Generator().manual_seed(5)
-    actions, _ = policy.act(x, mask, gen)
-    ref = torch.Generator().manual_seed(5)
+def test_sampling_inverts_each_rows_cdf_by_the_members_own_uniforms():
+    """One uniform per row and dimension, ``torch.rand(rows, dims)`` by the member's generator (columns in the pass's
+    group order), and the first choice whose cumulative softmax probability passes it times the total: draw for draw,
+    alone and in a stack, and the draws follow the softmax (chi-square on a fixed seed)."""
+    torch.manual_seed(0)
+    nvec = [2, 5, 3, 4]
+    cfg = PolicyConfig(hidden=16, layers=1, model_head="index")
+    policies = [ManagerPolicy(6, nvec, ("a",), 3, cfg) for _ in range(2)]
+    policy = policies[1]
+    with torch.no_grad():
+        policy.heads.weight.mul_(8)  # probabilities far from uniform
+        policy.tool_target.normal_()
+    n = 6000
+    x = torch.randn(1, 6).repeat(n, 1)  # one observation: every row draws from the same distributions
+    mask = torch.ones(n, sum(nvec), dtype=torch.bool)
+    mask[:, [3, 9]] = False  # a tool and a target that are never legal
+    mask[: n // 2, 11] = False  # and a target legal in half the rows
+    x[n // 2:, 0] += 1.0
+    actions, logp = policy.act(x, mask, torch.Generator().manual_seed(5))
+    gen, ref = torch.Generator().manual_seed(5), torch.Generator().manual_seed(5)
+    assert torch.equal(policy.act(x, mask, gen)[0], actions)
+    u = torch.rand(n, len(nvec), generator=ref)[:, np.argsort(policy.order)]  # column d: dimension d's uniform
+    assert torch.equal(gen.get_state(), ref.get_state())  # one draw per row and dimension, nothing else
     with torch.no_grad():
         logits = policy.logits(x, mask, actions)  # each dimension conditioned on the sampled tool, as when sampled
-    want = torch.stack([torch.multinomial(torch.softmax(lg, 1), 1, generator=ref).squeeze(1) for lg in logits], 1)
-    assert torch.equal(actions, want) and torch.equal(gen.get_state(), ref.get_state())
+    for d, lg in enumerate(logits):
+        cdf = torch.softmax(lg.double(), 1).cumsum(1)
+        want = (cdf <= u[:, d:d + 1] * cdf[:, -1:]).sum(1)
+        assert torch.equal(actions[:, d], want), d
+        # the counts against the expected ones (each row's probabilities summed): Pearson's statistic
+        p = torch.softmax(lg.double(), 1)
+        expected = p.sum(0)
+        observed = torch.bincount(actions[:, d], minlength=lg.shape[1]).double()
+        legal = expected > 1e-9
+        assert (observed[~legal] == 0).all(), d  # masked choices never drawn
+        stat = float(((observed - expected)[legal] ** 2 / expected[legal]).sum())
+        assert stat < scipy.stats.chi2.ppf(0.999, int(legal.sum()) - 1), (d, stat)
+    # in a stack, after a member of 3 rows: the same draws and log-probabilities
+    stack = PolicyStack(policies)
+    other_x, other_mask = torch.randn(3, 6), torch.ones(3, sum(nvec), dtype=torch.bool)
+    together, together_logp = stack.act(torch.cat([other_x, x]), torch.cat([other_mask, mask]), [3, n],
+                                        [torch.Generator().manual_seed(1), torch.Generator().manual_seed(5)],
+                                        [False, False])
+    assert torch.equal(together[3:], actions) and torch.equal(together_logp[3:], logp)
+
+
+@pytest.mark.parametrize("model_head", ["index", "descriptor"])
+def test_a_members_gradients_are_its_gradients_alone_wherever_its_rows_sit(model_head):
+    """A PPO-like loss over every member's rows: each member's slice of the stacked gradients equals, bit for bit,
+    its gradients alone (members of 1 to 3 rows start off a 16-byte boundary; the last has a minibatch's rows)."""
+    torch.manual_seed(0)
+    nvec = [2] + [8, 3, 3] * 4
+    policies = [ManagerPolicy(78, nvec, ("a",), 5, PolicyConfig(model_head=model_head)) for _ in range(4)]
+    for p in policies:
+        with torch.no_grad():
+            p.tool_model.normal_()
+            p.tool_target.normal_()
+    models = torch.rand(3, len(MODEL_FEATURES)) if model_head == "descriptor" else None
+    stack = PolicyStack(policies)
+    counts = [1, 2, 3, 250]
+    x, mask = torch.randn(sum(counts), 78), torch.rand(sum(counts), sum(nvec)) < 0.8
+    mask[:, np.cumsum([0] + nvec)[:-1]] = True  # a legal choice in every dimension
+    gens = [torch.Generator().manual_seed(m) for m in range(4)]
+    actions, _ = stack.act(x, mask, counts, gens, [False] * 4, models)
+    weight = torch.randn(sum(counts))
+    logp, ent = stack.evaluate(x, mask, actions, counts, "grad", models)
+    (logp * weight + 0.01 * ent).sum().backward()
+    rows = np.cumsum([0, *counts])
+    for m, policy in enumerate(policies):
+        lo, hi = rows[m], rows[m + 1]
+        lp, e = policy.evaluate(x[lo:hi].clone(), mask[lo:hi], actions[lo:hi], models)
+        (lp * weight[lo:hi] + 0.01 * e).sum().backward()
+        for name, param in policy.named_parameters():
+            assert torch.equal(stack.param(name).grad[m], param.grad), (m, name)
 
 
 def test_sweep_workers_split_the_cores_for_their_envs(monkeypatch):

@@ -22,9 +22,21 @@ the trunk never reads them (their size depends on M).
 A population of policies (a sweep's grid points and seeds) runs as one ``PolicyStack``: P members' parameters
 stacked along a leading dimension, one pass for all. Each member's trunk and heads are its own matrix products
 on its own rows, of the shapes the member has alone; everything after them (tool conditioning, masking,
-sampling, log-probabilities, entropies) is row by row and runs once over all members' rows. A member therefore
-computes the same floats in a population as alone (``ManagerPolicy`` is a population of one and runs through the
-same code), and ``MemberAdam`` steps each member exactly as ``torch.optim.Adam`` steps it alone.
+sampling, log-probabilities, entropies) runs once over all members' rows, fused over the action dimensions: the
+heads' outputs are read choice-major, one ``[size, dims, rows]`` block per ``Group`` of equally sized dimensions
+(stop; the tools; the models; the targets), so each step is a few elementwise passes over every row with the
+rows innermost, instead of 13 small per-dimension calls whose cost is per row, not per element. The groups run in
+that order because a slot's model and target are offset by its tool: the tools are sampled before them. Sampling
+draws one uniform per row and dimension from the member's own generator (``draw_uniforms``, one ``torch.rand``
+per member) and inverts the row's CDF, rather than one exponential per choice; greedy members take the argmax.
+The descriptor head scores every slot's query in one product per member.
+
+A member therefore computes the same floats in a population as alone (``ManagerPolicy`` is a population of one
+and runs through the same code), gradients included: the sums over choices and dimensions are elementwise
+additions (``_sum0``), and the log-softmax has its own backward (``_LogSoftmax0``), because autograd's backward of
+a broadcast reduction sums in an order that depends on where a lane sits. ``MemberAdam`` steps each member exactly
+as ``torch.optim.Adam`` steps it alone. (Padding every dimension to the largest, one ``[rows, 13, 8]`` tensor, was
+slower than the per-dimension pass: more elements, and a last-dimension log-softmax still costs per row.)
 """
 from __future__ import annotations
 
@@ -118,37 +130,101 @@ class Weights:
     embed: list[tuple[torch.Tensor, torch.Tensor]] | None = None
 
 
-def draw_noise(nvec: Sequence[int], counts: Sequence[int], generators: Sequence[torch.Generator | None],
-               greedy: Sequence[bool]) -> list[torch.Tensor]:
-    """Exponential(1) noise per action dimension (float[N, n_d] each) for sampling by ``argmax(p / noise)``.
+@dataclass(frozen=True)
+class Group:
+    """Action dimensions of one size, read together as one choice-major block ``[size, len(dims), rows]``."""
 
-    That is how ``torch.multinomial(p, 1, generator)`` samples (it fills ``empty_like(p).exponential_`` and takes
-    the argmax of ``p / q``), and ``exponential_`` fills a tensor from its generator in memory order, so drawing a
-    member's rows of every dimension in dimension order reproduces, number for number, the draws of the member
-    sampling alone. Rows of greedy members get no draws (their noise is 1).
+    name: str  # "stop", "tool", "model" or "target": the model and target groups are offset by their slot's tool
+    dims: tuple[int, ...]  # the action dimensions, in order (one per slot, or stop alone)
+
+
+def draw_uniforms(dims: int, counts: Sequence[int], generators: Sequence[torch.Generator | None],
+                  greedy: Sequence[bool]) -> torch.Tensor:
+    """One uniform per row and action dimension, float[dims, N], for sampling by inverting each row's CDF.
+
+    Member ``m``'s rows are ``torch.rand(counts[m], dims, generator=generators[m])``, one call per member, so a
+    member draws the same numbers in a population as alone; row ``j`` of the result is the ``j``-th dimension in the
+    pass's group order (``_Heads.order``). Rows of greedy members get no draws (their uniforms are 0, unread).
     """
     rows = np.concatenate([[0], np.cumsum(counts)])
-    noise = [torch.empty(int(rows[-1]), n) for n in nvec]
+    u = torch.zeros(int(rows[-1]), dims)
     for m, gen in enumerate(generators):
-        if counts[m]:
-            for q in noise:
-                if greedy[m]:
-                    q[rows[m]:rows[m + 1]] = 1.0
-                else:
-                    q[rows[m]:rows[m + 1]].exponential_(1, generator=gen)
-    return noise
+        if counts[m] and not greedy[m]:
+            u[rows[m]:rows[m + 1]].uniform_(generator=gen)
+    return u.t().contiguous()
+
+
+def _sum0(x: torch.Tensor) -> torch.Tensor:
+    """``x.sum(0)`` as elementwise additions in index order: every lane sums its terms in the same order wherever
+    it sits in the tensor (a reduction kernel's order may depend on the lane's position), and so does autograd's
+    backward, which gives each term the incoming gradient as it is."""
+    total = x[0]
+    for term in x[1:]:
+        total = total + term
+    return total
+
+
+def _softmax_terms(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The log-softmax of a choice-major block over its choices (dimension 0, each lane on its own), the
+    exponentials of the block shifted by each lane's maximum, and their sum (``_sum0``). Outside autograd's graph
+    (sampling, ``_LogSoftmax0``): the shifted block is turned into the log-softmax in place, one large temporary
+    fewer."""
+    z = x - x.amax(0)
+    e = z.exp()
+    total = _sum0(e)
+    return z.sub_(total.log()), e, total
+
+
+class _LogSoftmax0(torch.autograd.Function):
+    """``_softmax_terms``'s log-softmax with its backward written elementwise, ``g - softmax * sum_choices(g)``
+    by ``_sum0``: autograd's own backward of the broadcast subtraction reduces over the choices with a kernel whose
+    summation order depends on where a lane sits, so a member's gradients would differ in their last bits between a
+    pass alone and a pass in a population."""
+
+    @staticmethod
+    def forward(ctx: torch.autograd.function.FunctionCtx, x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        out = _softmax_terms(x)[0]
+        ctx.save_for_backward(out)
+        return out
+
+    @staticmethod
+    def backward(ctx: torch.autograd.function.FunctionCtx,  # type: ignore[override]
+                 grad: torch.Tensor) -> torch.Tensor:
+        (out,) = ctx.saved_tensors
+        return torch.sub(grad, out.exp().mul_(_sum0(grad)))
+
+
+def _inverse_cdf(e: torch.Tensor, total: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """Sample each lane of a block of exponentials ``e`` ``[size, dims, rows]`` (``_softmax_terms``) by its uniform
+    ``u`` ``[dims, rows]``: the first choice whose cumulative sum exceeds ``u * total``, i.e. the number of partial
+    sums at or below it. The partial sums add the choices in ``_sum0``'s order, so the last one is ``total`` bit for
+    bit; ``u * total`` is kept below it, and the first partial sum above it adds a positive exponential, so a masked
+    choice (``exp`` exactly 0) is never drawn."""
+    v = torch.minimum(u * total, torch.nextafter(total, torch.zeros_like(total)))
+    partial = e[0]
+    chosen = (partial <= v).long()
+    for term in e[1:-1]:
+        partial = partial + term
+        chosen += partial <= v
+    return chosen
 
 
 class _Heads:
-    """The action layout shared by one policy and a stack: dimension sizes, call slots, where each head starts."""
+    """The action layout shared by one policy and a stack: dimension sizes, call slots, where each head starts, and
+    the groups of equally sized dimensions that a pass reads choice-major."""
 
     nvec: list[int]
     num_agent_tools: int
     slots: int
-    splits: list[int]
     model_head: str
     head_sizes: list[int]  # the heads' output per dimension: nvec, or the embedding width for the descriptor head's
-    head_splits: list[int]
+    groups: list[Group]  # stop; the tools; the models; the targets: tools before what is conditioned on them
+    order: list[int]  # the action dimensions in group order
+    _order: torch.Tensor  # order, as an index
+    _unorder: torch.Tensor  # its inverse: dimension d sits at row _unorder[d] of a group-ordered [D, N] tensor
+    _head_order: torch.Tensor  # the heads' output columns, group by group, each choice-major
+    _head_rows: list[int]  # how many of them each group reads
+    _mask_orders: dict[tuple[int, ...], torch.Tensor]  # the same for the action mask, per pass size
 
     def _layout(self, nvec: Sequence[int], num_agent_tools: int, model_head: str = "index", embed: int = 0) -> None:
         self.nvec = [int(n) for n in nvec]
@@ -158,55 +234,73 @@ class _Heads:
         if model_head not in MODEL_HEADS:
             raise ValueError(f"model_head: expected one of {', '.join(MODEL_HEADS)}, got {model_head!r}")
         self.slots = (len(self.nvec) - 1) // 3
-        self.splits = np.cumsum(self.nvec)[:-1].tolist()
         self.model_head = model_head
         self.head_sizes = self._with_models(embed) if model_head == "descriptor" else self.nvec
-        self.head_splits = np.cumsum(self.head_sizes)[:-1].tolist()
+        self.groups = [Group("stop", (0,))]
+        if self.slots:
+            self.groups += [Group(name, tuple(slot_column(s) + part for s in range(self.slots)))
+                            for part, name in enumerate(("tool", "model", "target"))]
+        self.order = [d for g in self.groups for d in g.dims]
+        self._order = torch.as_tensor(self.order)
+        self._unorder = torch.as_tensor(np.argsort(self.order))
+        self._head_order = self._choice_major(self.head_sizes)
+        self._head_rows = [self.head_sizes[g.dims[0]] * len(g.dims) for g in self.groups]
+        self._mask_orders = {}
 
     def _with_models(self, size: int) -> list[int]:
         """``nvec`` with every slot's model dimension set to ``size``."""
         return [size if d > 0 and slot_of_dimension(d)[1] == 1 else n for d, n in enumerate(self.nvec)]
 
-    def _dims(self, models: torch.Tensor | None) -> tuple[list[int], list[int]]:
-        """The action sizes of a pass and their split points: the descriptor head's model dimension is the number
-        of descriptor rows ``models`` of the pass's pool."""
+    def _choice_major(self, sizes: Sequence[int]) -> torch.Tensor:
+        """The columns of a row laid out dimension by dimension (``sizes`` each), read group by group, and within a
+        group choice by choice, then dimension by dimension: ``index_select`` of the transposed rows by it gives
+        every group's ``[size, dims, rows]`` block, one after the other."""
+        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        return torch.as_tensor([int(starts[d]) + c for g in self.groups for c in range(sizes[g.dims[0]])
+                                for d in g.dims])
+
+    def _dims(self, models: torch.Tensor | None) -> list[int]:
+        """The action sizes of a pass: the descriptor head's model dimension is the number of descriptor rows
+        ``models`` of the pass's pool."""
         if self.model_head == "index":
             if models is not None and self.slots and len(models) != self.nvec[2]:
                 raise ValueError(f"models: {len(models)} descriptor rows, but the index head has one logit per model "
                                  f"of its training pool ({self.nvec[2]}); evaluating on another pool needs "
                                  "model_head='descriptor'")
-            return self.nvec, self.splits
+            return self.nvec
         if models is None:
             raise ValueError("models: the descriptor head scores the pool's model descriptor rows; pass the env's "
                              "descriptors.models as models= (float[M, F])")
-        nvec = self._with_models(len(models))
-        return nvec, np.cumsum(nvec)[:-1].tolist()
+        return self._with_models(len(models))
 
-    def _model_logits(self, out: torch.Tensor, emb: torch.Tensor) -> torch.Tensor:
-        """The descriptor head's output with each slot's query replaced by its scores of the models' embeddings
-        ``emb`` [M, E]: query . embedding, one logit per model."""
-        pieces = list(torch.tensor_split(out, self.head_splits, dim=1))
-        for d in range(1, len(pieces)):
-            if slot_of_dimension(d)[1] == 1:
-                pieces[d] = pieces[d] @ emb.t()
-        return torch.cat(pieces, dim=1)
+    def _mask_order(self, nvec: list[int]) -> torch.Tensor:
+        """``_choice_major`` of the action mask of a pass with sizes ``nvec`` (kept per size)."""
+        key = tuple(nvec)
+        if key not in self._mask_orders:
+            self._mask_orders[key] = self._choice_major(nvec)
+        return self._mask_orders[key]
 
     def relevance(self, actions: torch.Tensor) -> torch.Tensor:
         """Which dimensions of each action changed what the env did (bool[N, D])."""
         return relevance(actions, self.nvec, self.num_agent_tools)
 
+    def _grouped(self, rows: torch.Tensor) -> list[torch.Tensor]:
+        """Per-dimension rows ``[N, D]`` (actions, relevance) as group-ordered ``[dims, N]`` pieces, one per group."""
+        return list(rows.t().index_select(0, self._order).split([len(g.dims) for g in self.groups]))
+
     def _pass(self, w: Weights, x: torch.Tensor, mask: torch.Tensor, counts: Sequence[int],
-              actions: torch.Tensor | None, noise: list[torch.Tensor] | None = None,
-              greedy: Sequence[bool] = (),
+              actions: torch.Tensor | None, uniforms: torch.Tensor | None = None, greedy: Sequence[bool] = (),
               models: torch.Tensor | None = None) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """Masked logits per dimension for rows grouped by member (``counts[m]`` rows of member ``m``, in member
-        order), sampling each dimension first when ``actions`` is None (greedy members take the argmax); ``models``
-        are the pool's descriptor rows (read by the descriptor head only)."""
-        _, splits = self._dims(models)
+        """One block ``[size, dims, N]`` per group for rows grouped by member (``counts[m]`` rows of member ``m``,
+        in member order): the masked logits, model and target conditioned on the tools in ``actions``; or, when
+        ``actions`` is None, each group sampled in turn (by ``uniforms``, greedy members by the argmax, everyone
+        when ``uniforms`` is None) and the blocks are the log-softmax that sampling computed. ``models`` are the
+        pool's descriptor rows (read by the descriptor head only)."""
+        nvec = self._dims(models)
         members = [m for m, c in enumerate(counts) if c]
         # the descriptor head's model embeddings, one per member (every member: the offset table indexes them all)
         embs = None if w.embed is None else [functional.linear(models, *e).tanh() for e in w.embed]
-        parts = []
+        pieces: list[list[torch.Tensor]] = [[] for _ in self.groups]
         for m, xm in zip(members, x.split([counts[m] for m in members])):
             # MKL multiplies a batch of 2 or 3 rows differently when it starts off a 16-byte boundary, as a member's
             # rows inside the population's features can; a member alone always gets a fresh, aligned tensor
@@ -215,59 +309,95 @@ class _Heads:
                 # in place: the product's backward reads its inputs, not its output, so tanh may overwrite it
                 h = functional.linear(h, weight, bias).tanh_()
             out = functional.linear(h, *w.layers[m][-1])
-            parts.append(out if embs is None else self._model_logits(out, embs[m]))
-        base = torch.tensor_split(parts[0] if len(parts) == 1 else torch.cat(parts), splits, dim=1)
-        illegal = torch.tensor_split(~mask.bool(), splits, dim=1)
-        rows = torch.as_tensor(counts)
-        # row r's offsets of slot s for tool t sit at row (member(r) * slots + s) * tools + t of a flattened table
-        first = torch.repeat_interleave(torch.arange(len(counts)) * (self.slots * self.nvec[1]), rows) \
-            if self.slots else None
-        tool_model = w.tool_model if embs is None else torch.stack([t @ e.t() for t, e in zip(w.tool_model, embs)])
-        tables = [t.reshape(-1, t.shape[-1]) for t in (tool_model, w.tool_target)]
-        mixed = any(greedy) and not all(greedy)
-        greedy_rows = torch.repeat_interleave(torch.as_tensor(list(greedy), dtype=torch.bool), rows) if mixed else None
-        cols: list[torch.Tensor] = []
-        out = []
-        for d, lg in enumerate(base):
-            slot, part = slot_of_dimension(d) if d > 0 else (0, 0)
-            if d > 0 and part > 0:
-                at = first + (slot * self.nvec[1]) + cols[slot_column(slot)]
-                lg = lg + tables[part - 1].index_select(0, at)
-            lg = lg.masked_fill(illegal[d], MIN_LOGIT)
-            out.append(lg)
-            if actions is not None:
-                cols.append(actions[:, d])
-            elif noise is None:
-                cols.append(lg.argmax(1))
+            # choice-major, the member's rows innermost: a fresh tensor, so the heads' backward reads a fresh,
+            # aligned gradient alone and in a population alike
+            read = out.t().index_select(0, self._head_order).split(self._head_rows)
+            for g, (group, block) in enumerate(zip(self.groups, read)):
+                if embs is not None and group.name == "model":
+                    # every slot's query [E, slots * rows] scored against the models' embeddings in one product
+                    block = (embs[m] @ block.view(embs[m].shape[1], -1)).view(-1, len(xm))
+                pieces[g].append(block)
+        n = len(x)
+        blocks = [(p[0] if len(p) == 1 else torch.cat(p, dim=1)).view(nvec[g.dims[0]], len(g.dims), n)
+                  for g, p in zip(self.groups, pieces)]
+        # transposed whole first: a bool tensor's strided gather is several times slower than a transpose and a copy
+        illegal = mask.t().contiguous().index_select(0, self._mask_order(nvec)).logical_not_()
+        illegal_blocks = illegal.split([nvec[g.dims[0]] * len(g.dims) for g in self.groups])
+        tables = {}
+        if self.slots:
+            tool_model = w.tool_model if embs is None else torch.stack([t @ e.t() for t, e in zip(w.tool_model, embs)])
+            # choice-major too: row r's offsets of slot s for tool t sit at column (member(r) * slots + s) * tools + t
+            tables = {"model": tool_model.reshape(-1, tool_model.shape[-1]).t().contiguous(),
+                      "target": w.tool_target.reshape(-1, w.tool_target.shape[-1]).t().contiguous()}
+            first = torch.repeat_interleave(torch.arange(len(counts)) * (self.slots * self.nvec[1]),
+                                            torch.as_tensor(counts))
+            at = first + (torch.arange(self.slots) * self.nvec[1]).unsqueeze(1)  # [slots, N], plus the tool
+        given = None if actions is None else self._grouped(actions)
+        u = None if uniforms is None else uniforms.split([len(g.dims) for g in self.groups])
+        mixed = uniforms is not None and any(greedy)
+        greedy_rows = torch.repeat_interleave(torch.as_tensor(list(greedy), dtype=torch.bool),
+                                              torch.as_tensor(counts)) if mixed else None
+        out: list[torch.Tensor] = []
+        picked: list[torch.Tensor] = []
+        tools = None
+        for g, (group, lg) in enumerate(zip(self.groups, blocks)):
+            if group.name in tables:
+                lg = lg + tables[group.name].index_select(1, (at + tools).flatten()).view(lg.shape)
+            # in place outside the graph (sampling): the block is this pass's own, one large temporary fewer
+            fill = lg.masked_fill if torch.is_grad_enabled() else lg.masked_fill_
+            lg = fill(illegal_blocks[g].view(lg.shape), MIN_LOGIT)
+            if given is not None:
+                out.append(lg)
+                chosen = given[g]
             else:
-                sampled = (torch.softmax(lg, dim=1) / noise[d]).argmax(1)
-                cols.append(sampled if greedy_rows is None else torch.where(greedy_rows, lg.argmax(1), sampled))
-        return torch.stack(cols, dim=1), out
+                lsm, e, total = _softmax_terms(lg)
+                out.append(lsm)
+                if u is None:
+                    chosen = lg.argmax(0)
+                else:
+                    chosen = _inverse_cdf(e, total, u[g])
+                    if greedy_rows is not None:
+                        chosen = torch.where(greedy_rows, lg.argmax(0), chosen)
+            picked.append(chosen)
+            if group.name == "tool":
+                tools = chosen
+        if actions is None:
+            # dimension order first, then transposed: gathering columns of a transposed tensor is ~10x slower
+            actions = torch.cat(picked).index_select(0, self._unorder).t().contiguous()
+        return actions, out
 
-    def _score(self, logits: list[torch.Tensor], actions: torch.Tensor,
+    def _score(self, lsm: list[torch.Tensor], actions: torch.Tensor,
                entropy: str = "grad") -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Log-probability of ``actions`` and entropy over their relevant dimensions, per row. ``entropy``: "grad"
-        (differentiable), "value" (the same floats, outside the graph: its backward, a third of a PPO update's,
-        would only add zeros to the gradient when no loss weighs the entropy) or "none" (not computed: None)."""
-        rel = self.relevance(actions).t().contiguous().float()  # one contiguous row per dimension
-        chosen = actions.t().contiguous().unsqueeze(2)
-        logp = torch.zeros(actions.shape[0])
-        ent = torch.zeros(actions.shape[0]) if entropy != "none" else None
-        for d, lg in enumerate(logits):
-            lsm = torch.log_softmax(lg, dim=1)
-            logp = logp + lsm.gather(1, chosen[d]).squeeze(1) * rel[d]
-            if ent is not None:
-                lsm = lsm if entropy == "grad" else lsm.detach()
-                ent = ent - (lsm.exp() * lsm).sum(1) * rel[d]
+        """Log-probability of ``actions`` and entropy over their relevant dimensions, per row, from each group's
+        log-softmax block. ``entropy``: "grad" (differentiable), "value" (the same floats, outside the graph: its
+        backward, a third of a PPO update's, would only add zeros to the gradient when no loss weighs the entropy)
+        or "none" (not computed: None). Sums over choices and dimensions are ``_sum0``'s, so a row's floats do not
+        depend on where it sits."""
+        rel = torch.cat(self._grouped(self.relevance(actions))).float()
+        chosen = self._grouped(actions)
+        logp = _sum0(torch.cat([b.gather(0, c.unsqueeze(0)).squeeze(0) for b, c in zip(lsm, chosen)]) * rel)
+        if entropy == "none":
+            return logp, None
+        blocks = lsm if entropy == "grad" else [b.detach() for b in lsm]
+        ent = -_sum0(torch.cat([_sum0(b.exp() * b) for b in blocks]) * rel)
         return logp, ent
+
+    def _evaluate(self, w: Weights, x: torch.Tensor, mask: torch.Tensor, counts: Sequence[int],
+                  actions: torch.Tensor, entropy: str, models: torch.Tensor | None) -> tuple[torch.Tensor,
+                                                                                          torch.Tensor | None]:
+        """Log-probability and entropy (``_score``) of ``actions`` for rows grouped by member, differentiable."""
+        logits = self._pass(w, x, mask, counts, actions, models=models)[1]
+        return self._score([_LogSoftmax0.apply(lg) for lg in logits], actions, entropy)
 
     def _act(self, w: Weights, x: torch.Tensor, mask: torch.Tensor, counts: Sequence[int],
              generators: Sequence[torch.Generator | None], greedy: Sequence[bool],
              models: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        noise = None if all(greedy) else draw_noise(self._dims(models)[0], counts, generators, greedy)
+        """Sample every member's rows (by its own generator's uniforms, or its argmax where greedy): actions
+        int64[N, D] and their log-probabilities."""
+        uniforms = None if all(greedy) else draw_uniforms(len(self.nvec), counts, generators, greedy)
         with torch.no_grad():
-            actions, logits = self._pass(w, x, mask, counts, None, noise, greedy, models)
-            return actions, self._score(logits, actions, "none")[0]
+            actions, lsm = self._pass(w, x, mask, counts, None, uniforms, greedy, models)
+            return actions, self._score(lsm, actions, "none")[0]
 
 
 class ManagerPolicy(nn.Module, _Heads):
@@ -313,9 +443,11 @@ class ManagerPolicy(nn.Module, _Heads):
 
     def logits(self, x: torch.Tensor, mask: torch.Tensor, actions: torch.Tensor,
                models: torch.Tensor | None = None) -> list[torch.Tensor]:
-        """Masked logits per dimension, model and target conditioned on the tools in ``actions``; ``models``: the
-        pool's descriptor rows (the descriptor head's input)."""
-        return self._pass(self.weights(), x, mask, [len(x)], actions, models=models)[1]
+        """Masked logits per dimension (float[N, n_d] each, in dimension order), model and target conditioned on the
+        tools in ``actions``; ``models``: the pool's descriptor rows (the descriptor head's input)."""
+        blocks = self._pass(self.weights(), x, mask, [len(x)], actions, models=models)[1]
+        per_dim = {d: b[:, i].t() for g, b in zip(self.groups, blocks) for i, d in enumerate(g.dims)}
+        return [per_dim[d] for d in range(len(self.nvec))]
 
     def evaluate(self, x: torch.Tensor, mask: torch.Tensor, actions: torch.Tensor,
                  models: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -324,7 +456,7 @@ class ManagerPolicy(nn.Module, _Heads):
         The entropy is that of each relevant dimension's conditional distribution (given the sampled
         tool), summed: what the PPO entropy bonus and the logs use.
         """
-        return self._score(self.logits(x, mask, actions, models), actions)
+        return self._evaluate(self.weights(), x, mask, [len(x)], actions, "grad", models)
 
     def act(self, x: torch.Tensor, mask: torch.Tensor, generator: torch.Generator | None,
             greedy: bool = False, models: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -382,7 +514,7 @@ class PolicyStack(nn.Module, _Heads):
                  entropy: str = "grad", models: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Log-probability and entropy of ``actions`` per row (see ``ManagerPolicy.evaluate``; ``entropy`` as in
         ``_score``; ``models`` the pool's descriptor rows)."""
-        return self._score(self._pass(self.weights(), x, mask, counts, actions, models=models)[1], actions, entropy)
+        return self._evaluate(self.weights(), x, mask, counts, actions, entropy, models)
 
     def act(self, x: torch.Tensor, mask: torch.Tensor, counts: Sequence[int],
             generators: Sequence[torch.Generator | None], greedy: Sequence[bool],
