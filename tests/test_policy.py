@@ -117,3 +117,15 @@ def test_sft_fits_expert_actions():
     assert losses[-1] < losses[0] and after > before and after > -0.5
     greedy, _ = policy.act(x, mask, gen, greedy=True)
     assert (greedy[:, 1] == expert[:, 1]).float().mean() > 0.95
+
+
+def test_the_policy_activation_is_tanh_with_tanhs_gradient():
+    from training.policy import tanh_
+
+    x = torch.linspace(-12, 12, 10_001, dtype=torch.float32)
+    np.testing.assert_allclose(tanh_(x.clone()).numpy(), torch.tanh(x).numpy(), rtol=0, atol=3e-7)
+    x64 = torch.randn(64, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda v: tanh_(v * 1.0), (x64,))
+    y = tanh_(x64 * 1.0)
+    (g,) = torch.autograd.grad(y.sum(), x64)
+    torch.testing.assert_close(g, 1 - torch.tanh(x64.detach()) ** 2)

@@ -175,6 +175,32 @@ def _softmax_terms(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.T
     return z.sub_(total.log()), e, total
 
 
+class _Tanh(torch.autograd.Function):
+    """tanh as ``2 sigmoid(2x) - 1``, in place, with tanh's own backward ``g (1 - y^2)``: torch's CPU ``tanh_`` ran
+    at 2.3 ns an element against 0.6 ns for this form (one thread, ``[1000, 128]`` float32), and the trunk's
+    activations were a sixth of an act pass. The form is within 2e-7 of ``torch.tanh`` and elementwise, so a
+    member's floats stay the same alone and in a population."""
+
+    @staticmethod
+    def forward(ctx: torch.autograd.function.FunctionCtx, x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        y = x.mul_(2.0).sigmoid_().mul_(2.0).sub_(1.0)
+        ctx.mark_dirty(x)
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx: torch.autograd.function.FunctionCtx,  # type: ignore[override]
+                 grad: torch.Tensor) -> torch.Tensor:
+        (y,) = ctx.saved_tensors
+        return grad * (1.0 - y * y)
+
+
+def tanh_(x: torch.Tensor) -> torch.Tensor:
+    """The policy's activation (``_Tanh``), overwriting ``x``: only for a tensor whose producer's backward does not
+    read it (a linear layer's output)."""
+    return _Tanh.apply(x)
+
+
 class _LogSoftmax0(torch.autograd.Function):
     """``_softmax_terms``'s log-softmax with its backward written elementwise, ``g - softmax * sum_choices(g)``
     by ``_sum0``: autograd's own backward of the broadcast subtraction reduces over the choices with a kernel whose
@@ -299,7 +325,7 @@ class _Heads:
         nvec = self._dims(models)
         members = [m for m, c in enumerate(counts) if c]
         # the descriptor head's model embeddings, one per member (every member: the offset table indexes them all)
-        embs = None if w.embed is None else [functional.linear(models, *e).tanh() for e in w.embed]
+        embs = None if w.embed is None else [tanh_(functional.linear(models, *e)) for e in w.embed]
         pieces: list[list[torch.Tensor]] = [[] for _ in self.groups]
         for m, xm in zip(members, x.split([counts[m] for m in members])):
             # MKL multiplies a batch of 2 or 3 rows differently when it starts off a 16-byte boundary, as a member's
@@ -307,7 +333,7 @@ class _Heads:
             h = xm.clone() if xm.data_ptr() % 16 else xm
             for weight, bias in w.layers[m][:-1]:
                 # in place: the product's backward reads its inputs, not its output, so tanh may overwrite it
-                h = functional.linear(h, weight, bias).tanh_()
+                h = tanh_(functional.linear(h, weight, bias))
             out = functional.linear(h, *w.layers[m][-1])
             # choice-major, the member's rows innermost: a fresh tensor, so the heads' backward reads a fresh,
             # aligned gradient alone and in a population alike
