@@ -292,3 +292,21 @@ def test_a_model_whose_every_output_reached_the_cap_is_a_clear_fit_error() -> No
             rec.update(status="TRUNCATED", correct=None, answer=None)
     with pytest.raises(FitError, match="model 'GPT-OSS-20B': all .* reached the generation cap"):
         calibrate(calls_from_records(records), "paramanager")
+
+
+def test_a_floored_log_block_never_goes_below_its_floor():
+    """A spread the data push to 0 (equal output lengths) stops at the block's floor: the natural value is
+    lower + exp(u), so even an unconstrained value the optimizer drives to -inf cannot divide by 0."""
+    from parasim.calibration.params import Block, Layout
+
+    layout = Layout([Block("sd", [0.5, 0.8], [True, True], "log", lower=1e-3)])
+    start = layout.initial()
+    values, jac = layout.unpack(start)
+    np.testing.assert_allclose(values["sd"], [0.5, 0.8])
+    values, jac = layout.unpack(np.array([-1000.0, 0.0]))
+    assert values["sd"][0] == 1e-3 and values["sd"][1] == pytest.approx(1.001)
+    assert jac["sd"][0] == 0.0
+    with pytest.raises(ValueError, match="must be > 0.001"):
+        Block("sd", [1e-4], [True], "log", lower=1e-3)
+    with pytest.raises(ValueError, match="only a log-scale block has a floor"):
+        Block("p", [0.5], [True], "logit", lower=0.1)

@@ -63,6 +63,10 @@ _RUNS = (*_RAN, int(Status.TIMEOUT), _CUT)  # calls that occupied their model's 
 _RENAME = {"lambda": "lam", "tok_log_median": "tok_mu", "tok_log_sd": "tok_sd", "tok_alpha": "alpha",
            "interaction_sd": "tau"}
 OVERHEAD_FLOOR_S = 0.01  # seconds: a fitted agent-tool overhead below this is taken as not identified
+# the smallest output-length spread (log-SD) a fit reports: a model whose logged output lengths are all equal (a
+# scripted server, a fixed-length tool) has its likelihood rise without bound as the spread shrinks, and would
+# otherwise divide by an underflowed 0
+TOK_SD_FLOOR = 1e-3
 MIN_REPEATS = 20  # tasks with two or more correctness rows of a model before its interaction sd is fitted
 TAU_START = 0.05  # the fit's start for a base pool without interaction (the log scale needs tau > 0)
 
@@ -284,7 +288,8 @@ def _difficulty_part(table: CallTable, raw: dict[str, Any], base: PoolSpec, entr
               "identity", (names, DOMAINS)),
         Block("tok_scale", np.log(tools_raw["tokens_scale"]), (counts > 0) & (np.arange(NUM_TOOLS) != scale_anchor),
               "identity", (TOOLS,)),
-        Block("tok_log_sd", [e["tokens_out"]["log_sd"] for e in entries], tok_models, "log", (names,)),
+        Block("tok_log_sd", np.maximum([e["tokens_out"]["log_sd"] for e in entries], 2 * TOK_SD_FLOOR), tok_models,
+              "log", (names,), lower=TOK_SD_FLOOR),
         Block("tok_alpha", [e["tokens_out"]["difficulty_slope"] for e in entries], tok_models, "identity", (names,)),
     ])
     marginal = Marginal(task_bench, known_z, nodes)

@@ -26,14 +26,19 @@ class Block:
     free: np.ndarray
     transform: str = "identity"
     axes: tuple[Sequence[str], ...] = ()
+    # "log" only: the natural value is ``lower + exp(u)``, so a parameter that the data push to 0 (a spread of
+    # identical values) stops at its floor instead of underflowing to 0 in a division
+    lower: float = 0.0
 
     def __post_init__(self) -> None:
         self.value = np.asarray(self.value, np.float64).copy()
         self.free = np.broadcast_to(np.asarray(self.free, bool), self.value.shape).copy()
         if self.transform not in TRANSFORMS:
             raise ValueError(f"{self.name}.transform: expected one of {TRANSFORMS}, got {self.transform!r}")
-        if self.transform == "log" and np.any(self.value[self.free] <= 0):
-            raise ValueError(f"{self.name}: log-scale start values must be > 0")
+        if self.lower and self.transform != "log":
+            raise ValueError(f"{self.name}.lower: only a log-scale block has a floor, got transform {self.transform!r}")
+        if self.transform == "log" and np.any(self.value[self.free] <= self.lower):
+            raise ValueError(f"{self.name}: log-scale start values must be > {self.lower:g}")
         if self.transform == "logit" and np.any((self.value[self.free] <= 0) | (self.value[self.free] >= 1)):
             raise ValueError(f"{self.name}: logit-scale start values must be in (0, 1)")
 
@@ -46,19 +51,19 @@ class Block:
         return out
 
 
-def _forward(transform: str, x: np.ndarray) -> np.ndarray:
+def _forward(transform: str, x: np.ndarray, lower: float = 0.0) -> np.ndarray:
     if transform == "log":
-        return np.log(x)
+        return np.log(x - lower)
     if transform == "logit":
         return np.log(x) - np.log1p(-x)
     return x
 
 
-def _inverse(transform: str, u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _inverse(transform: str, u: np.ndarray, lower: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
     """Natural value and its derivative d value / d u."""
     if transform == "log":
         x = np.exp(u)
-        return x, x
+        return lower + x, x
     if transform == "logit":
         x = 1.0 / (1.0 + np.exp(-u))
         return x, x * (1.0 - x)
@@ -82,14 +87,14 @@ class Layout:
         """The start vector (unconstrained scale)."""
         vec = np.empty(self.size)
         for name, b in self.blocks.items():
-            vec[self.slices[name]] = _forward(b.transform, b.value[b.free])
+            vec[self.slices[name]] = _forward(b.transform, b.value[b.free], b.lower)
         return vec
 
     def pack(self, values: dict[str, np.ndarray]) -> np.ndarray:
         """The unconstrained vector of the free entries of natural-scale ``values`` (e.g. a known truth)."""
         vec = np.empty(self.size)
         for name, b in self.blocks.items():
-            vec[self.slices[name]] = _forward(b.transform, np.asarray(values[name], np.float64)[b.free])
+            vec[self.slices[name]] = _forward(b.transform, np.asarray(values[name], np.float64)[b.free], b.lower)
         return vec
 
     def unpack(self, vec: np.ndarray) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
@@ -97,7 +102,7 @@ class Layout:
         values, jac = {}, {}
         for name, b in self.blocks.items():
             x = b.value.copy()
-            nat, d = _inverse(b.transform, vec[self.slices[name]])
+            nat, d = _inverse(b.transform, vec[self.slices[name]], b.lower)
             x[b.free] = nat
             values[name], jac[name] = x, d
         return values, jac
