@@ -337,7 +337,7 @@ def render(fits: list[dict], rows: list[dict], cons: list[dict], laws: dict[str,
             f"{LCB_TEMPERATURE:g} / {CONS_TEMPERATURE:g} (`temperature_spread`), sigma and tau both (the softmax's "
             f"logit scaling) or tau only; the same tolerance and share rule, stated in the script before the first "
             f"comparison. The last two columns: the spreads the law gives at the ParaManager harness's temperature "
-            f"({HARNESS_TEMPERATURE:g}; the shipped pools assume tau = 1.0 there and are not changed).", "",
+            f"({HARNESS_TEMPERATURE:.1f}; the shipped pools assume tau = 1.0 there and are not changed).", "",
             "| law | sigma | tau | models within | within | sigma at harness | tau at harness |",
             "| --- | --- | --- | --- | --- | --- | --- |"]
     for law, v in laws.items():
