@@ -20,8 +20,8 @@ samples with answers could identify, stays assumed (``KAPPA``).
 
 The published pass@1 -> cons@64 pairs (``cons64_aime2024.csv``, AIME 2024) are checked against the fitted
 structure: per published model, a model whose expected pass@1 is the published one on an AIME-like benchmark, with
-MATH-L5's sigma, fitted distractor weights and agreement curve and LiveCodeBench's tau (no temperature scaling: the
-tables' sampling temperatures are not known well enough to scale by), takes 64 samples per question and the
+MATH-L5's sigma, fitted distractor weights and agreement curve and LiveCodeBench's tau (as fitted, with no temperature
+scaling; the law's rows below scale them), takes 64 samples per question and the
 plurality answer is scored (``simulated_consensus``).
 
 Added in session 8, a temperature law (``temperature_spread``): sampling at temperature T divides every log-odds by
