@@ -20,9 +20,20 @@ samples with answers could identify, stays assumed (``KAPPA``).
 
 The published pass@1 -> cons@64 pairs (``cons64_aime2024.csv``, AIME 2024) are checked against the fitted
 structure: per published model, a model whose expected pass@1 is the published one on an AIME-like benchmark, with
-MATH-L5's sigma, fitted distractor weights and agreement curve and LiveCodeBench's tau (no temperature scaling: the
-tables' sampling temperatures are not known well enough to scale by), takes 64 samples per question and the
+MATH-L5's sigma, fitted distractor weights and agreement curve and LiveCodeBench's tau (as fitted, with no temperature
+scaling; the law's rows below scale them), takes 64 samples per question and the
 plurality answer is scored (``simulated_consensus``).
+
+Added in session 8, a temperature law (``temperature_spread``): sampling at temperature T divides every log-odds by
+T, so a spread fitted on samples drawn at T_ref is spread * T_ref / T at T. LiveCodeBench's runner samples n = 10 at
+temperature 0.2 (LiveCodeBench/LiveCodeBench, ``lcb_runner/runner/parser.py``: ``--n`` default 10, ``--temperature``
+default 0.2; its README: "We use `n=10` and `temperature=0.2` for generation"), so the cons@64 pairs, sampled at 0.6,
+are checked again with the spreads scaled by 0.2 / 0.6, in two variants (``TEMPERATURE_LAWS``): "sigma and tau",
+the law as the softmax implies it (the whole log-odds, the shared difficulty included, is divided by T), and "tau
+only" (the question difficulty's spread taken as a property of the questions). In both, MATH-L5's sigma is taken to be
+on LiveCodeBench's scale: it was fitted with tau fixed at LiveCodeBench's (MATH-L5's own outcomes are greedy, a
+temperature the law cannot start from). The law's tau at the harness's temperature is reported next to the pools'
+assumed ``interaction.sd``; the pools are not changed.
 """
 from __future__ import annotations
 
@@ -39,6 +50,7 @@ from parasim.calibration.joint_fit import (
     fit_agreement,
     fit_correctness,
     structure_pool,
+    temperature_spread,
     zipf_exponent,
 )
 from parasim.calibration.joint_stats import OutcomeMatrix, matrix_statistics, outcome_matrices
@@ -49,6 +61,7 @@ from parasim.pools.pool import MAX_MODELS, expected_accuracy, parse_pool, pool_f
 from parasim.tasks.suites import BENCHMARK_INDEX, BENCHMARKS, FREE_FORM, NUM_ANSWERS
 
 BEGIN, END = "<!-- joint:begin -->", "<!-- joint:end -->"
+LAW_HEADING = "#### The temperature law: cons@64 with the spreads carried to the published temperature"
 DATA = Path(__file__).resolve().parent.parent / "parasim" / "calibration" / "data"
 SEED = 0
 SIM_FACTOR = 4  # simulated questions per held-out question
@@ -68,6 +81,14 @@ CONS_TOLERANCE = 0.10
 CONS_SAMPLES = 64
 CONS_QUESTIONS = 3000  # simulated AIME-like questions per model
 CONS_BENCHMARK = "AIME24"
+# The temperature law's rows, added in session 8 and stated here before their first comparison run: the same cons@64
+# pairs, tolerance (CONS_TOLERANCE per model) and share rule (SHARE_WITHIN of the models) as the rows above, with the
+# spreads carried from LiveCodeBench's sampling temperature to the published one (module docstring).
+LCB_TEMPERATURE = 0.2  # LiveCodeBench/LiveCodeBench lcb_runner/runner/parser.py: --temperature default 0.2 (--n 10)
+CONS_TEMPERATURE = 0.6  # the DeepSeek-R1 model card's sampling temperature for its pass@1 and cons@64
+HARNESS_TEMPERATURE = 1.0  # the paramanager pool's protocol.temperature (the ParaManager harness)
+# law -> (scale sigma?, scale tau?)
+TEMPERATURE_LAWS = {"sigma and tau": (True, True), "tau only": (False, True)}
 # table file -> (the catalogue benchmark whose answer format the simulation uses, fit tau?, fit the answer space's S?)
 TABLES = {"livecodebench": ("LiveCodeBench", True, False), "mmlu_pro": ("MMLU-Pro", False, False),
           "math_l5": ("generic_math", False, True)}
@@ -139,9 +160,15 @@ def items(real: dict, sim: dict) -> dict[str, list[tuple[float, float]]]:
     return {k: v for k, v in out.items() if v}
 
 
-def run(seed: int = SEED) -> tuple[list[dict], list[dict], list[dict]]:
-    """Fit every table and compare on its held-out half, then the published cons@64 pairs with the fitted structure.
-    Returns (fitted parameters per table, comparison rows, cons@64 rows)."""
+def _at(spread: float, scaled: bool, temperature: float) -> float:
+    """A spread fitted at LiveCodeBench's temperature, at ``temperature`` under a law that scales it or not."""
+    return temperature_spread(spread, LCB_TEMPERATURE, temperature) if scaled else spread
+
+
+def run(seed: int = SEED) -> tuple[list[dict], list[dict], list[dict], dict[str, dict]]:
+    """Fit every table and compare on its held-out half, then the published cons@64 pairs with the fitted structure,
+    as fitted and under each temperature law. Returns (fitted parameters per table, comparison rows, cons@64 rows,
+    per law its spreads and cons@64 rows)."""
     base = read_json_file(pool_file("paramanager"))
     fits, rows = [], []
     tau = None
@@ -200,7 +227,15 @@ def run(seed: int = SEED) -> tuple[list[dict], list[dict], list[dict]]:
                          "tol": tol, "share": share, "within": share >= SHARE_WITHIN, "added": stat in ADDED_TOLERANCES,
                          "models": len(models), "held": len(held.questions)})
     tau_fit = next(f for f in fits if f["table"] == "LiveCodeBench")["fit"].tau
-    return fits, rows, consensus(base, next(f for f in fits if f["fitted_s"]), tau_fit, seed)
+    math_fit = next(f for f in fits if f["fitted_s"])
+    sigma_fit = math_fit["fit"].sigma
+    laws = {}
+    for law, (scale_sigma, scale_tau) in TEMPERATURE_LAWS.items():
+        sigma, tau = _at(sigma_fit, scale_sigma, CONS_TEMPERATURE), _at(tau_fit, scale_tau, CONS_TEMPERATURE)
+        laws[law] = {"sigma": sigma, "tau": tau, "harness_sigma": _at(sigma_fit, scale_sigma, HARNESS_TEMPERATURE),
+                     "harness_tau": _at(tau_fit, scale_tau, HARNESS_TEMPERATURE),
+                     "cons": consensus(base, math_fit, sigma, tau, seed)}
+    return fits, rows, consensus(base, math_fit, sigma_fit, tau_fit, seed), laws
 
 
 def _consensus_draw(base: dict, pubs: list[list[str]], math_fit: dict, sigma: float, tau: float,
@@ -219,12 +254,13 @@ def _consensus_draw(base: dict, pubs: list[list[str]], math_fit: dict, sigma: fl
                                sigma=sigma, zipf_s=math_fit["zipf"], seed=seed)
 
 
-def consensus(base: dict, math_fit: dict, tau: float, seed: int = SEED) -> list[dict]:
+def consensus(base: dict, math_fit: dict, sigma: float, tau: float, seed: int = SEED) -> list[dict]:
     """The published pass@1 -> cons@64 pairs against the simulator's plurality vote of CONS_SAMPLES samples, per
-    published model a model of that expected pass@1 under the fitted math structure (module docstring)."""
+    published model a model of that expected pass@1 under the math table's distractor weights and agreement curve
+    with difficulty spread sigma and per-model effect tau (module docstring)."""
     pubs = [line.split(",") for line in (DATA / "cons64_aime2024.csv").read_text(encoding="utf-8").split("\n")[1:]
             if line.strip()]
-    om, plural = _consensus_draw(base, pubs, math_fit, math_fit["fit"].sigma, tau, seed)
+    om, plural = _consensus_draw(base, pubs, math_fit, sigma, tau, seed)
     out = []
     for j, (model, p1, c64) in enumerate(pubs):
         sim_c = float(plural[:, j].mean())
@@ -238,7 +274,14 @@ def _se(v: float, se: float) -> str:
     return f"{v:.3f} ± {se:.3f}" if math.isfinite(se) else f"{v:.3f} (fixed)"
 
 
-def render(fits: list[dict], rows: list[dict], cons: list[dict], seed: int = SEED) -> str:
+def _cons_rows(cons: list[dict], lead: str = "") -> list[str]:
+    """The cons@64 table's rows (``lead``: the cells before the model's, each ending in " | ")."""
+    return [f"| {lead}{c['model']} | {c['pass1']:.3f} | {c['sim_pass1']:.3f} | {c['cons']:.3f} | {c['sim_cons']:.3f} "
+            f"| {c['cons'] - c['pass1']:+.3f} | {c['sim_cons'] - c['sim_pass1']:+.3f} | "
+            f"{'yes' if c['within'] else 'no'} |" for c in cons]
+
+
+def render(fits: list[dict], rows: list[dict], cons: list[dict], laws: dict[str, dict], seed: int = SEED) -> str:
     out = [BEGIN, f"<!-- written by scripts/joint_structure.py --seed {seed}: edit the script, not this section -->",
            "", "#### Fitted structure", "",
            "Maximum-likelihood estimates on the fit half of each table (± Hessian SE; the agreement curve's SEs are "
@@ -287,10 +330,24 @@ def render(fits: list[dict], rows: list[dict], cons: list[dict], seed: int = SEE
             f"{'yes' if share >= SHARE_WITHIN else 'no'} ({share:.2f}).", "",
             "| model | pass@1 published | pass@1 simulated | cons@64 published | cons@64 simulated | gain published "
             "| gain simulated | within |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for c in cons:
-        out.append(f"| {c['model']} | {c['pass1']:.3f} | {c['sim_pass1']:.3f} | {c['cons']:.3f} | {c['sim_cons']:.3f} "
-                   f"| {c['cons'] - c['pass1']:+.3f} | {c['sim_cons'] - c['sim_pass1']:+.3f} | "
-                   f"{'yes' if c['within'] else 'no'} |")
+    out += _cons_rows(cons)
+    out += ["", LAW_HEADING, "",
+            f"The same pairs with the spreads carried from LiveCodeBench's sampling temperature "
+            f"({LCB_TEMPERATURE:g}, its runner's default) to the published one ({CONS_TEMPERATURE:g}): spread x "
+            f"{LCB_TEMPERATURE:g} / {CONS_TEMPERATURE:g} (`temperature_spread`), sigma and tau both (the softmax's "
+            f"logit scaling) or tau only; the same tolerance and share rule, stated in the script before the first "
+            f"comparison. The last two columns: the spreads the law gives at the ParaManager harness's temperature "
+            f"({HARNESS_TEMPERATURE:.1f}; the shipped pools assume tau = 1.0 there and are not changed).", "",
+            "| law | sigma | tau | models within | within | sigma at harness | tau at harness |",
+            "| --- | --- | --- | --- | --- | --- | --- |"]
+    for law, v in laws.items():
+        share = float(np.mean([c["within"] for c in v["cons"]]))
+        out.append(f"| {law} | {v['sigma']:.3f} | {v['tau']:.3f} | {share:.2f} | "
+                   f"{'yes' if share >= SHARE_WITHIN else 'no'} | {v['harness_sigma']:.3f} | {v['harness_tau']:.3f} |")
+    out += ["", "| law | model | pass@1 published | pass@1 simulated | cons@64 published | cons@64 simulated "
+            "| gain published | gain simulated | within |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for law, v in laws.items():
+        out += _cons_rows(v["cons"], f"{law} | ")
     out.append(END)
     return "\n".join(out)
 

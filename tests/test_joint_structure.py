@@ -14,11 +14,12 @@ from parasim.calibration.joint_fit import (
     fit_agreement,
     fit_correctness,
     structure_pool,
+    temperature_spread,
     zipf_exponent,
 )
 from parasim.calibration.joint_stats import joint_statistics, majority_vote, matrix_statistics, outcome_matrices
 from parasim.calibration.simulate import simulated_consensus, simulated_outcomes
-from parasim.pools.pool import PoolSpec, expected_accuracy, parse_pool, pool_file
+from parasim.pools.pool import PoolSpec, expected_accuracy, parse_pool, pool_file, solve_skill
 from parasim.tasks.suites import BENCHMARK_INDEX, BENCHMARKS
 
 
@@ -180,3 +181,31 @@ def test_consensus_is_the_plurality_of_the_samples() -> None:
     om, plural = simulated_consensus(parse_pool(structure_pool(_base(), "generic_math", spread, "assumed")),
                                      "generic_math", 2000, 15, sigma=20.0, seed=4)
     assert abs(plural.mean() - om.rate.mean()) < 0.03
+
+
+def test_temperature_spread_scales_a_spread_by_the_temperature_ratio() -> None:
+    """A spread fitted at T_ref is spread * T_ref / T at T: tighter when hotter, unchanged at T_ref, and carried
+    there and back it is the same; a zero spread stays zero; temperatures must be positive and spreads >= 0."""
+    assert temperature_spread(5.0, 0.2, 1.0) == pytest.approx(1.0)
+    assert temperature_spread(5.0, 0.2, 0.6) == pytest.approx(5.0 / 3.0)
+    assert temperature_spread(5.0, 0.6, 0.6) == pytest.approx(5.0)
+    assert temperature_spread(temperature_spread(5.0, 0.2, 0.7), 0.7, 0.2) == pytest.approx(5.0)
+    assert temperature_spread(0.0, 0.2, 1.0) == 0.0
+    for bad in ((1.0, 0.0, 1.0), (1.0, 0.2, -1.0), (1.0, float("nan"), 1.0), (-1.0, 0.2, 1.0)):
+        with pytest.raises(ValueError, match="temperature_spread"):
+            temperature_spread(*bad)
+
+
+def test_a_hotter_temperature_makes_a_vote_gain_more() -> None:
+    """What the law does to the consensus check: the same expected accuracy with the spreads scaled down (sampling
+    hotter than the fit's temperature) leaves p_qm nearer 1/2 on more questions, so the plurality of 15 samples
+    gains more over one sample."""
+    def gain(sd: float) -> float:
+        theta = float(solve_skill(np.array(0.6), np.array(0.0), np.array(math.hypot(sd, sd))))
+        models = [StructureModel("a", theta, sd, 0.0, 0.0), StructureModel("b", theta, sd, 0.0, 0.0)]
+        om, plural = simulated_consensus(parse_pool(structure_pool(_base(), "generic_math", models, "assumed")),
+                                         "generic_math", 3000, 15, sigma=sd, seed=5)
+        return float(plural[:, 0].mean() - om.rate[:, 0].mean())
+
+    cold, hot = gain(6.0), gain(temperature_spread(6.0, 0.2, 0.6))
+    assert hot > cold + 0.03

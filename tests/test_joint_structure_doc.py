@@ -59,7 +59,7 @@ def test_the_page_states_the_tolerances_fixed_in_advance() -> None:
 
 
 def test_the_cons64_rows_compare_every_published_pair() -> None:
-    rows = _rows(_section().split(CONS, 1)[1], "model")
+    rows = _rows(_section().split(CONS, 1)[1].split(js.LAW_HEADING, 1)[0], "model")
     published = (js.DATA / "cons64_aime2024.csv").read_text(encoding="utf-8").split()[1:]
     assert [r[0] for r in rows] == [line.split(",")[0] for line in published]
     for r, line in zip(rows, published):
@@ -68,6 +68,36 @@ def test_the_cons64_rows_compare_every_published_pair() -> None:
         diff = abs(float(r[4]) - float(r[3]))
         if abs(diff - js.CONS_TOLERANCE) > 0.001:  # the page rounds to 3 decimals: a row on the boundary is unread
             assert r[-1] == ("yes" if diff <= js.CONS_TOLERANCE else "no"), r
+
+
+def test_the_temperature_law_rows_use_the_stated_law_and_tolerance() -> None:
+    """Per law: its spreads are the fitted ones carried from LiveCodeBench's temperature (the fitted-structure table
+    above), every published pair is compared, and `within` follows the same tolerance and share rule."""
+    section = _section()
+    law_text = section.split(js.LAW_HEADING, 1)[1]
+    fitted = {r[0]: r for r in _rows(section.split("#### Held-out questions", 1)[0], "table")}
+    sigma_fit = float(fitted["MATH-L5"][3].split()[0])
+    tau_fit = float(fitted["LiveCodeBench"][4].split()[0])
+    laws = [r for r in _rows(law_text, "law") if len(r) == 7]
+    assert [r[0] for r in laws] == list(js.TEMPERATURE_LAWS)
+    cons = [r for r in _rows(law_text, "law") if len(r) == 9]
+    published = (js.DATA / "cons64_aime2024.csv").read_text(encoding="utf-8").split()[1:]
+    for r in laws:
+        scale_sigma, scale_tau = js.TEMPERATURE_LAWS[r[0]]
+        for col, fit, scaled, t in ((1, sigma_fit, scale_sigma, js.CONS_TEMPERATURE),
+                                    (2, tau_fit, scale_tau, js.CONS_TEMPERATURE),
+                                    (5, sigma_fit, scale_sigma, js.HARNESS_TEMPERATURE),
+                                    (6, tau_fit, scale_tau, js.HARNESS_TEMPERATURE)):
+            want = fit * js.LCB_TEMPERATURE / t if scaled else fit
+            assert float(r[col]) == pytest.approx(want, abs=2e-3), r
+        own = [c for c in cons if c[0] == r[0]]
+        assert [c[1] for c in own] == [line.split(",")[0] for line in published]
+        share = sum(c[-1] == "yes" for c in own) / len(own)
+        assert float(r[3]) == pytest.approx(share, abs=0.005) and r[4] == ("yes" if share >= js.SHARE_WITHIN else "no")
+        for c in own:
+            diff = abs(float(c[5]) - float(c[4]))
+            if abs(diff - js.CONS_TOLERANCE) > 0.001:
+                assert c[-1] == ("yes" if diff <= js.CONS_TOLERANCE else "no"), c
 
 
 @pytest.mark.slow

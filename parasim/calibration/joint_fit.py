@@ -175,6 +175,26 @@ def zipf_exponent(s_chance: float, answers: int) -> float:
     return 0.5 * (lo + hi)
 
 
+def temperature_spread(spread: float, fitted_at: float, sampled_at: float) -> float:
+    """A logit spread (sigma or tau) fitted on samples drawn at temperature ``fitted_at`` carried to sampling at
+    ``sampled_at``: spread * fitted_at / sampled_at.
+
+    Why this law: sampling at temperature T draws from softmax(l / T), so every log-odds between two choices is its
+    T = 1 value over T. Read a sample's correctness as one such choice and its log-odds theta_m - z_q + tau e_qm is
+    divided by T as a whole: the shared difficulty's spread sigma as much as the per-(question, model) effect's tau,
+    since z_q is as much a part of the model's log-odds on q as e_qm is (theta_m scales too, but is re-solved on the
+    accuracy published at the new temperature). Scaling tau alone is the other reading: the question's difficulty a
+    property of the questions, not of the sampling. What the law leaves out: a sample is a chain of token choices
+    (each renormalized, so a sequence's log-odds is not exactly linear in 1 / T), top-p truncation, and a model's
+    skill that does not scale with the temperature; it is an approximation to test, not a derivation."""
+    for name, t in (("fitted_at", fitted_at), ("sampled_at", sampled_at)):
+        if not (np.isfinite(t) and t > 0):
+            raise ValueError(f"temperature_spread: {name} must be a finite temperature > 0, got {t!r}")
+    if not (np.isfinite(spread) and spread >= 0):
+        raise ValueError(f"temperature_spread: spread must be a finite number >= 0, got {spread!r}")
+    return float(spread) * fitted_at / sampled_at
+
+
 def _pair_arrays(om: OutcomeMatrix) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Per (question, model pair) with both single samples wrong and both answers known: question, the two model
     columns and whether the answers agree."""
