@@ -4,9 +4,10 @@ The probe forks 64 children that each try to allocate and touch 1.5 GB. Before t
 the only limit and it was per process (2 GiB, with 64 processes allowed): 4 such children took 6 GB of the host.
 Now the call runs in a memory cgroup of ``memory_bytes`` where one can be made (as root here), else each process
 gets memory_bytes / max_processes. The test samples the proportional set size (PSS, anonymous and shared memory)
-of every process of the call from ``/proc`` while it runs, and kills the call (and fails) as soon as the sum passes
-the bound (with a tenth of slack for the sampling), so that running it against a sandbox without the bound cannot
-exhaust the host; where there is a cgroup, the kernel's exact peak must be within the bound.
+of every process of the call from ``/proc`` while it runs, and kills the call (and fails) as soon as the sum stays
+past the bound (with a tenth of slack for the sampling) for two samples, 10 ms apart, so that running it against a
+sandbox without the bound cannot exhaust the host; where there is a cgroup, the kernel's exact peak must be within
+the bound.
 """
 from __future__ import annotations
 
@@ -24,9 +25,11 @@ from parasim.protocol.schema import Status
 pytestmark = [pytest.mark.sandbox, needs_bwrap, pytest.mark.timeout(120), pytest.mark.slow]
 CHILDREN, CHILD_BYTES = 64, 1536 * 2**20
 # /proc is read one process after another, so a sum of samples can count memory twice (a child read, then killed,
-# and its pages taken by the next one before that is read): up to a tenth over the true peak, which the cgroup
-# reports exactly. The watchdog stops the call past it.
+# and its pages taken by the next one before that is read): a tenth over the true peak, which the cgroup reports
+# exactly. The watchdog stops the call past it on two samples in a row: a double count lasts one sample (one run
+# here summed 2.20 GiB once against a 2 GiB cgroup), a call past its bound holds the memory for its children's 3 s.
 SAMPLING_SLACK = 1.1
+OVER_SAMPLES = 2
 PROBE = f"""
 import os, time
 kids = []
@@ -69,17 +72,19 @@ def _pss(pid: int) -> int:
 
 
 def _run_watched(tag: str, bound: int, **config: object) -> tuple[int, object, bool]:
-    """Run the probe; returns the peak PSS sum sampled, the result, and whether the watchdog had to kill it."""
+    """Run the probe; returns the peak PSS sum sampled, the result, and whether the watchdog had to kill it (the sum
+    past ``bound`` on ``OVER_SAMPLES`` samples in a row)."""
     sb = make(tag, timeout_s=15.0, **config)
 
     async def go() -> tuple[int, object, bool]:
         task = asyncio.ensure_future(sb.arun(PROBE))
-        peak, killed = 0, False
+        peak, killed, over = 0, False, 0
         while not task.done():
             pids = tagged_pids(tag, include_bwrap=False)
             total = sum(_pss(pid) for pid in pids)
             peak = max(peak, total)
-            if total > bound and not killed:  # past the bound: stop it before it takes the host's memory
+            over = over + 1 if total > bound else 0
+            if over >= OVER_SAMPLES and not killed:  # past the bound: stop it before it takes the host's memory
                 killed = True
                 for pid in pids:
                     try:
