@@ -34,6 +34,7 @@ from bench_policy import policy_actions
 from numba import njit, prange
 
 import parasim  # noqa: F401  (registers the envs)
+from parasim.sim import numba_threads
 
 LANES = 4096
 SMALL_LANES = 1024
@@ -94,12 +95,8 @@ def _compute(threads: int) -> Callable[[int, int], tuple[Callable[[np.ndarray], 
         work = lanes * 40 // 64
 
         def step(_: np.ndarray) -> None:
-            before = numba.get_num_threads()
-            numba.set_num_threads(threads)
-            try:
+            with numba_threads(threads):  # as the env's threaded step sets them
                 _compute_blocks(out, work)
-            finally:
-                numba.set_num_threads(before)
 
         step(np.zeros(1))  # compiled before the timed slices
         return step, np.zeros((steps, lanes))

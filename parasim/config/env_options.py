@@ -85,7 +85,7 @@ def check_lane_seeds(seed: Any, num_envs: int) -> np.ndarray | None:
     if isinstance(seed, np.ndarray) and seed.dtype.kind in "iu" and seed.ndim == 1:
         if len(seed) != num_envs:
             raise ValueError(f"seed: expected an int or {num_envs} seeds (one per lane), got {len(seed)}")
-        bad = np.flatnonzero((seed < 0) | (seed > SEED_LIMIT - 1)) if len(seed) else ()
+        bad = np.flatnonzero((seed < 0) | (seed > SEED_LIMIT - 1))
         if len(bad):
             i = int(bad[0])
             check_int(f"seed[{i}]", seed[i], 0, SEED_LIMIT - 1)  # raises, naming the lane

@@ -8,6 +8,8 @@ Single calls with the same per-call model, for calibration logs and statistics, 
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numba
@@ -60,6 +62,18 @@ PARALLEL_MIN_LANES = 1024
 
 __all__ = ["NUM_TARGETS", "TARGET_CARRY", "TARGET_QUESTION", "TARGET_VERIFY", "ObsBuffers", "SimState", "SimTables",
            "Simulator", "action_nvec", "build_tables"]
+
+
+@contextmanager
+def numba_threads(n: int) -> Iterator[None]:
+    """numba's parallel regions on ``n`` threads for the calls inside, restored after: numba's thread count is per
+    calling thread, so a threaded call sets it for itself only (the vector env's step, its benchmarks)."""
+    before = numba.get_num_threads()
+    numba.set_num_threads(n)
+    try:
+        yield
+    finally:
+        numba.set_num_threads(before)
 
 
 class Simulator:
@@ -194,13 +208,8 @@ class Simulator:
             raise ValueError(f"Simulator.step: expected actions of shape {self._action_shape} and reset_first of "
                              f"shape {self.done.shape}, got {actions.shape} and {reset_first.shape}")
         if self._threaded:
-            # numba's thread count is per calling thread: set it for this call only, lane blocks split over them
-            before = numba.get_num_threads()
-            numba.set_num_threads(self.num_threads)
-            try:
+            with numba_threads(self.num_threads):  # lane blocks split over them
                 step_lanes_parallel(actions, reset_first, self.done, *self._kernel_args)
-            finally:
-                numba.set_num_threads(before)
         else:
             step_lanes(actions, reset_first, self.done, *self._kernel_args)
         return self.done
