@@ -10,6 +10,9 @@ from pathlib import Path
 import joint_structure as js  # scripts/ is on the tests' path (pyproject's pythonpath)
 import pytest
 
+from parasim.pools.pool import assumed_parameters, pool_file, read_pool_file, shipped_pools
+from parasim.tasks.suites import BENCHMARK_INDEX, BENCHMARKS
+
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "simulator.md"
 
@@ -98,6 +101,50 @@ def test_the_temperature_law_rows_use_the_stated_law_and_tolerance() -> None:
             diff = abs(float(c[5]) - float(c[4]))
             if abs(diff - js.CONS_TOLERANCE) > 0.001:
                 assert c[-1] == ("yes" if diff <= js.CONS_TOLERANCE else "no"), c
+
+
+def test_kappa_rows_are_leave_one_out_within_the_stated_tolerance() -> None:
+    """Per law the kappa fitted on all six pairs is on the stated grid, every published pair has its leave-one-out
+    row, and `within` follows CONS_TOLERANCE and SHARE_WITHIN."""
+    text = _section().split(js.KAPPA_HEADING, 1)[1].split(js.POOLS_HEADING, 1)[0]
+    laws = [r for r in _rows(text, "law") if len(r) == 4]
+    assert [r[0] for r in laws] == list(js.TEMPERATURE_LAWS)
+    published = [line.split(",") for line in (js.DATA / "cons64_aime2024.csv").read_text(encoding="utf-8").split()[1:]]
+    for law in laws:
+        assert float(law[1]) in js.KAPPA_GRID
+        own = [r for r in _rows(text, "law") if len(r) == 7 and r[0] == law[0]]
+        assert [r[1] for r in own] == [p[0] for p in published]
+        for r, (_, _, c64) in zip(own, published):
+            assert float(r[3]) == pytest.approx(float(c64) / 100) and float(r[4]) in js.KAPPA_GRID, r
+            diff = abs(float(r[5]) - float(r[3]))
+            if abs(diff - js.CONS_TOLERANCE) > 0.001:
+                assert r[-1] == ("yes" if diff <= js.CONS_TOLERANCE else "no"), r
+        share = sum(r[-1] == "yes" for r in own) / len(own)
+        assert float(law[2]) == pytest.approx(share, abs=0.005)
+        assert law[3] == ("yes" if share >= js.SHARE_WITHIN else "no")
+
+
+def test_the_shipped_pools_carry_the_fitted_structure() -> None:
+    """Every shipped pool's models (the manager too) and the benchmark catalogue hold the values of the page's
+    "Carried to the pools" table, with the fit's source key; a model's family is its maker."""
+    values = {r[0]: float(r[2]) for r in _rows(_section().split(js.POOLS_HEADING, 1)[1], "parameter")}
+    for name in shipped_pools():
+        raw, spec = read_pool_file(pool_file(name))
+        for m in raw["models"] + [raw["manager"]]:
+            inter, err = m["interaction"], m["errors"]
+            assert inter["source"] == err["source"] == "JS", (name, m["name"])
+            assert inter["sd"] == pytest.approx(values["tau"], abs=5e-4)
+            assert err["kappa"] == pytest.approx(values["kappa"], abs=5e-4)
+            assert err["affinity"] == pytest.approx(values["affinity"], abs=5e-4)
+            assert inter["family_share"] == pytest.approx(values["w (family share)"], abs=5e-4)
+            assert inter["family"] == (js.family_of(m["name"]) or "qwen"), m["name"]  # Orchestrator-8B is a Qwen3-8B
+        assert not [p for p in assumed_parameters(spec) if p.endswith((".errors", ".interaction"))], name
+    for key, value in values.items():
+        if key.startswith(("sigma_b (", "Zipf exponent (")):
+            names = key.split("(", 1)[1].rstrip(")").split(", ")
+            field = "sigma" if key.startswith("sigma_b") else "zipf_s"
+            for b in names:
+                assert getattr(BENCHMARKS[BENCHMARK_INDEX[b]], field) == pytest.approx(value, abs=5e-3), (b, field)
 
 
 @pytest.mark.slow
