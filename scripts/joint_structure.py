@@ -35,9 +35,8 @@ on LiveCodeBench's scale: it was fitted with tau fixed at LiveCodeBench's (MATH-
 temperature the law cannot start from).
 
 Added in session 9: kappa fitted on the cons@64 pairs per law, checked leave one out (``kappa_fit``), and what the
-shipped pools carry of it all at the harness's temperature under ``POOL_LAW`` (``pool_structure``; the pool files and
-``parasim.tasks.suites.BENCHMARKS`` hold those values, tests/test_joint_structure_doc.py checks them against the
-page). Each row also reports how far the table's own question sampling moves its items (the real fit half in place of
+shipped pools would carry of it all at the harness's temperature under ``POOL_LAW`` (``pool_structure``; not yet
+applied: with it two of section 6's published targets are missed). Each row also reports how far the table's own question sampling moves its items (the real fit half in place of
 the simulation, ``halves``).
 """
 from __future__ import annotations
@@ -275,7 +274,7 @@ def kappa_fit(base: dict, math_fit: dict, sigma: float, tau: float, seed: int = 
 
 
 def pool_structure(fits: list[dict], laws: dict[str, dict]) -> list[tuple[str, str, float, str]]:
-    """What the shipped pools carry from the fit, at the harness's temperature under POOL_LAW: (parameter, where it
+    """What the shipped pools would carry from the fit, at the harness's temperature under POOL_LAW: (parameter, where it
     lives, value, where it comes from)."""
     law = laws[POOL_LAW]
     scale_sigma, _ = TEMPERATURE_LAWS[POOL_LAW]
@@ -408,7 +407,7 @@ def render(fits: list[dict], rows: list[dict], cons: list[dict], laws: dict[str,
             f"{LCB_TEMPERATURE:g} / {CONS_TEMPERATURE:g} (`temperature_spread`), sigma and tau both (the softmax's "
             f"logit scaling) or tau only; the same tolerance and share rule, stated in the script before the first "
             f"comparison. The last two columns: the spreads the law gives at the ParaManager harness's temperature "
-            f"({HARNESS_TEMPERATURE:.1f}; the shipped pools carry {POOL_LAW!r}'s, with the kappa fitted below).", "",
+            f"({HARNESS_TEMPERATURE:.1f}; what the pools would carry is tabled below).", "",
             "| law | sigma | tau | models within | within | sigma at harness | tau at harness |",
             "| --- | --- | --- | --- | --- | --- | --- |"]
     for law, v in laws.items():
@@ -435,10 +434,10 @@ def render(fits: list[dict], rows: list[dict], cons: list[dict], laws: dict[str,
         out += [f"| {law} | {c['model']} | {c['pass1']:.3f} | {c['cons']:.3f} | {c['kappa']:g} | {c['sim_cons']:.3f} "
                 f"| {'yes' if c['within'] else 'no'} |" for c in v["kappa"]["rows"]]
     out += ["", POOLS_HEADING, "",
-            f"The structure the shipped pools carry (`parasim/pools/files`, `parasim.tasks.suites.BENCHMARKS`; source "
-            f"key `JS`), at the harness's temperature ({HARNESS_TEMPERATURE:.1f}) under the law {POOL_LAW!r}. GPQA's "
-            f"sigma_b and every model's skill are not from these tables (sigma_b assumed; skills solved on the "
-            f"published accuracies).", "", "| parameter | where | value | from |", "| --- | --- | --- | --- |"]
+            f"The structure the fit gives for the shipped pools (`parasim/pools/files`, "
+            f"`parasim.tasks.suites.BENCHMARKS`), at the harness's temperature ({HARNESS_TEMPERATURE:.1f}) under the "
+            f"law {POOL_LAW!r}; not yet applied to the pools (section 8's prose says why). GPQA's sigma_b and every "
+            f"model's skill are not from these tables.", "", "| parameter | where | value | from |", "| --- | --- | --- | --- |"]
     out += [f"| {name} | `{where}` | {value:.3f} | {src} |" for name, where, value, src in pool_structure(fits, laws)]
     out.append(END)
     return "\n".join(out)
