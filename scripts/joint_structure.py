@@ -36,8 +36,8 @@ temperature the law cannot start from).
 
 Added in session 9: kappa fitted on the cons@64 pairs per law, checked leave one out (``kappa_fit``), and what the
 shipped pools would carry of it all at the harness's temperature under ``POOL_LAW`` (``pool_structure``; not yet
-applied: with it two of section 6's published targets are missed). Each row also reports how far the table's own question sampling moves its items (the real fit half in place of
-the simulation, ``halves``).
+applied: with it two of section 6's published targets are missed). Each row also reports how far the table's own
+question sampling moves its items (the real fit half in place of the simulation, ``halves``).
 """
 from __future__ import annotations
 
@@ -260,7 +260,7 @@ def run(seed: int = SEED) -> tuple[list[dict], list[dict], list[dict], dict[str,
 
 def kappa_fit(base: dict, math_fit: dict, sigma: float, tau: float, seed: int = SEED) -> dict:
     """kappa fitted on the published cons@64 pairs by least squares over KAPPA_GRID, and each model's leave-one-out
-    prediction (the kappa that fits the other five): {"kappa", "rows": per model its LOO kappa, prediction, within}."""
+    prediction (the kappa that fits the other five): {"kappa", "rows": per model its kappa, prediction, within}."""
     pubs = published_cons()
     want = np.array([float(c) / 100 for _, _, c in pubs])
     grid = np.array([[c["sim_cons"] for c in consensus(base, math_fit, sigma, tau, seed, k)] for k in KAPPA_GRID])
@@ -274,17 +274,18 @@ def kappa_fit(base: dict, math_fit: dict, sigma: float, tau: float, seed: int = 
 
 
 def pool_structure(fits: list[dict], laws: dict[str, dict]) -> list[tuple[str, str, float, str]]:
-    """What the shipped pools would carry from the fit, at the harness's temperature under POOL_LAW: (parameter, where it
-    lives, value, where it comes from)."""
+    """What the shipped pools would carry from the fit, at the harness's temperature under POOL_LAW: (parameter,
+    where it lives, value, where it comes from)."""
     law = laws[POOL_LAW]
     scale_sigma, _ = TEMPERATURE_LAWS[POOL_LAW]
     by = {f["table"]: f for f in fits}
     out = [("tau", "models[*].interaction.sd", law["harness_tau"], "LiveCodeBench's tau, the law")]
-    for table, benches in (("MATH-L5", "AIME24, AIME25, AMC, HMMT25, generic_math"),
-                           ("MMLU-Pro", "MMLU-Pro, generic_knowledge"), ("LiveCodeBench", "LiveCodeBench, generic_code")):
+    math_benches = "AIME24, AIME25, AMC, HMMT25, generic_math"
+    for table, benches in (("MATH-L5", math_benches), ("MMLU-Pro", "MMLU-Pro, generic_knowledge"),
+                           ("LiveCodeBench", "LiveCodeBench, generic_code")):
         out.append((f"sigma_b ({benches})", "BENCHMARKS[*].sigma",
                     _at(by[table]["fit"].sigma, scale_sigma, HARNESS_TEMPERATURE), f"{table}'s sigma, the law"))
-    out.append(("Zipf exponent (AIME24, AIME25, AMC, HMMT25, generic_math)", "BENCHMARKS[*].zipf_s",
+    out.append((f"Zipf exponent ({math_benches})", "BENCHMARKS[*].zipf_s",
                 by["MATH-L5"]["zipf"], "MATH-L5's fitted S"))
     out.append(("kappa", "models[*].errors.kappa", law["kappa"]["kappa"], "the cons@64 pairs, the law"))
     c_half = float(by["MATH-L5"]["agreement"].c(0.5))
@@ -437,7 +438,8 @@ def render(fits: list[dict], rows: list[dict], cons: list[dict], laws: dict[str,
             f"The structure the fit gives for the shipped pools (`parasim/pools/files`, "
             f"`parasim.tasks.suites.BENCHMARKS`), at the harness's temperature ({HARNESS_TEMPERATURE:.1f}) under the "
             f"law {POOL_LAW!r}; not yet applied to the pools (section 8's prose says why). GPQA's sigma_b and every "
-            f"model's skill are not from these tables.", "", "| parameter | where | value | from |", "| --- | --- | --- | --- |"]
+            f"model's skill are not from these tables.", "",
+            "| parameter | where | value | from |", "| --- | --- | --- | --- |"]
     out += [f"| {name} | `{where}` | {value:.3f} | {src} |" for name, where, value, src in pool_structure(fits, laws)]
     out.append(END)
     return "\n".join(out)
