@@ -87,6 +87,54 @@ def test_family_members_share_effects_in_the_simulator() -> None:
     assert phi["a|b"] > phi["a|c"] + 0.2 and phi["a|b"] > phi["b|c"] + 0.2
 
 
+def test_kind_members_share_effects_across_families_in_the_simulator() -> None:
+    """Two models of one kind and different families agree more often than with a model of the other kind; with the
+    kind share at 0 the kind names change no draw (a pool without kinds consumes its stream as before)."""
+    def table(share: float, named: bool = True) -> object:
+        models = [StructureModel("a", 0.0, 3.0, 0.7, 0.0, "F", 0.0, kind="r" if named else None, kind_share=share),
+                  StructureModel("b", 0.0, 3.0, 0.7, 0.0, "G", 0.0, kind="r" if named else None, kind_share=share),
+                  StructureModel("c", 0.0, 3.0, 0.7, 0.0, "F2", 0.0, kind="c" if named else None, kind_share=share)]
+        return simulated_outcomes(parse_pool(structure_pool(_base(), "LiveCodeBench", models, "assumed")),
+                                  "LiveCodeBench", 4000, sigma=1.0, seed=1)
+
+    phi = matrix_statistics(table(0.8))["phi"]
+    assert phi["a|b"] > phi["a|c"] + 0.2 and phi["a|b"] > phi["b|c"] + 0.2
+    assert np.array_equal(table(0.0).hits, table(0.0, named=False).hits)
+
+
+def test_pool_refuses_shares_over_one_variance() -> None:
+    raw = structure_pool(_base(), "LiveCodeBench", [StructureModel("a", 0.0, 1.0, 0.7, 0.0, "F", 0.6, kind="r",
+                                                                   kind_share=0.5),
+                                                    StructureModel("b", 0.0, 1.0, 0.7, 0.0)], "assumed")
+    with pytest.raises(ValueError, match=r"models\[0\]\.interaction\.kind_share: family_share \+ kind_share must "
+                                         r"be at most 1"):
+        parse_pool(raw)
+
+
+def test_families_must_nest_in_kinds() -> None:
+    om = simulated_outcomes("paramanager", "LiveCodeBench", 20, seed=0)
+    names = list(om.models)
+    with pytest.raises(ValueError, match="families must nest in kinds"):
+        fit_correctness(om, {names[0]: "F", names[1]: "F"}, kind={names[0]: "r", names[1]: "c"})
+
+
+@pytest.mark.slow
+def test_correctness_fit_recovers_a_kind_share() -> None:
+    """Two kinds, one of them with two families: sigma, tau, w and the kind share v within 3 SEs of the truth."""
+    models = [StructureModel("a", 1.0, 2.0, 0.7, 0.5, "F", 0.3, kind="r", kind_share=0.3),
+              StructureModel("b", -0.5, 2.0, 0.7, 0.5, "F", 0.3, kind="r", kind_share=0.3),
+              StructureModel("c", 0.0, 2.0, 0.7, 0.5, kind="r", kind_share=0.3),
+              StructureModel("d", 2.0, 2.0, 0.7, 0.5, kind="c", kind_share=0.3),
+              StructureModel("e", 0.5, 2.0, 0.7, 0.5, kind="c", kind_share=0.3)]
+    spec = parse_pool(structure_pool(_base(), "LiveCodeBench", models, "assumed"))
+    om = simulated_outcomes(spec, "LiveCodeBench", 1200, 6, models=[m.name for m in models], sigma=3.0, seed=11)
+    fit = fit_correctness(om, {"a": "F", "b": "F"}, kind={m.name: m.kind for m in models})
+    assert fit.estimate.converged
+    for got, se, truth in ((fit.sigma, fit.sigma_se, 3.0), (fit.tau, fit.tau_se, 2.0), (fit.share, fit.share_se, 0.3),
+                           (fit.kind_share, fit.kind_share_se, 0.3)):
+        assert abs(got - truth) < 3 * se and se < 0.5, (got, se, truth)
+
+
 @pytest.mark.slow
 def test_correctness_fit_recovers_simulated_parameters() -> None:
     """sigma, tau, the family share and every theta within 3 SEs of the values the simulator drew from."""

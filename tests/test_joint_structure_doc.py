@@ -128,7 +128,7 @@ def test_the_pool_structure_table_lists_the_carried_parameters() -> None:
     the math Zipf exponent, each with a finite value in its pool-file range."""
     rows = _rows(_section().split(js.POOLS_HEADING, 1)[1], "parameter")
     values = {r[0]: float(r[2]) for r in rows}
-    assert {"tau", "kappa", "affinity", "w (family share)"} <= set(values)
+    assert {"tau", "kappa", "affinity", "w (family share)", "o (kind share)"} <= set(values)
     assert sum(k.startswith("sigma_b (") for k in values) == 3 and any(k.startswith("Zipf") for k in values)
     for key, value in values.items():
         assert 0.0 <= value <= (10.0 if key.startswith(("tau", "sigma_b", "Zipf")) else 1.0), (key, value)

@@ -4,13 +4,15 @@ model families, and wrong-answer agreement against accuracy.
 The model is the simulator's (``parasim.sim.kernel.draw_model_effects``, ``call_outcome``): a sample of model m on
 question q is right with
 
-  p_qm = sigmoid(theta_m - sigma x_q + tau (sqrt(w) f_qg + sqrt(1 - w) u_qm)),   x, f, u ~ N(0, 1)
+  p_qm = sigmoid(theta_m - sigma x_q + tau (sqrt(o) k_qh + sqrt(w) f_qg + sqrt(1 - o - w) u_qm)),   x, k, f, u ~ N(0, 1)
 
-(x_q the question's shared difficulty, f_qg one draw per question and family g, u_qm the model's own; theta_m = skill
-minus the benchmark's difficulty mean), and repeated samples of one model on one question are independent given p_qm,
+(x_q the question's shared difficulty, k_qh one draw per question and model kind h (reasoning against chat models),
+f_qg one per question and family g, u_qm the model's own; theta_m = skill minus the benchmark's difficulty mean;
+families are nested in kinds, so the likelihood still factorizes), and repeated samples of one model on one question
+are independent given p_qm,
 so their agreement is set by the spread of p_qm, sigma^2 + tau^2: that, not the samples, is what is fitted.
 ``fit_correctness`` maximizes the exact marginal likelihood of a benchmark's [questions, models] success counts
-(Gauss-Hermite over x, f and u; torch gives the gradient, ``parasim.calibration.mle`` the optimizer and Hessian
+(Gauss-Hermite over x, k, f and u; torch gives the gradient, ``parasim.calibration.mle`` the optimizer and Hessian
 standard errors). tau is identified apart from sigma only by repeated samples (how much more a model agrees with
 itself than with others); on single-sample tables pass ``tau`` fixed.
 
@@ -40,6 +42,7 @@ from parasim.pools.param_groups import DOMAINS
 from parasim.tasks.suites import BENCHMARK_INDEX, BENCHMARKS
 
 Z_NODES, F_NODES, U_NODES = 24, 8, 8  # Gauss-Hermite nodes over the difficulty, the family and the model effect
+K_NODES = 6  # over the kind (a table with kinds costs K_NODES times one without)
 _CHUNK = 512  # questions per autograd pass (bounds the [chunk, Z, F, U, M] temporaries)
 
 
@@ -60,7 +63,8 @@ def family_groups(models: Sequence[str], family: dict[str, str] | None) -> np.nd
 
 @dataclass(frozen=True)
 class CorrectnessFit:
-    """``fit_correctness``'s result: per-model theta, sigma, tau, the family share w, with SEs (NaN where fixed)."""
+    """``fit_correctness``'s result: per-model theta, sigma, tau, the family share w and the kind share o, with SEs
+    (NaN where fixed)."""
 
     models: list[str]
     theta: np.ndarray
@@ -73,42 +77,80 @@ class CorrectnessFit:
     share_se: float
     loglik: float
     estimate: Estimate
+    kind_share: float = 0.0
+    kind_share_se: float = float("nan")
+
+
+def _onehot(index: np.ndarray) -> torch.Tensor:
+    out = torch.zeros(len(index), int(index.max()) + 1, dtype=torch.float64)
+    out[torch.arange(len(index)), torch.as_tensor(index)] = 1.0
+    return out
+
+
+def kind_of_groups(groups: np.ndarray, kinds: np.ndarray) -> np.ndarray:
+    """Per family group, its kind index, from each model's group and kind; a ValueError when a family spans two
+    kinds (families must nest in kinds for the likelihood to factorize: name a maker's reasoning and chat models as
+    two families)."""
+    out = np.full(int(groups.max()) + 1, -1, np.int64)
+    for g, k in zip(groups, kinds):
+        if out[g] not in (-1, k):
+            raise ValueError(f"kinds: family group {int(g)} has models of two kinds; families must nest in kinds")
+        out[g] = k
+    return out
 
 
 def correctness_loglik(hits: torch.Tensor, samples: torch.Tensor, groups: np.ndarray, theta: torch.Tensor,
-                       sigma: torch.Tensor, tau: torch.Tensor, share: torch.Tensor, family_nodes: int) -> torch.Tensor:
+                       sigma: torch.Tensor, tau: torch.Tensor, share: torch.Tensor, family_nodes: int,
+                       kinds: np.ndarray | None = None, kind_share: torch.Tensor | None = None) -> torch.Tensor:
     """The marginal log-likelihood (binomial coefficients left out) of success counts ``hits`` out of ``samples``
-    ([Q, M]; 0 samples: not observed), questions independent, by nested Gauss-Hermite (module docstring)."""
+    ([Q, M]; 0 samples: not observed), questions independent, by nested Gauss-Hermite (module docstring);
+    ``kinds``: each model's kind index (None: no kind level), ``kind_share`` its share o."""
     zx, zlw = _nodes(Z_NODES)
     fx, flw = _nodes(family_nodes)
     ux, ulw = _nodes(U_NODES)
-    onehot = torch.zeros(len(groups), int(groups.max()) + 1, dtype=torch.float64)
-    onehot[torch.arange(len(groups)), torch.as_tensor(groups)] = 1.0
-    effect = tau * (torch.sqrt(share) * fx[:, None] + torch.sqrt(1.0 - share) * ux[None, :])  # [F, U]
-    eta = theta[None, None, None, :] - sigma * zx[:, None, None, None] + effect[None, :, :, None]  # [Z, F, U, M]
+    with_kinds = kinds is not None and kind_share is not None
+    kx, klw = _nodes(K_NODES) if with_kinds else (torch.zeros(1, dtype=torch.float64),
+                                                   torch.zeros(1, dtype=torch.float64))
+    o = kind_share if with_kinds else torch.zeros((), dtype=torch.float64)
+    member = _onehot(groups)  # [M, G]
+    group_kind = _onehot(kind_of_groups(groups, kinds) if with_kinds else np.zeros(member.shape[1], np.int64))
+    own = torch.clamp(1.0 - share - o, min=1e-9)  # w and o each in (0, 1) on their logit scales: their sum may pass 1
+    effect = tau * (torch.sqrt(o) * kx[:, None, None] + torch.sqrt(share) * fx[None, :, None]
+                    + torch.sqrt(own) * ux[None, None, :])  # [K, F, U]
+    eta = theta - sigma * zx[:, None, None, None, None] + effect[None, :, :, :, None]  # [Z, K, F, U, M]
     lp, lq = torch.nn.functional.logsigmoid(eta), torch.nn.functional.logsigmoid(-eta)
     total = torch.zeros((), dtype=torch.float64)
-    for lo in range(0, hits.shape[0], _CHUNK):
-        k, n = hits[lo:lo + _CHUNK], samples[lo:lo + _CHUNK]
-        ll = k[:, None, None, None, :] * lp[None] + (n - k)[:, None, None, None, :] * lq[None]  # [Q, Z, F, U, M]
-        ll = torch.logsumexp(ll + ulw[None, None, None, :, None], dim=3)  # [Q, Z, F, M]
-        ll = ll @ onehot  # [Q, Z, F, G]: the members of each group given the family draw
-        ll = torch.logsumexp(ll + flw[None, None, :, None], dim=2).sum(-1)  # [Q, Z]
+    chunk = max(16, _CHUNK // len(kx))
+    for lo in range(0, hits.shape[0], chunk):
+        k, n = hits[lo:lo + chunk], samples[lo:lo + chunk]
+        ll = k[:, None, None, None, None, :] * lp[None] + (n - k)[:, None, None, None, None, :] * lq[None]
+        ll = torch.logsumexp(ll + ulw[None, None, None, None, :, None], dim=4)  # [Q, Z, K, F, M]
+        ll = ll @ member  # [Q, Z, K, F, G]: the members of each group given the family draw
+        ll = torch.logsumexp(ll + flw[None, None, None, :, None], dim=3)  # [Q, Z, K, G]
+        ll = ll @ group_kind  # [Q, Z, K, H]: the groups of each kind given the kind draw
+        ll = torch.logsumexp(ll + klw[None, None, :, None], dim=2).sum(-1)  # [Q, Z]
         total = total + torch.logsumexp(ll + zlw[None, :], dim=1).sum()
     return total
 
 
 def fit_correctness(om: OutcomeMatrix, family: dict[str, str] | None = None, *, tau: float | None = None,
-                    start_sigma: float = 2.0, start_tau: float = 1.0) -> CorrectnessFit:
-    """Maximum-likelihood theta, sigma, tau (free unless given) and the family share (free when some family has two
-    or more models in the table) of one benchmark's outcomes, with Hessian standard errors."""
+                    kind: dict[str, str] | None = None, start_sigma: float = 2.0,
+                    start_tau: float = 1.0) -> CorrectnessFit:
+    """Maximum-likelihood theta, sigma, tau (free unless given), the family share (free when some family has two
+    or more models in the table) and the kind share (free when two kinds have two or more families each: with one
+    kind it is sigma, with a kind of one family w, and a kind held by a single outsider model identifies it only
+    through that model) of one benchmark's outcomes, with Hessian standard
+    errors. ``kind`` maps models to kinds (a model without one is a kind of its own); families must nest in kinds."""
     groups = family_groups(om.models, family)
+    kinds = family_groups(om.models, kind)
     has_family = bool(np.bincount(groups).max() > 1)
+    has_kind = kind is not None and int((np.bincount(kind_of_groups(groups, kinds)) > 1).sum()) > 1
     rate = np.clip(np.nansum(om.hits, 0) / np.maximum(om.samples.sum(0), 1), 0.02, 0.98)
     blocks = [Block("theta", np.log(rate / (1 - rate)) * 1.5, True, axes=(om.models,)),
               Block("sigma", [start_sigma], True, "log"),
               Block("tau", [start_tau if tau is None else max(tau, 1e-9)], tau is None, "log"),
-              Block("share", [0.3 if has_family else 0.0], has_family, "logit")]
+              Block("share", [0.3 if has_family else 0.0], has_family, "logit"),
+              Block("kind_share", [0.1 if has_kind else 0.0], has_kind, "logit")]
     layout = Layout(blocks)
     hits = torch.tensor(om.hits, dtype=torch.float64)
     samples = torch.tensor(om.samples, dtype=torch.float64)
@@ -118,9 +160,11 @@ def fit_correctness(om: OutcomeMatrix, family: dict[str, str] | None = None, *, 
         values, jac = layout.unpack(vec)
         params = {k: torch.tensor(v, dtype=torch.float64, requires_grad=True) for k, v in values.items()}
         ll = correctness_loglik(hits, samples, groups, params["theta"], params["sigma"][0], params["tau"][0],
-                                params["share"][0], fn)
+                                params["share"][0], fn, kinds if has_kind else None,
+                                params["kind_share"][0] if has_kind else None)
         ll.backward()
-        grads = {k: p.grad.numpy() for k, p in params.items()}
+        grads = {k: (p.grad.numpy() if p.grad is not None else np.zeros_like(v)) for (k, p), v in
+                 zip(params.items(), values.values())}
         return float(ll.detach()), layout.gradient(grads, jac)
 
     est = maximize(objective, layout)
@@ -131,8 +175,9 @@ def fit_correctness(om: OutcomeMatrix, family: dict[str, str] | None = None, *, 
     sig = lab["sigma[0]"]
     ta = lab.get("tau[0]", (float(tau), float("nan")) if tau is not None else nan)
     sh = lab.get("share[0]", (0.0, float("nan")))
+    ks = lab.get("kind_share[0]", (0.0, float("nan")))
     return CorrectnessFit(list(om.models), theta, theta_se, float(sig[0]), float(sig[1]), float(ta[0]), float(ta[1]),
-                          float(sh[0]), float(sh[1]), est.loglik, est)
+                          float(sh[0]), float(sh[1]), est.loglik, est, float(ks[0]), float(ks[1]))
 
 
 @dataclass(frozen=True)
@@ -303,6 +348,8 @@ class StructureModel:
     family: str | None = None
     family_share: float = 0.0
     family_wrong: float = 0.0
+    kind: str | None = None
+    kind_share: float = 0.0
 
 
 def structure_pool(base: dict, benchmark: str, models: Sequence[StructureModel], source: str) -> dict:
@@ -325,7 +372,8 @@ def structure_pool(base: dict, benchmark: str, models: Sequence[StructureModel],
         raw["skill"] = {**skill, "source": source}
         raw["errors"] = {"kappa": m.kappa, "affinity": m.affinity, "family_share": m.family_wrong, "source": source}
         raw["interaction"] = {"sd": m.tau, "family_share": m.family_share, "source": source,
-                              **({"family": m.family} if m.family else {})}
+                              **({"family": m.family} if m.family else {}),
+                              **({"kind": m.kind, "kind_share": m.kind_share} if m.kind else {})}
         raw["tokens_out"] = {**template["tokens_out"], "log_median": {d: 3.0 for d in DOMAINS}}
         out.append(raw)
     pool = {k: v for k, v in base.items() if k not in ("models", "manager")}

@@ -16,7 +16,10 @@ Schema, by path:
   the shared distractor is the model family's own; absent: 0); the optional group ``interaction``: ``sd`` in
   [0, 10] (SD of the per-(task, model) effect on the logit; absent: 0, the one-dimensional model), ``family`` (a
   name: models with the same name form a family, e.g. one maker or base model) and ``family_share`` in [0, 1] (the
-  share of the effect's variance the family's members have in common; absent: 0);
+  share of the effect's variance the family's members have in common; absent: 0), ``kind`` (a name: models with the
+  same name form a kind, e.g. reasoning models against chat models, whose effects share a draw of their own across
+  families) and ``kind_share`` in [0, 1] (the kind's share of the effect's variance; absent: 0; with
+  ``family_share`` at most 1);
   ``anchoring.rho`` in [0, 1] (probability a call carrying the leading answer copies it);
   ``long_context.lambda`` in [0, 5] (skill lost per log(1 + context_tokens / 1000));
   ``review`` {sensitivity, specificity: per domain in [0, 1]}; ``tokens_out`` {log_median: per domain in
@@ -111,7 +114,7 @@ MAX_DESCRIPTION_CHARS = 4096  # a refit appends a sentence to its base pool's de
 TOP_KEYS = ("name", "description", "manager", "models", "tools", "protocol", "tool_spec")
 MODEL_GROUPS: dict[str, tuple[str, ...]] = {
     "skill": DOMAINS, "errors": ("kappa", "affinity", "family_share"),
-    "interaction": ("sd", "family", "family_share"), "anchoring": ("rho",),
+    "interaction": ("sd", "family", "family_share", "kind", "kind_share"), "anchoring": ("rho",),
     "long_context": ("lambda",),
     "review": ("sensitivity", "specificity"), "tokens_out": ("log_median", "log_sd", "difficulty_slope"),
     "latency": ("ttft_s", "tokens_per_s", "log_sd", "concurrency_slope"),
@@ -197,6 +200,10 @@ class PoolSpec:
     family: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     family_share: np.ndarray = field(default_factory=lambda: np.zeros(0))
     family_wrong: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    # [M+1] model kinds (``interaction.kind``): the row of the kind's first model, -1 for a model without one, and the
+    # share of the per-task effect's variance the kind shares; empty for a pool built without them
+    kind: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    kind_share: np.ndarray = field(default_factory=lambda: np.zeros(0))
     context_window: np.ndarray = field(default_factory=lambda: np.zeros(0))  # [M+1] tokens (descriptors only)
     deployments: tuple[Deployment, ...] = ()  # M + 1, the manager last
     sources: dict[str, str] = field(default_factory=dict, compare=False)
@@ -248,6 +255,11 @@ def _model(raw: Any, path: str, sources: dict[str, str]) -> dict[str, Any]:
         else None
     out["family_share"] = _num(inter, "family_share", f"{path}.interaction", 0, 1) if "family_share" in inter \
         else 0.0
+    out["kind"] = _text(inter["kind"], f"{path}.interaction.kind", MAX_NAME_CHARS) if "kind" in inter else None
+    out["kind_share"] = _num(inter, "kind_share", f"{path}.interaction", 0, 1) if "kind_share" in inter else 0.0
+    if out["family_share"] + out["kind_share"] > 1.0:
+        raise ValueError(f"{path}.interaction.kind_share: family_share + kind_share must be at most 1 (the shares of "
+                         f"one variance), got {out['family_share']!r} + {out['kind_share']!r}")
     out["rho"] = _num(group("anchoring"), "rho", f"{path}.anchoring", 0, 1)
     out["lam"] = _num(group("long_context"), "lambda", f"{path}.long_context", 0, 5)
     g = group("review")
@@ -384,8 +396,9 @@ def parse_pool(raw: Any, name: str = "pool") -> PoolSpec:
     return PoolSpec(
         name=str(raw.get("name", name)), model_names=tuple(m["name"] for m in ms), skill=skill,
         skill_domain=skill_domain, accuracy_target=targets, accuracy_cap=caps, bonus=bonus, kappa=col("kappa"),
-        affinity=col("affinity"), tau=col("tau"), rho=col("rho"), family=_family_rows(ms),
-        family_share=col("family_share"), family_wrong=col("family_wrong"),
+        affinity=col("affinity"), tau=col("tau"), rho=col("rho"), family=_first_rows(ms, "family"),
+        family_share=col("family_share"), family_wrong=col("family_wrong"), kind=_first_rows(ms, "kind"),
+        kind_share=col("kind_share"),
         lam=col("lam"), sens=np.stack([m["sens"] for m in ms]), spec=np.stack([m["spec"] for m in ms]),
         p_exec=p_exec, tok_mu=tok_mu, tok_sd=tok_sd, tok_alpha=tok_alpha, lat_base=lat_base,
         lat_per_tok=lat_per_tok, lat_sd=lat_sd, lat_slope=lat_slope,
@@ -404,14 +417,14 @@ def parse_pool(raw: Any, name: str = "pool") -> PoolSpec:
         tools=spec)
 
 
-def _family_rows(ms: list[dict[str, Any]]) -> np.ndarray:
-    """Per model row, the row of the first model (manager last) with its ``interaction.family`` name; -1 where the
-    model names no family."""
+def _first_rows(ms: list[dict[str, Any]], key: str) -> np.ndarray:
+    """Per model row, the row of the first model (manager last) with its ``interaction.<key>`` name (a family or a
+    kind); -1 where the model names none."""
     first: dict[str, int] = {}
     out = np.full(len(ms), -1, np.int64)
     for i, m in enumerate(ms):
-        if m["family"] is not None:
-            out[i] = first.setdefault(m["family"], i)
+        if m[key] is not None:
+            out[i] = first.setdefault(m[key], i)
     return out
 
 

@@ -36,6 +36,8 @@ from parasim.sim.tables import (
     MM_FAM_SHARE,
     MM_FAM_WRONG,
     MM_FAMILY,
+    MM_KIND,
+    MM_KIND_SHARE,
     MM_KAPPA,
     MM_LAM,
     MM_RHO,
@@ -135,6 +137,15 @@ def family_state(s0, family, which):
     return s0 ^ (np.uint64(2 * family + which + 1) * np.uint64(_FAMILY_SALT))
 
 
+_KIND_SALT = 0xA0761D6478BD642F  # a second odd multiplier (not the stream's own increment): kind rows apart from family rows
+
+
+@njit(cache=True, inline="always")
+def kind_state(s0, kind):
+    """``family_state``'s counterpart for the effect draw of model kind row ``kind``."""
+    return s0 ^ (np.uint64(2 * kind + 1) * np.uint64(_KIND_SALT))
+
+
 @njit(cache=True, inline="always")
 def draw_model_effects(s, nans, dcdf, nm, mm, pref, effect):
     """The task's per-model draws, for pool models 0..nm-1 and the manager nm (``mm``: the MM_* rows).
@@ -144,9 +155,11 @@ def draw_model_effects(s, nans, dcdf, nm, mm, pref, effect):
     family, the family's own preferred answer (one draw from the weights per task and family) with probability
     family_wrong_m, else its own draw from the weights (so two models' wrong answers agree more often than the
     weights alone imply, and two of one family more still); and its per-(task, model) effect ``effect[m]`` =
-    tau_m * (sqrt(w_m) f + sqrt(1 - w_m) n_m), f ~ N(0, 1) one draw per task and family, n_m ~ N(0, 1) the model's
-    own, w_m its family share (0 without a family), added to the logit of every call of m on this task (so models
-    are complementary per task, members of a family less so). Constant for the episode. Returns the stream state.
+    tau_m * (sqrt(w_m) f + sqrt(o_m) g + sqrt(1 - w_m - o_m) n_m), f ~ N(0, 1) one draw per task and family,
+    g ~ N(0, 1) one per task and kind, n_m ~ N(0, 1) the model's own, w_m and o_m its family and kind shares (0
+    without one), added to the logit of every call of m on this task (so models are complementary per task, members
+    of a family or a kind less so: reasoning models fail on other problems than chat models do). Constant for the
+    episode. Returns the stream state.
     """
     s0 = s
     s, shared = wrong_answer(s, nans, -1, 0.0, dcdf)
@@ -167,9 +180,20 @@ def draw_model_effects(s, nans, dcdf, nm, mm, pref, effect):
                 pref[m] = a
         s, n = normal_from(s)
         w = mm[m, MM_FAM_SHARE]
-        if fam >= 0 and w > 0.0:
-            _, f = normal_from(family_state(s0, fam, 0))
-            n = math.sqrt(w) * f + math.sqrt(1.0 - w) * n
+        kind = int(mm[m, MM_KIND])
+        wk = mm[m, MM_KIND_SHARE] if kind >= 0 else 0.0
+        if (fam >= 0 and w > 0.0) or wk > 0.0:
+            common = 0.0
+            rest = 1.0
+            if fam >= 0 and w > 0.0:
+                _, f = normal_from(family_state(s0, fam, 0))
+                common += math.sqrt(w) * f
+                rest -= w
+            if wk > 0.0:
+                _, g = normal_from(kind_state(s0, kind))
+                common += math.sqrt(wk) * g
+                rest -= wk
+            n = common + math.sqrt(max(rest, 0.0)) * n
         effect[m] = mm[m, MM_TAU] * n
     return s
 

@@ -36,9 +36,11 @@ NUM_TT = 7
 B_SOLVER, B_REVIEWER, B_ENSEMBLE, B_CODE_EXEC, B_SEARCH = range(5)
 assert BEHAVIOURS == ("solver", "reviewer", "ensemble", "code_exec", "search")
 # mm[k, model] (MM_FAMILY: the row of the model's family's first model, -1 for none; MM_FAM_SHARE: the share of the
-# per-task effect's variance the family shares; MM_FAM_WRONG: P(a non-shared preferred wrong answer is the family's))
-MM_KAPPA, MM_RHO, MM_LAM, MM_TAU, MM_AFFINITY, MM_REPLICAS, MM_FAMILY, MM_FAM_SHARE, MM_FAM_WRONG = range(9)
-NUM_MM = 9
+# per-task effect's variance the family shares; MM_FAM_WRONG: P(a non-shared preferred wrong answer is the family's);
+# MM_KIND, MM_KIND_SHARE: the same row and variance share for the model's kind)
+(MM_KAPPA, MM_RHO, MM_LAM, MM_TAU, MM_AFFINITY, MM_REPLICAS, MM_FAMILY, MM_FAM_SHARE, MM_FAM_WRONG, MM_KIND,
+ MM_KIND_SHARE) = range(11)
+NUM_MM = 11
 # md[k, model, domain]
 MD_SENS, MD_SPEC, MD_LLR_FLAG, MD_LLR_CONFIRM = range(4)
 NUM_MD = 4
@@ -100,8 +102,9 @@ class SimTables(NamedTuple):
     tok_mu: np.ndarray  # [T, M+1, D]
     tm: np.ndarray  # [9, T, M+1]
     tt: np.ndarray  # [7, T] costs, runtime, behaviour code, agent flag
-    mm: np.ndarray  # [9, M+1] kappa, rho, lambda, tau (per-task effect SD), affinity (shared distractor), replicas,
-    #                 family row, family share of the effect, family share of the preferred wrong answers
+    mm: np.ndarray  # [11, M+1] kappa, rho, lambda, tau (per-task effect SD), affinity (shared distractor), replicas,
+    #                 family row, family share of the effect, family share of the preferred wrong answers, kind row,
+    #                 kind share of the effect
     md: np.ndarray  # [4, M+1, D]
     rel_logit: np.ndarray  # [NB, T, M+1] log-odds of an OK call's expected accuracy
     proto: np.ndarray  # [7]
@@ -111,12 +114,14 @@ class SimTables(NamedTuple):
     row_dcdf: np.ndarray  # [R, NUM_ANSWERS] cumulative Zipf weights over wrong answers 1..A-1
 
 
-def _families(pool: PoolSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The pool's family rows and shares as mm rows (no family: row -1, shares 0; a pool built without them)."""
+def _groups(pool: PoolSpec) -> tuple[np.ndarray, ...]:
+    """The pool's family and kind rows and shares as mm rows (none: row -1, shares 0; a pool built without them)."""
     m1 = len(pool.kappa)
-    if len(pool.family) == 0:
-        return np.full(m1, -1.0), np.zeros(m1), np.zeros(m1)
-    return pool.family.astype(np.float64), pool.family_share, pool.family_wrong
+    none = np.full(m1, -1.0), np.zeros(m1)
+    family = (pool.family.astype(np.float64), pool.family_share, pool.family_wrong) if len(pool.family) else \
+        (*none, np.zeros(m1))
+    kind = (pool.kind.astype(np.float64), pool.kind_share) if len(pool.kind) else none
+    return (*family, *kind)
 
 
 def vote_probabilities(pool: PoolSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -162,7 +167,7 @@ def build_tables(pool: PoolSpec, suite: TaskSuite) -> SimTables:
             np.array([BEHAVIOURS.index(t.behaviour) for t in tools], np.float64),
             np.array([t.is_agent for t in tools], np.float64)])),
         mm=np.ascontiguousarray(np.stack([pool.kappa, pool.rho, pool.lam, pool.tau, pool.affinity,
-                                          pool.replicas.astype(np.float64), *_families(pool)])),
+                                          pool.replicas.astype(np.float64), *_groups(pool)])),
         md=np.ascontiguousarray(md),
         rel_logit=np.ascontiguousarray(rel_logit),
         proto=np.array([pool.ensemble_k, pool.manager_tokens_round, pool.manager_tokens_call, pool.prompt_tokens,
