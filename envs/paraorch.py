@@ -13,8 +13,9 @@ Options (``gym.make("ParaOrch-v0", **options)``): ``pool`` (shipped name, JSON p
 BUDGET_EXCEEDED), ``seed`` (None: seed used by the first ``reset()`` without a seed), ``tools`` ("sim" or "real"),
 ``engine`` (with ``tools="real"`` only: a ``parasim.real.engine.RealEpisodeEngine``; the episodes then run
 on real tools with the same spaces and the same compiled rules, see ``envs.real_source``), ``harness``
-(None, or a dict: ``max_output_tokens`` replaces the pool's generation cap; ``temperature`` / ``reasoning_effort``
-must be the pool's calibrated setting: ``parasim.pools.harness.with_harness``; simulated tools only), ``descriptors``
+(None, or a dict: ``max_output_tokens`` replaces the pool's generation cap; ``temperature`` samples the pool's calls
+at another temperature by the softmax law, ``parasim.pools.harness.at_temperature``; ``reasoning_effort`` must be the
+pool's calibrated one: ``parasim.pools.harness.with_harness``; simulated tools only), ``descriptors``
 (False: True adds the observation keys ``models`` and ``tools``, ``parasim.pools.descriptors``), ``action_encoding``
 ("factored", the layout below; "joint": one choice per slot under a mask that only opens valid calls,
 ``parasim.sim.joint_actions``).

@@ -7,10 +7,20 @@ import math
 import numpy as np
 import pytest
 
-from parasim.calibration.simulate import simulated_calls
+from parasim.calibration.joint_fit import StructureModel, structure_pool
+from parasim.calibration.simulate import simulated_calls, simulated_outcomes
 from parasim.config.env_options import check_harness
 from parasim.pools.harness import capped_accuracy, solve_capped_skill, truncation_share, with_harness
-from parasim.pools.pool import PoolError, accuracy_under_cap, load_pool, parse_pool, read_pool_file
+from parasim.config.jsonl import read_json_file
+from parasim.pools.pool import (
+    PoolError,
+    accuracy_under_cap,
+    load_pool,
+    parse_pool,
+    pool_file,
+    read_pool_file,
+    reliability,
+)
 from parasim.protocol.schema import NUM_STATUSES, PROTOCOL_FAILURES, Status, Tool
 from parasim.sim import Simulator
 from parasim.sim.kernel import C_LAT, C_TOK_OUT, I_FMT
@@ -74,8 +84,12 @@ def test_harness_option_checks_and_overrides() -> None:
     assert with_harness(pool, None) is pool
     assert with_harness(pool, {"max_output_tokens": 4096}).max_output_tokens == 4096
     assert with_harness(pool, {"temperature": 1.0, "reasoning_effort": "high"}) is pool
-    with pytest.raises(ValueError, match="harness.temperature: pool 'paramanager' is calibrated at 1.0 only"):
-        with_harness(pool, {"temperature": 0.6})
+    with pytest.raises(ValueError, match="harness.reasoning_effort: pool 'paramanager' is calibrated at 'high' only"):
+        with_harness(pool, {"reasoning_effort": "low"})
+    with pytest.raises(ValueError, match=r"harness.temperature: expected a number in \[0, 2\], got 2.5"):
+        check_harness({"temperature": 2.5})
+    with pytest.raises(TypeError, match="harness.temperature"):
+        check_harness({"temperature": "0.6"})
     with pytest.raises(ValueError, match=r"harness.max_output_tokens: expected an integer in \[1, 10000000\]"):
         check_harness({"max_output_tokens": 0})
     with pytest.raises(TypeError, match="harness.max_output_tokens"):
@@ -85,6 +99,42 @@ def test_harness_option_checks_and_overrides() -> None:
     # a lower cap truncates more calls and leaves the corrected accuracy lower
     low = with_harness(pool, {"max_output_tokens": 8192})
     assert np.all(accuracy_under_cap(low, 8192) <= accuracy_under_cap(pool, 24576) + 1e-12)
+
+
+def test_a_temperature_carries_the_pool_by_the_softmax_law() -> None:
+    """At T the log-odds scale by T_p / T and kappa becomes kappa^(T / T_p); a pool stating no temperature refuses."""
+    pool = load_pool("paramanager")
+    cool = with_harness(pool, {"temperature": 0.5})
+    assert cool.logit_scale == pytest.approx(2.0) and cool.sampling.temperature == 0.5
+    assert np.allclose(cool.kappa, pool.kappa ** 0.5)
+    greedy = with_harness(pool, {"temperature": 0})
+    assert greedy.logit_scale == pytest.approx(1e6) and np.all(greedy.kappa == 1.0)
+    # the vote's prior follows the calls: cooler calls are surer, so a model above 1/2 rises and one below falls
+    base, cold = reliability(pool), reliability(cool)
+    assert np.all(cold[base > 0.55] > base[base > 0.55]) and np.all(cold[base < 0.45] < base[base < 0.45])
+    raw = read_json_file(pool_file("paramanager"))
+    del raw["protocol"]["temperature"]
+    with pytest.raises(ValueError, match="harness.temperature: pool 'paramanager' states no temperature"):
+        with_harness(parse_pool(raw), {"temperature": 0.6})
+    raw["protocol"]["temperature"] = 0.0
+    with pytest.raises(ValueError, match="stated at temperature 0"):
+        with_harness(parse_pool(raw), {"temperature": 0.6})
+
+
+def test_sampling_colder_makes_repeated_calls_agree() -> None:
+    """At temperature 0 a model's repeated calls on a task are all right or all wrong; at the pool's own 1.0 they
+    often differ, hotter more often still (outputs kept short, so that no call is cut at the cap: token counts are
+    drawn per call at every temperature)."""
+    raw = read_json_file(pool_file("paramanager"))
+    models = [StructureModel("m", 0.5, 1.0, 0.7, 0.8), StructureModel("mgr", 0.0, 1.0, 0.7, 0.8)]
+    pool = parse_pool(structure_pool(raw, "GPQA", models, "assumed"))
+
+    def mixed(t: float) -> float:
+        om = simulated_outcomes(with_harness(pool, {"temperature": t}), "GPQA", 3000, 5, models=["m"], seed=2)
+        return float(np.mean((om.hits > 0) & (om.hits < 5)))
+
+    assert mixed(0.0) == 0.0
+    assert 0.05 < mixed(1.0) < mixed(2.0)
 
 
 def test_truncated_calls_cost_the_cap_and_return_no_answer() -> None:

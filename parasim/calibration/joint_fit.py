@@ -38,6 +38,7 @@ from parasim.calibration.irt import same_wrong_probability
 from parasim.calibration.joint_stats import OutcomeMatrix
 from parasim.calibration.mle import Estimate, maximize
 from parasim.calibration.params import Block, Layout
+from parasim.pools.harness import temperature_scale
 from parasim.pools.param_groups import DOMAINS
 from parasim.tasks.suites import BENCHMARK_INDEX, BENCHMARKS
 
@@ -222,7 +223,8 @@ def zipf_exponent(s_chance: float, answers: int) -> float:
 
 def temperature_spread(spread: float, fitted_at: float, sampled_at: float) -> float:
     """A logit spread (sigma or tau) fitted on samples drawn at temperature ``fitted_at`` carried to sampling at
-    ``sampled_at``: spread * fitted_at / sampled_at.
+    ``sampled_at``: spread * fitted_at / sampled_at (``parasim.pools.harness.temperature_scale``, the law the
+    simulator's ``harness.temperature`` option applies to a pool's calls).
 
     Why this law: sampling at temperature T draws from softmax(l / T), so every log-odds between two choices is its
     T = 1 value over T. Read a sample's correctness as one such choice and its log-odds theta_m - z_q + tau e_qm is
@@ -237,7 +239,7 @@ def temperature_spread(spread: float, fitted_at: float, sampled_at: float) -> fl
             raise ValueError(f"temperature_spread: {name} must be a finite temperature > 0, got {t!r}")
     if not (np.isfinite(spread) and spread >= 0):
         raise ValueError(f"temperature_spread: spread must be a finite number >= 0, got {spread!r}")
-    return float(spread) * fitted_at / sampled_at
+    return float(spread) * temperature_scale(fitted_at, sampled_at)
 
 
 def _pair_arrays(om: OutcomeMatrix) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

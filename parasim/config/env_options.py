@@ -122,16 +122,25 @@ def check_option_keys(options: Mapping[str, Any] | None, allowed: Iterable[str],
 
 HARNESS_OPTIONS = ("max_output_tokens", "temperature", "reasoning_effort")
 MAX_OUTPUT_TOKENS_LIMIT = 10_000_000
+MAX_TEMPERATURE = 2.0  # a pool file's protocol.temperature range, [0, 2]
 
 
 def check_harness(harness: Mapping[str, Any] | None) -> dict[str, Any]:
     """An env's ``harness`` option: None or a dict of ``HARNESS_OPTIONS``; ``max_output_tokens`` an integer in
-    [1, 10^7] (the generation cap replacing the pool's). The sampling keys are checked against the pool by
-    ``parasim.pools.harness.with_harness`` (a pool is calibrated at one setting)."""
+    [1, 10^7] (the generation cap replacing the pool's); ``temperature`` a number in [0, MAX_TEMPERATURE]. Against
+    the pool they are checked by ``parasim.pools.harness.with_harness``."""
     out = check_option_keys(harness, HARNESS_OPTIONS, "harness")
     if out.get("max_output_tokens") is not None:
         out["max_output_tokens"] = check_int("harness.max_output_tokens", out["max_output_tokens"], 1,
                                              MAX_OUTPUT_TOKENS_LIMIT)
+    t = out.get("temperature")
+    if t is not None:
+        if isinstance(t, bool | np.bool_) or not isinstance(t, int | float | np.integer | np.floating):
+            raise TypeError(f"harness.temperature: expected a number in [0, {MAX_TEMPERATURE:g}], got "
+                            f"{type(t).__name__} {t!r}")
+        if not 0.0 <= float(t) <= MAX_TEMPERATURE:
+            raise ValueError(f"harness.temperature: expected a number in [0, {MAX_TEMPERATURE:g}], got {t!r}")
+        out["temperature"] = float(t)
     return out
 
 

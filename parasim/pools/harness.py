@@ -165,15 +165,53 @@ def solve_capped_skill(target: np.ndarray, mu: np.ndarray, sigma: np.ndarray, ta
 
 def with_harness(pool: Any, harness: Any = None) -> Any:
     """``pool`` (a PoolSpec) under an env's ``harness`` option (``parasim.config.env_options.check_harness``): its
-    ``max_output_tokens`` replaces the pool's cap; ``temperature`` and ``reasoning_effort`` can only name the setting
-    the pool is calibrated at (its token distributions and targets are that setting's; a pool has no figures for
-    another), so another value is refused naming the allowed one. The pool itself when nothing changes."""
+    ``max_output_tokens`` replaces the pool's cap; ``temperature`` carries the pool's call model from the temperature
+    its figures are stated at to another (``at_temperature``; refused for a pool that states none);
+    ``reasoning_effort`` can only name the pool's own (a pool has no figures for another effort), so another value is
+    refused naming the allowed one. The pool itself when nothing changes."""
     opts = check_harness(harness)
-    for name, calibrated in (("temperature", pool.sampling.temperature),
-                             ("reasoning_effort", pool.sampling.reasoning_effort)):
-        value = opts.get(name)
-        if value is not None and value != calibrated:
-            raise ValueError(f"harness.{name}: pool {pool.name!r} is calibrated at {calibrated!r} only (its token "
-                             f"distributions and accuracy targets are that setting's); got {value!r}")
+    effort = opts.get("reasoning_effort")
+    if effort is not None and effort != pool.sampling.reasoning_effort:
+        raise ValueError(f"harness.reasoning_effort: pool {pool.name!r} is calibrated at "
+                         f"{pool.sampling.reasoning_effort!r} only (its token distributions and accuracy targets are "
+                         f"that setting's); got {effort!r}")
+    temperature = opts.get("temperature")
+    if temperature is not None and temperature != pool.sampling.temperature:
+        pool = at_temperature(pool, temperature)
     cap = opts.get("max_output_tokens")
     return pool if cap is None else replace(pool, max_output_tokens=float(cap))
+
+
+GREEDY_FLOOR = 1e-6  # temperatures below this are sampled as this one: a logit scale of T_p / 1e-6 is a step
+
+
+def temperature_scale(stated_at: float, sampled_at: float) -> float:
+    """The softmax law's factor on a log-odds stated at temperature ``stated_at`` for sampling at ``sampled_at``:
+    stated_at / sampled_at (sampling at T draws from softmax(l / T)); the one definition of the law, which
+    ``at_temperature`` applies to a pool's calls and ``parasim.calibration.joint_fit.temperature_spread`` to a fitted
+    spread. Both temperatures must be finite and > 0."""
+    for name, t in (("stated_at", stated_at), ("sampled_at", sampled_at)):
+        if not (math.isfinite(t) and t > 0):
+            raise ValueError(f"temperature_scale: {name} must be a finite temperature > 0, got {t!r}")
+    return float(stated_at) / float(sampled_at)
+
+
+def at_temperature(pool: Any, temperature: float) -> Any:
+    """``pool`` with its calls sampled at ``temperature`` instead of the temperature T_p its figures are stated at
+    (``protocol.temperature``), by the softmax law docs/simulator.md section 8 tests on the published cons@64 pairs:
+    sampling at T divides every log-odds by T, so each call's log-odds of the right answer is scaled by T_p / T
+    (``PoolSpec.logit_scale``: the skill, the difficulty's spread and the per-task effects alike, so accuracy moves
+    towards 0 or 1 as T falls and towards 1/2 as it rises); and the share of a model's wrong answers on its preferred
+    one is kappa^(T / T_p), 1 at T = 0 (a greedy model's wrong answer is the same every time) and falling with T
+    (an assumed form: section 8 fits kappa at one temperature only). Token counts, latencies, the reviewer's rates and
+    anchoring stay the pool's (no figures say how they move). Refused for a pool that states no temperature or
+    states 0 (greedy figures carry nothing to a temperature above 0)."""
+    t_p = pool.sampling.temperature
+    if t_p is None:
+        raise ValueError(f"harness.temperature: pool {pool.name!r} states no temperature (protocol.temperature), so "
+                         f"its figures cannot be carried to {temperature!r}")
+    if t_p == 0.0:
+        raise ValueError(f"harness.temperature: pool {pool.name!r} is stated at temperature 0 (greedy figures: the "
+                         f"law cannot carry them to {temperature!r})")
+    return replace(pool, logit_scale=pool.logit_scale * temperature_scale(t_p, max(temperature, GREEDY_FLOOR)),
+                   kappa=pool.kappa ** (temperature / t_p), sampling=replace(pool.sampling, temperature=temperature))

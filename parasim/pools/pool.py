@@ -62,6 +62,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from scipy.special import expit
 
 from parasim.config.jsonl import JSONInputError, read_json_file
 from parasim.pools.harness import (
@@ -194,6 +195,9 @@ class PoolSpec:
     repair: float
     max_output_tokens: float
     sampling: SamplingSetting = SamplingSetting()
+    # the factor on every call's log-odds of the right answer: T_p / T for calls sampled at T where the pool's figures
+    # are stated at T_p (``parasim.pools.harness.at_temperature``); 1 at the pool's own temperature
+    logit_scale: float = 1.0
     # [M+1] model families (``interaction.family``): the row of the family's first model, -1 for a model without one;
     # the share of the per-task effect's variance the family shares and P(a non-shared preferred wrong answer is the
     # family's own); all -1 / 0 for a pool without families
@@ -521,7 +525,7 @@ def reliability(pool: PoolSpec, ensemble: bool = True) -> np.ndarray:
     dom = np.array([b.domain for b in BENCHMARKS])
     theta = pool.skill[None, :, :].transpose(2, 0, 1) + pool.bonus[:, dom].T[:, :, None]  # [NB, T, M+1]
     z = mu[:, None, None, None] + math.sqrt(2.0) * sigma[:, None, :, None] * _GH_X
-    p = 1.0 / (1.0 + np.exp(-(theta[..., None] - z)))
+    p = expit(pool.logit_scale * (theta[..., None] - z))
     acc = (p * _GH_W).sum(-1) / math.sqrt(math.pi)
     if ensemble:
         k = pool.ensemble_k

@@ -43,6 +43,7 @@ from parasim.sim.tables import (
     MM_RHO,
     MM_TAU,
     P_ENSEMBLE_K,
+    P_LOGIT_SCALE,
     P_MAX_OUT,
     P_PROMPT,
     P_REPAIR,
@@ -137,7 +138,7 @@ def family_state(s0, family, which):
     return s0 ^ (np.uint64(2 * family + which + 1) * np.uint64(_FAMILY_SALT))
 
 
-_KIND_SALT = 0xA0761D6478BD642F  # a second odd multiplier (not the stream's own increment): kind rows apart from family rows
+_KIND_SALT = 0xA0761D6478BD642F  # a second odd multiplier (not the stream's increment): kind rows apart from families'
 
 
 @njit(cache=True, inline="always")
@@ -214,9 +215,10 @@ def call_outcome(s, target, lead, ctx, exec_before, nans, z, qtok, pref, dcdf, v
     has no answer. Status: TIMEOUT when the sampled latency passes the tool's timeout, TRUNCATED when every sample
     was cut, EXEC_ERR at the pool's rate (code tools; times ``repair`` when the call carries the trajectory after
     an exec error), else OK; an ensemble votes over its samples that were not cut.
-    An OK solver call is right with p = sigmoid(theta0 - lambda * log(1 + ctx / 1000)) (ctx = carried
-    context tokens, 0 for a fresh question), copies the carried leading answer with prob rho, and answers
-    wrong with the model's preferred wrong answer (kappa) or a distractor; an ensemble call is the plurality of
+    An OK solver call is right with p = sigmoid(scale * (theta0 - lambda * log(1 + ctx / 1000))) (ctx = carried
+    context tokens, 0 for a fresh question; scale = ``proto[P_LOGIT_SCALE]``, the sampling temperature's law),
+    copies the carried leading answer with prob rho, and answers wrong with the model's preferred wrong answer
+    (kappa) or a distractor; an ensemble call is the plurality of
     ``ensemble_k`` such samples. A reviewer flags a wrong leading answer with prob sens and a right one with
     prob 1 - spec.
     Returns (stream state, status, kind, answer, tokens_in, tokens_out, latency_s, usd, cost_units).
@@ -275,7 +277,7 @@ def call_outcome(s, target, lead, ctx, exec_before, nans, z, qtok, pref, dcdf, v
             theta = theta0
             if carried > 0.0:
                 theta -= mmv[MM_LAM] * math.log(1.0 + carried / 1000.0)
-            p = _sigmoid(theta)
+            p = _sigmoid(proto[P_LOGIT_SCALE] * theta)
             copied = False
             if target == TARGET_CARRY and lead >= 0:
                 s, u = uniform_from(s)

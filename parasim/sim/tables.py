@@ -45,8 +45,9 @@ NUM_MM = 11
 MD_SENS, MD_SPEC, MD_LLR_FLAG, MD_LLR_CONFIRM = range(4)
 NUM_MD = 4
 # proto[k]
-P_ENSEMBLE_K, P_MGR_ROUND, P_MGR_CALL, P_PROMPT, P_STATUS, P_REPAIR, P_MAX_OUT = range(7)
-NUM_PROTO = 7
+# (P_LOGIT_SCALE: the factor on every call's log-odds of the right answer, ``PoolSpec.logit_scale``)
+P_ENSEMBLE_K, P_MGR_ROUND, P_MGR_CALL, P_PROMPT, P_STATUS, P_REPAIR, P_MAX_OUT, P_LOGIT_SCALE = range(8)
+NUM_PROTO = 8
 # row_i[r, k] and row_f[r, k]
 R_BENCH, R_DOMAIN, R_OPTIONS = range(3)
 R_Z, R_MU, R_SIGMA, R_QTOK = range(4)
@@ -107,7 +108,7 @@ class SimTables(NamedTuple):
     #                 kind share of the effect
     md: np.ndarray  # [4, M+1, D]
     rel_logit: np.ndarray  # [NB, T, M+1] log-odds of an OK call's expected accuracy
-    proto: np.ndarray  # [7]
+    proto: np.ndarray  # [8]
     row_i: np.ndarray  # int32[R, 3]
     row_f: np.ndarray  # [R, 4]
     row_cdf: np.ndarray  # [R]
@@ -171,7 +172,7 @@ def build_tables(pool: PoolSpec, suite: TaskSuite) -> SimTables:
         md=np.ascontiguousarray(md),
         rel_logit=np.ascontiguousarray(rel_logit),
         proto=np.array([pool.ensemble_k, pool.manager_tokens_round, pool.manager_tokens_call, pool.prompt_tokens,
-                        pool.status_tokens, pool.repair, pool.max_output_tokens], np.float64),
+                        pool.status_tokens, pool.repair, pool.max_output_tokens, pool.logit_scale], np.float64),
         row_i=np.ascontiguousarray(np.stack([t["row_bench"], t["row_domain"], t["row_options"]], 1), np.int32),
         row_f=np.ascontiguousarray(np.stack([t["row_z"], t["row_mu"], t["row_sigma"], t["row_qtok"]], 1)),
         row_cdf=np.ascontiguousarray(t["row_cdf"]),
