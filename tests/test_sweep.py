@@ -41,10 +41,22 @@ def test_every_section_and_reward_field_is_addressable():
     ({"grpo.steps": "x"}, r"cannot parse 'x' as int"),
     ({"nope": "1"}, "unknown option 'nope'"),
     ({"grpo.clip_eps": "0.3", "grpo.clip_eps_high": "0.2"}, "clip_eps_high"),
+    ({"env.temperature": "-0.5"}, r"env\.temperature = -0\.5: must be -1 \(the pool's own\) or a number in \[0, 2\]"),
+    ({"env.temperature": "0.6", "env.pool": "toolorchestra"}, r"env\.temperature = 0\.6: .*states no temperature"),
 ])
 def test_bad_values_name_the_field_and_range(overrides, match):
     with pytest.raises(ValueError, match=match):
         config.make_config("default", overrides)
+
+
+def test_env_temperature_reaches_the_env_as_its_harness_option():
+    """A sweep's env.temperature samples the simulated pool's calls there (the env's harness option); its default
+    leaves the env without one."""
+    from training.rollout import env_kwargs
+
+    assert "harness" not in env_kwargs(config.make_config("default").env)
+    kwargs = env_kwargs(config.make_config("default", {"env.temperature": "0.6"}).env)
+    assert kwargs["harness"] == {"temperature": 0.6} and "temperature" not in kwargs
 
 
 def test_ablation_presets_and_round_trip(tmp_path):

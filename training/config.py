@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from parasim.config.env_options import ROUND_LIMIT, SLOT_LIMIT
+from parasim.config.env_options import MAX_TEMPERATURE, POOL_TEMPERATURE, ROUND_LIMIT, SLOT_LIMIT
 from parasim.config.fields import (
     ConfigError,
     check,
@@ -34,6 +34,7 @@ from parasim.config.fields import (
     validate,
 )
 from parasim.pools.overrides import PREFIX as POOL_PREFIX
+from parasim.pools.harness import with_harness
 from parasim.pools.overrides import check_path, format_set, load_with_set, parse_set, with_override
 from parasim.scoring.rewards import PRESETS, RewardConfig
 from training.evaluate import EvalConfig, check_eval_pool
@@ -55,6 +56,9 @@ class EnvConfig:
     token_budget: float = opt(0.0, lo=0.0, hi=1e9, help="calls past this trajectory length are refused (0 = none)")
     pool_set: str = opt("", help="overrides of the pool's parameters, PATH=VALUE;PATH=VALUE (parasim.pools.overrides); "
                                  "the keys pool.PATH=VALUE add to it")
+    temperature: float = opt(POOL_TEMPERATURE, lo=POOL_TEMPERATURE, hi=MAX_TEMPERATURE,
+                             help="the simulated pool's calls sampled at this temperature by the softmax law "
+                                  "(parasim.pools.harness.at_temperature); -1: the pool's own")
 
 
 SECTIONS: dict[str, type] = {
@@ -126,11 +130,20 @@ def _check_cross(cfg: TrainConfig) -> None:
         except ValueError as err:
             raise ConfigError(f"env.pool = {cfg.env.pool!r}: must be a shipped pool ({', '.join(shipped_pools())}) "
                               f"or a valid pool JSON file: {err}") from None
-    if cfg.env.pool_set.strip():
+    if cfg.env.pool_set.strip() or cfg.env.temperature != POOL_TEMPERATURE:
         try:
-            load_with_set(cfg.env.pool, cfg.env.pool_set)
+            pool = load_with_set(cfg.env.pool, cfg.env.pool_set)
         except ValueError as err:
             raise ConfigError(str(err)) from None
+        t = cfg.env.temperature
+        if t != POOL_TEMPERATURE:
+            if t < 0:
+                raise ConfigError(f"env.temperature = {t!r}: must be {POOL_TEMPERATURE:g} (the pool's own) or a "
+                                  f"number in [0, {MAX_TEMPERATURE:g}]")
+            try:
+                with_harness(pool, {"temperature": t})
+            except ValueError as err:
+                raise ConfigError(f"env.temperature = {t!r}: {err}") from None
     suites = [("env.suite", cfg.env.suite)] + [("eval.suites", s.strip()) for s in cfg.eval.suites.split(",")
                                                if s.strip()]
     for where, suite in suites:

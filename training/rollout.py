@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 import parasim  # noqa: F401  (registers ParaOrch-v0)
+from parasim.config.env_options import POOL_TEMPERATURE
 from parasim.protocol.schema import AGENT_TOOLS
 from parasim.scoring.batch import TrajectoryBatch
 from parasim.scoring.rewards import PRESETS, RewardConfig, compute_rewards
@@ -70,6 +71,9 @@ def env_kwargs(env_cfg: Any) -> dict[str, Any]:
     kwargs = asdict(env_cfg)
     kwargs["token_budget"] = kwargs["token_budget"] or None
     kwargs["pool"] = env_pool(kwargs["pool"], kwargs.pop("pool_set", ""))
+    temperature = kwargs.pop("temperature", POOL_TEMPERATURE)
+    if temperature != POOL_TEMPERATURE:
+        kwargs["harness"] = {"temperature": temperature}
     return kwargs
 
 

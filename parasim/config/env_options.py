@@ -123,6 +123,7 @@ def check_option_keys(options: Mapping[str, Any] | None, allowed: Iterable[str],
 HARNESS_OPTIONS = ("max_output_tokens", "temperature", "reasoning_effort")
 MAX_OUTPUT_TOKENS_LIMIT = 10_000_000
 MAX_TEMPERATURE = 2.0  # a pool file's protocol.temperature range, [0, 2]
+POOL_TEMPERATURE = -1.0  # a config's temperature for "the pool's own" (no harness option: training's env.temperature)
 
 
 def check_harness(harness: Mapping[str, Any] | None) -> dict[str, Any]:
