@@ -316,6 +316,20 @@ def _zipf_sq(options: int, s: float) -> float:
     return float((q * q).sum())
 
 
+def wrong_answer_agreement(pool: PoolSpec, bench: str, n: int, seed: int,
+                           key: str) -> tuple[Estimate | None, Estimate]:
+    """When two ``standard_reasoner`` calls on one task of ``bench`` both answer wrong, the share that picked the
+    same wrong option: for two different pool models (None for a pool of one model) and for two calls of one model
+    (``n`` tasks of two calls, models drawn uniformly)."""
+    calls = simulate(pool, bench, n, 2, ["standard_reasoner"], range(pool.num_models), seed, key,
+                     ("correct", "answer", "model"))
+    both_wrong = (calls["correct"] == 0).all(1)
+    same_answer = calls["answer"][:, 0] == calls["answer"][:, 1]
+    same_model = calls["model"][:, 0] == calls["model"][:, 1]
+    cross = share(same_answer[both_wrong & ~same_model]) if pool.num_models > 1 else None
+    return cross, share(same_answer[both_wrong & same_model])
+
+
 def agreement_table(name: str, scale: float, seed: int) -> Table:
     """How often two erring calls on one multiple-choice task pick the same wrong option."""
     pool = load_pool(name)
@@ -323,19 +337,14 @@ def agreement_table(name: str, scale: float, seed: int) -> Table:
     rows = []
     for b in MULTIPLE_CHOICE:
         bench = BENCHMARKS[BENCHMARK_INDEX[b]]
-        calls = simulate(pool, b, n, 2, ["standard_reasoner"], range(pool.num_models), seed,
-                         f"{name}/agreement/{b}", ("correct", "answer", "model"))
-        both_wrong = (calls["correct"] == 0).all(1)
-        same_answer = calls["answer"][:, 0] == calls["answer"][:, 1]
-        same_model = calls["model"][:, 0] == calls["model"][:, 1]
-        cross = (share(same_answer[both_wrong & ~same_model]) if pool.num_models > 1
-                 else "no pair (one model)")
+        cross_est, same_est = wrong_answer_agreement(pool, b, n, seed, f"{name}/agreement/{b}")
+        cross = "no pair (one model)" if cross_est is None else cross_est
         target = Target(KIM_TARGET, RELATIVE_TOLERANCE * KIM_TARGET) if bench.options == 4 else None
         met = "—" if target is None or isinstance(cross, str) else target.met(cross)
         implied = implied_cross_agreement(pool, BENCHMARK_INDEX[b])
         rows.append((b, bench.options, f"{100 / (bench.options - 1):.1f}", cross,
                      "—" if math.isnan(implied) else f"{implied:.1f}",
-                     f"{100 * _zipf_sq(bench.options, bench.zipf_s):.1f}", share(same_answer[both_wrong & same_model]),
+                     f"{100 * _zipf_sq(bench.options, bench.zipf_s):.1f}", same_est,
                      NO_TARGET if target is None else str(target), met,
                      KIM_AGREEMENT if bench.options == 4 else NO_TARGET))
     return Table("Wrong-answer agreement",
@@ -350,6 +359,25 @@ def agreement_table(name: str, scale: float, seed: int) -> Table:
                   "published"), rows)
 
 
+def direct_outcomes(pool: PoolSpec, n: int, seed: int, key: str) -> tuple[np.ndarray, np.ndarray]:
+    """One direct ``standard_reasoner`` call of every pool model on each of up to ``n`` tasks of SUITE: (right
+    [tasks, model], no answer counting as wrong; each task's benchmark, as an index into BENCHES). Models are drawn
+    per call, so a task keeps each model's first call and tasks missing one are dropped."""
+    m = pool.num_models
+    calls = simulate(pool, SUITE, n, 6 * m, ["standard_reasoner"], range(m), seed, key,
+                     ("model", "correct", "benchmark"))
+    first = np.stack([np.argmax(calls["model"] == j, axis=1) for j in range(m)], 1)
+    keep = (np.take_along_axis(calls["model"], first, 1) == np.arange(m)).all(1)
+    right = np.take_along_axis(calls["correct"], first, 1)[keep] == 1
+    return right, np.array([BENCHES.index(BENCHMARKS[i].name) for i in calls["benchmark"][keep, 0]])
+
+
+def oracle_gain(right: np.ndarray, best: int) -> Estimate:
+    """The per-query oracle's relative gain (%) over model ``best`` from ``direct_outcomes``' right [tasks, model]."""
+    single = right[:, best].astype(float)
+    return ratio(right.any(1).astype(float) - single, single, 100.0)
+
+
 def oracle_table(name: str, scale: float, seed: int) -> Table:
     """Per-query oracle over the pool's models (one direct call each) against the best single model."""
     pool = load_pool(name)
@@ -357,24 +385,17 @@ def oracle_table(name: str, scale: float, seed: int) -> Table:
     if m == 1:
         return Table("Per-query oracle", f"One model: the oracle is that model ({NO_TARGET}).",
                      ("best single model", "oracle"), [(pool.model_names[0], "the same model")])
-    n = _n("oracle", scale)
-    per_task = 6 * m  # models are drawn per call: a task keeps each model's first call, tasks missing one are dropped
-    calls = simulate(pool, SUITE, n, per_task, ["standard_reasoner"], range(m), seed, f"{name}/oracle",
-                     ("model", "correct", "benchmark"))
-    first = np.stack([np.argmax(calls["model"] == j, axis=1) for j in range(m)], 1)
-    keep = (np.take_along_axis(calls["model"], first, 1) == np.arange(m)).all(1)
-    right = np.take_along_axis(calls["correct"], first, 1)[keep] == 1  # [tasks, model]; no answer counts as wrong
-    bench = np.array([BENCHES.index(BENCHMARKS[i].name) for i in calls["benchmark"][keep, 0]])
+    right, bench = direct_outcomes(pool, _n("oracle", scale), seed, f"{name}/oracle")
     expected = expected_direct(pool)
     best = int(np.argmax(expected.mean(1)))
     single = right[:, best].astype(float)
     per_bench = right[np.arange(len(bench)), np.argmax(expected, 0)[bench]].astype(float)
     oracle = right.any(1).astype(float)
     target = oracle_target(pool)
-    gain = ratio(oracle - single, single, 100.0)
+    gain = oracle_gain(right, best)
     return Table("Per-query oracle",
                  f"Accuracy (%) on the `{SUITE}` suite (its seven benchmarks in equal weights) of one direct call per "
-                 f"model ({int(keep.sum()):,} tasks): the best single model by expected accuracy, the best model of "
+                 f"model ({len(right):,} tasks): the best single model by expected accuracy, the best model of "
                  "each benchmark (a router that knows the benchmark), and the per-query oracle (right when any model "
                  "is right); the gain is the oracle's over the best single model, in points and relative. `target`: "
                  "the relative gain LLMRouterBench's figure implies for this pool's models (`oracle_target`, "
