@@ -558,9 +558,13 @@ def render(fits: list[dict], rows: list[dict], cons: list[dict], laws: dict[str,
             f"({HARNESS_TEMPERATURE:g}); the targets and tolerances are section 6's, fixed in earlier sessions, and "
             f"`within` is read at the source's temperature only (an exploratory run of the same check, in a scratch "
             f"script, preceded this one).", "",
-            "| statistic | temperature | simulated | target | within | published |", "| --- | --- | --- | --- | --- | --- |"]
-    out += [f"| {r['statistic']} | {r['temperature']:g}{' (source)' if r['source'] else ' (harness)'} | {r['sim']} | "
-            f"{r['target']} | {r['target'].met(r['sim']) if r['source'] else '—'} | {r['published']} |" for r in carried]
+            "| statistic | temperature | simulated | target | within | published |",
+            "| --- | --- | --- | --- | --- | --- |"]
+    for r in carried:
+        where = "source" if r["source"] else "harness"
+        within = r["target"].met(r["sim"]) if r["source"] else "—"
+        out.append(f"| {r['statistic']} | {r['temperature']:g} ({where}) | {r['sim']} | {r['target']} | {within} | "
+                   f"{r['published']} |")
     out.append(END)
     return "\n".join(out)
 

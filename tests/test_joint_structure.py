@@ -127,7 +127,7 @@ def test_correctness_fit_recovers_a_kind_share() -> None:
               StructureModel("d", 2.0, 2.0, 0.7, 0.5, kind="c", kind_share=0.3),
               StructureModel("e", 0.5, 2.0, 0.7, 0.5, kind="c", kind_share=0.3)]
     spec = parse_pool(structure_pool(_base(), "LiveCodeBench", models, "assumed"))
-    om = simulated_outcomes(spec, "LiveCodeBench", 1200, 6, models=[m.name for m in models], sigma=3.0, seed=11)
+    om = simulated_outcomes(spec, "LiveCodeBench", 700, 6, models=[m.name for m in models], sigma=3.0, seed=11)
     fit = fit_correctness(om, {"a": "F", "b": "F"}, kind={m.name: m.kind for m in models})
     assert fit.estimate.converged
     for got, se, truth in ((fit.sigma, fit.sigma_se, 3.0), (fit.tau, fit.tau_se, 2.0), (fit.share, fit.share_se, 0.3),
