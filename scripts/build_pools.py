@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from parasim.calibration.fitted_structure import FittedStructure, load_fitted_structure
 from parasim.pools.harness import solve_capped_skill
 from parasim.pools.pool import DOMAINS, effective_spread, solve_skill
 from parasim.tasks.suites import BENCHMARK_INDEX, BENCHMARKS
@@ -23,14 +24,17 @@ from parasim.tasks.suites import BENCHMARK_INDEX, BENCHMARKS
 OUT = Path(__file__).resolve().parents[1] / "parasim" / "pools" / "files"
 
 
-# The v2 call model (docs/simulator.md, "Complementarity and shared wrong answers"), assumed for every model:
-# TAU is the SD of the per-(task, model) effect, set per pool so that its per-query oracle gain over its best
-# single model sits at the target LLMRouterBench implies for its size (scripts/simulator_stats.py,
-# ``oracle_target``: paramanager 1.0, toolorchestra TAU_TO); AFFINITY is the probability that a
-# model's preferred wrong answer is the task's attractive distractor, and KAPPA_SHIFT raises every assumed
-# kappa so that cross-model wrong-answer agreement on 4-option items is Kim et al.'s ~60% (a model repeats its
-# own wrong answer at least as often as two models share one: kappa^2 + (1 - kappa^2) S >= 0.6).
-TAU = 1.0
+# The call model's joint structure (docs/simulator.md, section 8): every model of a pool that states the temperature
+# the structure was carried to (the paramanager harness's 1.0: paramanager, paramanager_mono, openweight) carries the
+# fit on the shipped per-query tables (``parasim.calibration.fitted_structure``: tau, kappa, affinity, families by
+# maker within kinds and their shares; source key PQ). The toolorchestra pool states no temperature, so its v2
+# structure stays assumed: TAU_TO is the SD of the per-(task, model) effect, set so that its per-query oracle gain
+# over its best single model sits at the target LLMRouterBench implies for its size (scripts/simulator_stats.py,
+# ``oracle_target``); AFFINITY is the probability that a model's preferred wrong answer is the task's attractive
+# distractor, and KAPPA_SHIFT raises every assumed kappa so that cross-model wrong-answer agreement on 4-option items
+# is Kim et al.'s ~60% (a model repeats its own wrong answer at least as often as two models share one:
+# kappa^2 + (1 - kappa^2) S >= 0.6).
+FIT = load_fitted_structure()
 TAU_TO = 0.6
 AFFINITY = 0.8
 KAPPA_SHIFT = 0.25
@@ -57,7 +61,7 @@ def card_cap(bench, src):
     return CARD_CAP.get(src)
 
 
-def solved(targets, tau=TAU, tok=None, tok_sd=0.8, slope=0.25):
+def solved(targets, tau, tok=None, tok_sd=0.8, slope=0.25):
     """Per target: (skill solved from the accuracy at its setting's cap, its domain, its source)."""
     out = {}
     for b, (v, src) in targets.items():
@@ -77,9 +81,11 @@ def model(
     targets,
     skill_assumed,
     *,
+    structure: FittedStructure | None = FIT,
+    kind=None,
     kappa=0.5,
     affinity=AFFINITY,
-    tau=TAU,
+    tau=TAU_TO,
     rho=0.35,
     lam=0.08,
     sens=(0.6, 0.55, 0.5, 0.6),
@@ -100,7 +106,12 @@ def model(
     deployment=None,
     context=None,
 ):
-    """A MODEL entry; skills per domain come from the targets where there are any (see module doc)."""
+    """A MODEL entry; skills per domain come from the targets where there are any (see module doc). With a
+    ``structure`` its errors and interaction groups are the fitted ones (the model's family from its name, within
+    ``kind`` or the kind its name says), and ``kappa``, ``affinity`` and ``tau`` are not read; without one they are
+    the assumed groups of those values."""
+    if structure is not None:
+        tau = structure.sd
     sol = solved(targets, tau, tok, tok_sd, slope)
     skill, skill_src = {}, set()
     for d in DOMAINS:
@@ -118,8 +129,9 @@ def model(
         "skill": {**skill, "source": src},
         "accuracy": {b: {"value": v, **({"cap_tokens": card_cap(b, s)} if card_cap(b, s) else {}), "source": s}
                      for b, (v, s) in targets.items()},
-        "errors": {"kappa": round(kappa + KAPPA_SHIFT, 3), "affinity": affinity, "source": "assumed"},
-        "interaction": {"sd": tau, "source": "assumed"},
+        **(structure.model_groups(name, kind) if structure is not None else {
+            "errors": {"kappa": round(kappa + KAPPA_SHIFT, 3), "affinity": affinity, "source": "assumed"},
+            "interaction": {"sd": tau, "source": "assumed"}}),
         "anchoring": {"rho": rho, "source": "assumed"},
         "long_context": {"lambda": lam, "source": "assumed"},
         "review": {
@@ -243,14 +255,16 @@ def self_hosted(precision, active, total, gpus=1):
 
 SERVED = {"ttft": H200_TTFT, "speed": H200_SPEED, "slope_conc": H200_BETA, "lat_src": "MSA", "price_src": "LLB"}
 # GPT-OSS-20B at high effort: its card's mean CoT length on AIME is about 20k tokens (OSS), so the math log median
-# is set so that the lognormal's mean on AIME-level items (mu_b 1.55, sigma_b 2, slope 0.25, log sd 0.8) is 20,000.
+# is set so that the lognormal's mean on AIME-level items (mu_b 1.55, the catalogue's sigma_b, slope 0.25, log sd
+# 0.8) is 20,000.
 OSS_AIME_MEAN = 20000
 _AIME_MU = 0.5 * (BENCHMARKS[BENCHMARK_INDEX["AIME24"]].mu + BENCHMARKS[BENCHMARK_INDEX["AIME25"]].mu)
+_AIME_SIGMA = 0.5 * (BENCHMARKS[BENCHMARK_INDEX["AIME24"]].sigma + BENCHMARKS[BENCHMARK_INDEX["AIME25"]].sigma)
 
 
 def aime_log_median(aime_mean):
     """The math log median whose lognormal has mean ``aime_mean`` on AIME-level items (slope 0.25, log sd 0.8)."""
-    return math.log(aime_mean) - 0.25 * _AIME_MU - (0.25**2 * 2.0**2 + 0.8**2) / 2
+    return math.log(aime_mean) - 0.25 * _AIME_MU - (0.25**2 * _AIME_SIGMA**2 + 0.8**2) / 2
 
 
 OSS_MATH_LOG_MEDIAN = aime_log_median(OSS_AIME_MEAN)
@@ -296,7 +310,6 @@ oss = model(
     price=(0.05, 0.20),
     sens=(0.7, 0.6, 0.55, 0.65),
     spec=(0.9, 0.88, 0.88, 0.88),
-    kappa=0.45,
     context=(131072, "OSS"),
 )
 mgr4 = model(
@@ -351,7 +364,7 @@ def to_model(name, targets, assumed, *, mean_lat, lat_src, price, tok, ttft=0.5,
     speed = mean_tokens / max(mean_lat - ttft, 1.0)
     return model(
         name, targets, assumed, ttft=ttft, speed=speed, lat_src=lat_src, price=price, price_src="TOc", tok=tok,
-        tau=TAU_TO, deployment={"kind": "api", "source": "TOc"}, **kw
+        structure=None, deployment={"kind": "api", "source": "TOc"}, **kw
     )
 
 
@@ -447,7 +460,7 @@ orch = model(
     lat_src="assumed",
     speed=135.0,
     ttft=0.064,
-    tau=TAU_TO,
+    structure=None,
 )
 to = pool(
     "toolorchestra",
@@ -462,12 +475,6 @@ to = pool(
 # The `openweight` pool (docs/simulator.md, section 5.1): six public open-weight checkpoints, larger and more
 # varied than paramanager's, self-hosted on H200 GPUs with vLLM under paramanager's manager, tools and harness, for
 # evaluating a policy trained on paramanager on a pool it has never seen (pool shift).
-# TAU_OW: the interaction SD, set as section 6.1 sets the others', from the per-query oracle gain LLMRouterBench
-# implies for this pool (``oracle_target`` in scripts/simulator_stats.py: 24.5%). The simulated gain rises slowly with
-# tau (24.5% at 0, 24.8% at 0.3, 25.7% at 0.6, 26.1% at 1.0, 27.0% at 1.5; 50,000 tasks each), so every value up to
-# 1.5 is inside the target's 20% band; paramanager's 1.0 (6% over the target) is kept, so that a policy trained there
-# meets the same per-(task, model) spread here and the shift it is evaluated under is the models'.
-TAU_OW = TAU
 
 
 # Serving the openweight models (docs/simulator.md, section 5.1). GPUs per replica: the fewest H200s (141 GB
@@ -508,11 +515,9 @@ q235t = model(
         "LiveCodeBench": (74.1, "Q235T"),
     },
     dom(0, 0, 0, 0),
-    tau=TAU_OW,
     tok=(aime_log_median(20000), LN(6000), LN(2500), LN(10000)),
     price=(0.65, 3.0),
     price_src="assumed",
-    kappa=0.45,
     **THINKING_REVIEW,
     **h200_served("bf16", 22.0, 235.0),
     context=(262144, "Q235T"),
@@ -527,7 +532,6 @@ q235i = model(
         "LiveCodeBench": (51.8, "Q235I"),
     },
     dom(0, 0, 0, 0),
-    tau=TAU_OW,
     tok=(LN(5000), LN(1500), LN(800), LN(3000)),
     price=(0.22, 0.88),
     price_src="assumed",
@@ -544,11 +548,9 @@ q30t = model(
         "LiveCodeBench": (66.0, "Q30T"),
     },
     dom(0, 0, 0, 0),
-    tau=TAU_OW,
     tok=(aime_log_median(20000), LN(6000), LN(2500), LN(10000)),
     price=(0.10, 0.30),
     price_src="assumed",
-    kappa=0.45,
     **THINKING_REVIEW,
     **h200_served("bf16", 3.3, 30.5),
     context=(262144, "Q30T"),
@@ -558,11 +560,9 @@ oss120 = model(
     {"AIME24": (95.8, "OSS"), "AIME25": (92.5, "OSS"), "GPQA": (80.1, "OSS")},
     # assumed: knowledge and code as Qwen3-235B-A22B-Thinking-2507's (the pool's other high-effort reasoner)
     dom(0, 0, q235t["skill"]["knowledge"], q235t["skill"]["code"]),
-    tau=TAU_OW,
     tok=(OSS_MATH_LOG_MEDIAN, LN(3000), LN(1200), LN(5000)),  # assumed: GPT-OSS-20B's (OSS gives 20b's length)
     price=(0.15, 0.60),
     price_src="assumed",
-    kappa=0.45,
     **THINKING_REVIEW,
     **h200_served("mxfp4", 5.1, 116.8),
     context=(131072, "OSS"),
@@ -571,7 +571,7 @@ q32t = model(
     "Qwen3-32B",
     {"AIME24": (81.4, "QTR"), "AIME25": (72.9, "QTR"), "GPQA": (68.4, "QTR"), "LiveCodeBench": (65.7, "QTR")},
     dom(0, 0, 1.8, 0),  # knowledge assumed, as the toolorchestra pool's Qwen3-32B
-    tau=TAU_OW,
+    kind="reasoning",  # served in thinking mode (the targets are QTR's thinking results), which its name does not say
     tok=(aime_log_median(14000), LN(5000), LN(2000), LN(8000)),
     price=(0.8, 0.8),
     price_src="TOc",
@@ -581,11 +581,9 @@ llama70 = model(
     "Llama-3.3-70B-Instruct",
     {"GPQA": (50.5, "LLB"), "MMLU-Pro": (68.9, "LLB")},
     dom(-0.5, 0, 0, 0.2),  # math and code assumed, as the toolorchestra pool's
-    tau=TAU_OW,
     tok=(LN(800), LN(600), LN(400), LN(700)),
     price=(0.9, 0.9),
     price_src="TOc",
-    kappa=0.55,
     **h200_served("bf16", 70.6, 70.6),
 )
 ow = pool(

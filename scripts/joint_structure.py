@@ -35,8 +35,9 @@ on LiveCodeBench's scale: it was fitted with tau fixed at LiveCodeBench's (MATH-
 temperature the law cannot start from).
 
 Added in session 9: kappa fitted on the cons@64 pairs per law, checked leave one out (``kappa_fit``), and what the
-shipped pools would carry of it all at the harness's temperature under ``POOL_LAW`` (``pool_structure``; not yet
-applied: with it two of section 6's published targets are missed). Each row also reports how far the table's own
+shipped pools would carry of it all at the harness's temperature under ``POOL_LAW`` (``pool_structure``; applied
+in session 11: ``--update`` also writes it to ``parasim.calibration.fitted_structure.STRUCTURE_FILE``, which
+``scripts/build_pools.py`` and the benchmark catalogue read). Each row also reports how far the table's own
 question sampling moves its items (the real fit half in place of the simulation, ``halves``).
 
 Added in session 10, a second level of shared effect: the model's kind (``kind_of``: reasoning or chat model), whose
@@ -55,7 +56,6 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import simulator_stats as stats  # scripts/: section 6's measurements and targets
 
 from parasim.calibration.joint_fit import (
     StructureModel,
@@ -66,16 +66,15 @@ from parasim.calibration.joint_fit import (
     temperature_spread,
     zipf_exponent,
 )
+from parasim.calibration.fitted_structure import SOURCE_KEY, STRUCTURE_FILE, FittedStructure, write_fitted_structure
 from parasim.calibration.joint_stats import OutcomeMatrix, matrix_statistics, outcome_matrices
+from parasim.calibration.model_groups import family_label, family_of, kind_of
 from parasim.calibration.per_query import read_per_query
 from parasim.calibration.simulate import simulated_consensus, simulated_outcomes
 from parasim.config.jsonl import read_json_file
-from parasim.pools.harness import with_harness
 from parasim.pools.pool import (
     MAX_MODELS,
-    PoolSpec,
     expected_accuracy,
-    load_pool,
     parse_pool,
     pool_file,
     solve_skill,
@@ -86,7 +85,6 @@ BEGIN, END = "<!-- joint:begin -->", "<!-- joint:end -->"
 LAW_HEADING = "#### The temperature law: cons@64 with the spreads carried to the published temperature"
 KAPPA_HEADING = "#### kappa fitted on the cons@64 pairs, checked leave one out"
 POOLS_HEADING = "#### Carried to the pools"
-CARRIED_HEADING = "#### The carried pool against section 6's targets, at their sources' temperatures"
 DATA = Path(__file__).resolve().parent.parent / "parasim" / "calibration" / "data"
 SEED = 0
 SIM_FACTOR = 4  # simulated questions per held-out question
@@ -123,48 +121,9 @@ KAPPA_GRID = (0.0, 0.025, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0)
 # The law whose spreads and fitted kappa the shipped pools carry to the harness's temperature: the softmax's (both
 # spreads scaled; "tau only" keeps MATH-L5's greedy sigma, which puts p_qm at 0 or 1 and no vote gain at any kappa).
 POOL_LAW = "sigma and tau"
-# Added in session 10 (an exploratory run of the same check, in a scratch script, came first): section 6's two
-# targets that session 9's carried pools missed, checked on CARRY_POOL with the carried structure at the temperatures
-# their sources sampled at, with section 6's own tolerances (simulator_stats: 20% of the target) and measurements.
-# Kim et al.'s answers are the HF leaderboard's log-likelihood scoring of the options (no sampling: temperature 0);
-# LLMRouterBench's 13 flagship models answered once each at temperature 0.2 (ynulihao/LLMRouterBench,
-# config/data_collector_proprietary_model_config.yaml: temperature 0.2, top_p 1.0).
-CARRY_POOL = "paramanager"
-KIM_TEMPERATURE = 0.0
-ROUTERBENCH_TEMPERATURE = 0.2
-CARRY_TASKS = {"agreement": 200_000, "oracle": 60_000}
 # table file -> (the catalogue benchmark whose answer format the simulation uses, fit tau?, fit the answer space's S?)
 TABLES = {"livecodebench": ("LiveCodeBench", True, False), "mmlu_pro": ("MMLU-Pro", False, False),
           "math_l5": ("generic_math", False, True)}
-# model family by maker, read from the model names (a shared provider: Kim et al.'s "same provider" effect)
-MAKERS = (("claude", "anthropic"), ("chatgpt", "openai"), ("gpt", "openai"), ("o1", "openai"), ("o4", "openai"),
-          ("gemini", "google"), ("gemma", "google"), ("llama", "meta"), ("qwen", "qwen"), ("mixtral", "mistral"),
-          ("mathstral", "mistral"), ("codestral", "mistral"), ("yi-", "01ai"), ("phi-", "microsoft"),
-          ("deepseek", "deepseek"), ("reka", "reka"), ("grok", "xai"))
-
-
-# Reasoning models (trained to think at length before answering) by name prefix; every other model is a chat model.
-# Added in session 10, after the held-out per-pair table showed the simulated pairs of one reasoning and one chat
-# model correlating more than the real ones (most of LiveCodeBench's largest phi misses, 0.10-0.17 too high); the
-# choice is checked by the fit half's likelihood, not by the held-out rows, which saw it (module docstring).
-REASONING = ("o1", "o3", "o4", "grok-3-mini", "gemini-2.5", "gemini-flash-2.0-thinking", "deepseek-r1", "qwq",
-             "gpt-oss")
-
-
-def kind_of(model: str) -> str:
-    """A model's kind, from its name: "reasoning" or "chat"."""
-    return "reasoning" if model.lower().startswith(REASONING) else "chat"
-
-
-def family_of(model: str) -> str | None:
-    """The maker of a model, from its name (None when unknown)."""
-    low = model.lower().removeprefix("meta-")
-    for prefix, maker in MAKERS:
-        if low.startswith(prefix):
-            return maker
-    return None
-
-
 def split(om: OutcomeMatrix, seed: int = SEED) -> tuple[OutcomeMatrix, OutcomeMatrix]:
     """The table's questions in two halves, a fixed permutation: (fit, held out)."""
     perm = np.random.default_rng(seed).permutation(len(om.questions))
@@ -222,10 +181,10 @@ def _at(spread: float, scaled: bool, temperature: float) -> float:
     return temperature_spread(spread, LCB_TEMPERATURE, temperature) if scaled else spread
 
 
-def run(seed: int = SEED) -> tuple[list[dict], list[dict], list[dict], dict[str, dict], list[dict]]:
+def run(seed: int = SEED) -> tuple[list[dict], list[dict], list[dict], dict[str, dict], FittedStructure]:
     """Fit every table and compare on its held-out half, then the published cons@64 pairs with the fitted structure,
-    as fitted and under each temperature law, then the carried pool against section 6's targets. Returns (fitted
-    parameters per table, comparison rows, cons@64 rows, per law its spreads and cons@64 rows, carried-pool rows)."""
+    as fitted and under each temperature law, and the structure the pools carry. Returns (fitted parameters per
+    table, comparison rows, cons@64 rows, per law its spreads and cons@64 rows, the carried structure)."""
     base = read_json_file(pool_file("paramanager"))
     fits, rows = [], []
     tau = None
@@ -239,7 +198,7 @@ def run(seed: int = SEED) -> tuple[list[dict], list[dict], list[dict], dict[str,
             fit_om = OutcomeMatrix(fit_om.models, fit_om.questions[keep], fit_om.hits[keep], fit_om.samples[keep],
                                    fit_om.answer[keep])
         # families nest in kinds: a maker's reasoning and chat models are two families
-        family = {m: f"{f}/{kind_of(m)}" for m in om.models if (f := family_of(m))}
+        family = {m: family_label(f, kind_of(m)) for m in om.models if (f := family_of(m))}
         kind = {m: kind_of(m) for m in om.models}
         cf = fit_correctness(fit_om, family, tau=None if free_tau else tau, kind=kind)
         # the kind level's evidence on the fit half: the same fit without it (kinds are not fitted elsewhere)
@@ -302,8 +261,7 @@ def run(seed: int = SEED) -> tuple[list[dict], list[dict], list[dict], dict[str,
                      "harness_tau": _at(tau_fit, scale_tau, HARNESS_TEMPERATURE),
                      "cons": consensus(base, math_fit, sigma, tau, seed),
                      "kappa": kappa_fit(base, math_fit, sigma, tau, seed)}
-    return (fits, rows, consensus(base, math_fit, sigma_fit, tau_fit, seed), laws,
-            carried_targets(fits, laws, seed))
+    return fits, rows, consensus(base, math_fit, sigma_fit, tau_fit, seed), laws, carried_structure(fits, laws)
 
 
 def kappa_fit(base: dict, math_fit: dict, sigma: float, tau: float, seed: int = SEED) -> dict:
@@ -321,82 +279,60 @@ def kappa_fit(base: dict, math_fit: dict, sigma: float, tau: float, seed: int = 
     return {"kappa": KAPPA_GRID[int(np.argmin(sq.sum(1)))], "rows": rows}
 
 
-def carried_model_values(fits: list[dict], laws: dict[str, dict]) -> dict[str, float]:
-    """The per-model structure the pools would carry, at the harness's temperature under POOL_LAW, by pool-file key:
+# Which fitted table's difficulty spread (and, where fitted, Zipf exponent) each catalogue benchmark carries; GPQA
+# and generic_science have no table and keep their assumed sigma_b.
+CARRIED_BENCHMARKS = {"MATH-L5": ("AIME24", "AIME25", "AMC", "HMMT25", "generic_math"),
+                      "MMLU-Pro": ("MMLU-Pro", "generic_knowledge"), "LiveCodeBench": ("LiveCodeBench", "generic_code")}
+
+
+def carried_structure(fits: list[dict], laws: dict[str, dict]) -> FittedStructure:
+    """The structure the pools carry, at the harness's temperature under POOL_LAW, rounded as the pools carry it:
     tau (LiveCodeBench's, by the law); kappa (fitted on the cons@64 pairs at CONS_TEMPERATURE, carried by the
     simulator's law kappa^(T / T_fit), ``parasim.pools.harness.at_temperature``); the affinity (MMLU-Pro's c(0.5),
     the greedy wrong-answer share of a model of accuracy 1/2 on a multiple-choice table: greedy, kappa(0) = 1, so c
     is the affinity itself, and the curve is nearly flat in the accuracy, a1 = 0.26); the family share w
-    (MMLU-Pro's, the largest table) and the kind share o (LiveCodeBench's). ``pool_structure`` tables them and
-    ``carried_pool`` sets them."""
-    by = {f["table"]: f for f in fits}
-    law = laws[POOL_LAW]
-    return {"sd": law["harness_tau"], "kappa": float(law["kappa"]["kappa"] ** (HARNESS_TEMPERATURE / CONS_TEMPERATURE)),
-            "affinity": float(by["MMLU-Pro"]["agreement"].c(0.5)), "family_share": by["MMLU-Pro"]["fit"].share,
-            "kind_share": by["LiveCodeBench"]["fit"].kind_share}
-
-
-def carried_family(model: str) -> str:
-    """A pool model's family in the carried structure: its maker (or its own name) within its kind."""
-    return f"{family_of(model) or model}/{kind_of(model)}"
-
-
-def pool_structure(fits: list[dict], laws: dict[str, dict]) -> list[tuple[str, str, float, str]]:
-    """What the shipped pools would carry from the fit, at the harness's temperature under POOL_LAW: (parameter,
-    where it lives, value, where it comes from)."""
+    (MMLU-Pro's, the largest table) and the kind share o (LiveCodeBench's); per catalogue benchmark its table's
+    sigma by the law (CARRIED_BENCHMARKS) and MATH-L5's fitted Zipf exponent on the math benchmarks."""
     scale_sigma, _ = TEMPERATURE_LAWS[POOL_LAW]
     by = {f["table"]: f for f in fits}
-    v = carried_model_values(fits, laws)
-    out = [("tau", "models[*].interaction.sd", v["sd"], "LiveCodeBench's tau, the law")]
-    math_benches = "AIME24, AIME25, AMC, HMMT25, generic_math"
-    for table, benches in (("MATH-L5", math_benches), ("MMLU-Pro", "MMLU-Pro, generic_knowledge"),
-                           ("LiveCodeBench", "LiveCodeBench, generic_code")):
-        out.append((f"sigma_b ({benches})", "BENCHMARKS[*].sigma",
-                    _at(by[table]["fit"].sigma, scale_sigma, HARNESS_TEMPERATURE), f"{table}'s sigma, the law"))
-    out.append((f"Zipf exponent ({math_benches})", "BENCHMARKS[*].zipf_s",
-                by["MATH-L5"]["zipf"], "MATH-L5's fitted S"))
-    out.append(("kappa", "models[*].errors.kappa", v["kappa"],
-                f"the cons@64 pairs, the law, carried from {CONS_TEMPERATURE:g} by kappa^(T / {CONS_TEMPERATURE:g})"))
-    out.append(("affinity", "models[*].errors.affinity", v["affinity"],
-                "MMLU-Pro's c(0.5): greedy answers, where kappa is 1"))
-    out.append(("w (family share)", "models[*].interaction.family_share", v["family_share"],
-                "MMLU-Pro's w (the largest table)"))
-    out.append(("o (kind share)", "models[*].interaction.kind_share", v["kind_share"],
-                "LiveCodeBench's o (the one table with two kinds of two families each)"))
-    return out
+    law = laws[POOL_LAW]
+    benchmarks, sources = {}, {
+        "sd": "LiveCodeBench's tau, the law",
+        "kappa": f"the cons@64 pairs, the law, carried from {CONS_TEMPERATURE:g} by kappa^(T / {CONS_TEMPERATURE:g})",
+        "affinity": "MMLU-Pro's c(0.5): greedy answers, where kappa is 1",
+        "family_share": "MMLU-Pro's w (the largest table)",
+        "kind_share": "LiveCodeBench's o (the one table with two kinds of two families each)"}
+    for table, names in CARRIED_BENCHMARKS.items():
+        f = by[table]
+        for name in names:
+            benchmarks[name] = {"sigma": _at(f["fit"].sigma, scale_sigma, HARNESS_TEMPERATURE),
+                                **({"zipf_s": f["zipf"]} if f["fitted_s"] else {})}
+        sources[f"sigma_b ({', '.join(names)})"] = f"{table}'s sigma, the law"
+        if f["fitted_s"]:
+            sources[f"zipf_s ({', '.join(names)})"] = f"{table}'s fitted S"
+    kappa = float(law["kappa"]["kappa"] ** (HARNESS_TEMPERATURE / CONS_TEMPERATURE))
+    return FittedStructure(HARNESS_TEMPERATURE, POOL_LAW, law["harness_tau"], kappa,
+                           float(by["MMLU-Pro"]["agreement"].c(0.5)), by["MMLU-Pro"]["fit"].share,
+                           by["LiveCodeBench"]["fit"].kind_share, benchmarks, sources).rounded()
 
 
-def carried_pool(fits: list[dict], laws: dict[str, dict]) -> PoolSpec:
-    """CARRY_POOL with the carried structure on every model (``carried_model_values``, families by
-    ``carried_family``); the catalogue's sigma_b are not the pool's and stay."""
-    raw = read_json_file(pool_file(CARRY_POOL))
-    v = {k: round(x, 6) for k, x in carried_model_values(fits, laws).items()}
-    for m in raw["models"] + [raw["manager"]]:
-        m["interaction"] = {"sd": v["sd"], "family": carried_family(m["name"]), "kind": kind_of(m["name"]),
-                            "family_share": v["family_share"], "kind_share": v["kind_share"], "source": "fit"}
-        m["errors"] = {"kappa": v["kappa"], "affinity": v["affinity"], "source": "fit"}
-    return parse_pool(raw, name=CARRY_POOL)
-
-
-def carried_targets(fits: list[dict], laws: dict[str, dict], seed: int = SEED) -> list[dict]:
-    """Section 6's GPQA wrong-answer agreement (Kim et al.) and per-query oracle gain (LLMRouterBench) of
-    ``carried_pool``, at the temperature each source sampled at and at the harness's, measured as section 6 measures
-    them (``simulator_stats``), against section 6's targets and tolerances; `within` only at the source's."""
-    pool = carried_pool(fits, laws)
-    kim = stats.Target(stats.KIM_TARGET, stats.RELATIVE_TOLERANCE * stats.KIM_TARGET)
-    out = []
-    for t in (KIM_TEMPERATURE, HARNESS_TEMPERATURE):
-        cross, _ = stats.wrong_answer_agreement(with_harness(pool, {"temperature": t}), "GPQA",
-                                                CARRY_TASKS["agreement"], seed, f"carried/agreement/{t:g}")
-        out.append({"statistic": "GPQA cross-model wrong-answer agreement (%)", "temperature": t, "sim": cross,
-                    "target": kim, "source": t == KIM_TEMPERATURE, "published": stats.KIM_AGREEMENT})
-    for t in (ROUTERBENCH_TEMPERATURE, HARNESS_TEMPERATURE):
-        p = with_harness(pool, {"temperature": t})
-        right, _ = stats.direct_outcomes(p, CARRY_TASKS["oracle"], seed, f"carried/oracle/{t:g}")
-        gain = stats.oracle_gain(right, int(np.argmax(stats.expected_direct(p).mean(1))))
-        out.append({"statistic": "per-query oracle gain (relative %)", "temperature": t, "sim": gain,
-                    "target": stats.oracle_target(p), "source": t == ROUTERBENCH_TEMPERATURE,
-                    "published": stats.ROUTERBENCH_ORACLE})
+def pool_structure(carried: FittedStructure) -> list[tuple[str, str, float, str]]:
+    """The carried structure as the page tables it: (parameter, where it lives, value, where it comes from)."""
+    src = carried.sources
+    out = [("tau", "models[*].interaction.sd", carried.sd, src["sd"])]
+    for table, names in CARRIED_BENCHMARKS.items():
+        key = ", ".join(names)
+        out.append((f"sigma_b ({key})", "BENCHMARKS[*].sigma", carried.benchmarks[names[0]]["sigma"],
+                    src[f"sigma_b ({key})"]))
+    for table, names in CARRIED_BENCHMARKS.items():
+        key = ", ".join(names)
+        if f"zipf_s ({key})" in src:
+            out.append((f"Zipf exponent ({key})", "BENCHMARKS[*].zipf_s", carried.benchmarks[names[0]]["zipf_s"],
+                        src[f"zipf_s ({key})"]))
+    out += [("kappa", "models[*].errors.kappa", carried.kappa, src["kappa"]),
+            ("affinity", "models[*].errors.affinity", carried.affinity, src["affinity"]),
+            ("w (family share)", "models[*].interaction.family_share", carried.family_share, src["family_share"]),
+            ("o (kind share)", "models[*].interaction.kind_share", carried.kind_share, src["kind_share"])]
     return out
 
 
@@ -454,7 +390,7 @@ def _cons_rows(cons: list[dict], lead: str = "") -> list[str]:
             f"{'yes' if c['within'] else 'no'} |" for c in cons]
 
 
-def render(fits: list[dict], rows: list[dict], cons: list[dict], laws: dict[str, dict], carried: list[dict],
+def render(fits: list[dict], rows: list[dict], cons: list[dict], laws: dict[str, dict], structure: FittedStructure,
            seed: int = SEED) -> str:
     out = [BEGIN, f"<!-- written by scripts/joint_structure.py --seed {seed}: edit the script, not this section -->",
            "", "#### Fitted structure", "",
@@ -546,28 +482,14 @@ def render(fits: list[dict], rows: list[dict], cons: list[dict], laws: dict[str,
     out += ["", POOLS_HEADING, "",
             f"The structure the fit gives for the shipped pools (`parasim/pools/files`, "
             f"`parasim.tasks.suites.BENCHMARKS`), at the harness's temperature ({HARNESS_TEMPERATURE:.1f}) under the "
-            f"law {POOL_LAW!r}; not yet applied to the pools (section 8's prose says why). GPQA's sigma_b and every "
-            f"model's skill are not from these tables.", "",
+            f"law {POOL_LAW!r}, rounded as the pools carry it: written to `parasim/calibration/data/"
+            f"{STRUCTURE_FILE.name}` with this section and read by `scripts/build_pools.py` for every pool that "
+            f"states that temperature (paramanager, paramanager_mono, openweight; their groups cite it as "
+            f"`{SOURCE_KEY}`), and by the catalogue; families by maker within kinds (`parasim.calibration."
+            f"model_groups`). GPQA's sigma_b, the toolorchestra pool (no stated temperature) and every model's "
+            f"skill are not from these tables.", "",
             "| parameter | where | value | from |", "| --- | --- | --- | --- |"]
-    out += [f"| {name} | `{where}` | {value:.3f} | {src} |" for name, where, value, src in pool_structure(fits, laws)]
-    out += ["", CARRIED_HEADING, "",
-            f"The `{CARRY_POOL}` pool with the per-model rows above (families by maker within kinds: "
-            f"{', '.join(sorted({carried_family(n) for n in load_pool(CARRY_POOL).model_names}))}; "
-            f"the catalogue's sigma_b left as they are), section 6's two targets that session 9's carried pools "
-            f"missed, measured as section 6 measures them (`scripts/simulator_stats.py`: {CARRY_TASKS['agreement']:,} "
-            f"and {CARRY_TASKS['oracle']:,} tasks), with the pool's calls sampled at the temperature each source "
-            f"sampled at (`harness.temperature`: Kim et al.'s answers are log-likelihood scores, {KIM_TEMPERATURE:g}; "
-            f"LLMRouterBench sampled its models once at {ROUTERBENCH_TEMPERATURE:g}) and at the harness's "
-            f"({HARNESS_TEMPERATURE:g}); the targets and tolerances are section 6's, fixed in earlier sessions, and "
-            f"`within` is read at the source's temperature only (an exploratory run of the same check, in a scratch "
-            f"script, preceded this one).", "",
-            "| statistic | temperature | simulated | target | within | published |",
-            "| --- | --- | --- | --- | --- | --- |"]
-    for r in carried:
-        where = "source" if r["source"] else "harness"
-        within = r["target"].met(r["sim"]) if r["source"] else "—"
-        out.append(f"| {r['statistic']} | {r['temperature']:g} ({where}) | {r['sim']} | {r['target']} | {within} | "
-                   f"{r['published']} |")
+    out += [f"| {name} | `{where}` | {value:.3f} | {src} |" for name, where, value, src in pool_structure(structure)]
     out.append(END)
     return "\n".join(out)
 
@@ -575,12 +497,17 @@ def render(fits: list[dict], rows: list[dict], cons: list[dict], laws: dict[str,
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seed", type=int, default=SEED)
-    ap.add_argument("--update", type=Path, help="rewrite this file's section between the markers")
+    ap.add_argument("--update", type=Path, help="rewrite this file's section between the markers, and the fitted "
+                                                "structure the pools carry (--structure)")
+    ap.add_argument("--structure", type=Path, default=STRUCTURE_FILE,
+                    help="where --update writes the carried structure (default: the package's)")
     args = ap.parse_args(argv)
-    text = render(*run(args.seed), seed=args.seed)
+    result = run(args.seed)
+    text = render(*result, seed=args.seed)
     if args.update is None:
         print(text)
         return 0
+    write_fitted_structure(result[4], args.structure)
     doc = args.update.read_text(encoding="utf-8")
     if BEGIN not in doc or END not in doc:
         print(f"{args.update}: markers {BEGIN} / {END} not found", file=sys.stderr)

@@ -29,7 +29,7 @@ from scipy.optimize import brentq
 from scipy.stats import norm
 
 from parasim.calibration.simulate import simulated_calls
-from parasim.pools.harness import truncation_share
+from parasim.pools.harness import truncation_share, with_harness
 from parasim.pools.pool import (
     PoolSpec,
     accuracy_under_cap,
@@ -58,6 +58,17 @@ RELATIVE_TOLERANCE = 0.2  # the other targeted statistics: 20% of the target
 KIM_AGREEMENT = "about 60% on 4-option MMLU, 33% by chance (Kim et al. 2025)"
 KIM_TARGET = 60.0  # % of two different models' wrong answers on a 4-option item that agree
 ROUTERBENCH_ORACLE = "+29.9% over the best single model, 13 flagship models (LLMRouterBench)"
+# The temperatures the two joint figures were measured at (found in session 10, before the pools carried the fit):
+# Kim et al.'s answers are the HF leaderboard's log-likelihood scoring of the options (no sampling: 0);
+# LLMRouterBench's 13 flagship models answered once each at 0.2 (ynulihao/LLMRouterBench,
+# config/data_collector_proprietary_model_config.yaml: temperature 0.2, top_p 1.0). A pool that states its
+# temperature is checked against each at the source's (``at_source_temperature``); one that states none as it is.
+KIM_TEMPERATURE = 0.0
+ROUTERBENCH_TEMPERATURE = 0.2
+# The (pool, table) whose target the simulation misses, reported as missed (docs/simulator.md section 6.1 says by how
+# much and why) rather than tuned away; the tests require every other target met. Session 11: the paramanager pool's
+# per-query oracle gain at LLMRouterBench's 0.2, 17.3% against [17.6, 26.4], once the pool carried section 8's fit.
+KNOWN_MISSES = frozenset({("paramanager", "Per-query oracle")})
 # The per-pool oracle target (``oracle_target``): LLMRouterBench's 13-model gain, carried to a pool's size and
 # accuracies through a Gaussian copula of per-query correctness fitted to it.
 REF_MODELS, REF_GAIN = 13, 0.299
@@ -330,8 +341,17 @@ def wrong_answer_agreement(pool: PoolSpec, bench: str, n: int, seed: int,
     return cross, share(same_answer[both_wrong & same_model])
 
 
+def at_source_temperature(pool: PoolSpec, temperature: float) -> tuple[PoolSpec, str]:
+    """The pool sampled at the temperature a published figure was measured at, where the pool states its own
+    (``harness.temperature``), and the table's label for it; a pool that states none is taken as it is."""
+    if pool.sampling.temperature is None:
+        return pool, "the pool's (none stated)"
+    return with_harness(pool, {"temperature": temperature}), f"{temperature:g} (the source's)"
+
+
 def agreement_table(name: str, scale: float, seed: int) -> Table:
-    """How often two erring calls on one multiple-choice task pick the same wrong option."""
+    """How often two erring calls on one multiple-choice task pick the same wrong option, at the pool's temperature
+    and, where a target applies, at the temperature its source measured at."""
     pool = load_pool(name)
     n = _n("agreement", scale)
     rows = []
@@ -340,23 +360,31 @@ def agreement_table(name: str, scale: float, seed: int) -> Table:
         cross_est, same_est = wrong_answer_agreement(pool, b, n, seed, f"{name}/agreement/{b}")
         cross = "no pair (one model)" if cross_est is None else cross_est
         target = Target(KIM_TARGET, RELATIVE_TOLERANCE * KIM_TARGET) if bench.options == 4 else None
-        met = "—" if target is None or isinstance(cross, str) else target.met(cross)
+        at_t, there = "—", "—"
+        if target is not None and cross_est is not None:
+            source, at_t = at_source_temperature(pool, KIM_TEMPERATURE)
+            there = cross_est if source is pool else \
+                wrong_answer_agreement(source, b, n, seed, f"{name}/agreement/{b}/source")[0]
+        met = "—" if isinstance(there, str) else target.met(there)
         implied = implied_cross_agreement(pool, BENCHMARK_INDEX[b])
         rows.append((b, bench.options, f"{100 / (bench.options - 1):.1f}", cross,
                      "—" if math.isnan(implied) else f"{implied:.1f}",
-                     f"{100 * _zipf_sq(bench.options, bench.zipf_s):.1f}", same_est,
+                     f"{100 * _zipf_sq(bench.options, bench.zipf_s):.1f}", same_est, at_t, there,
                      NO_TARGET if target is None else str(target), met,
                      KIM_AGREEMENT if bench.options == 4 else NO_TARGET))
     return Table("Wrong-answer agreement",
                  "When two `standard_reasoner` calls on one task both answer wrong, the share (%) that picked the same "
                  f"wrong option: two different pool models, and two calls of one model ({n:,} tasks of two calls, "
-                 "models drawn uniformly). `implied`: the cross-model value the pool's kappa and affinity imply "
-                 "(c c' + (1 - c c') S, c = kappa * affinity, averaged over model pairs); `S`: sum_j q_j^2 of the "
-                 "task's distractor weights, the value without a shared distractor; `target`: the published "
-                 f"cross-model figure with its tolerance ({100 * RELATIVE_TOLERANCE:g}% of it), `within`: whether the "
-                 "simulated cross-model value lies inside it.",
-                 ("benchmark", "options", "chance", "cross-model", "implied", "S", "same model", "target", "within",
-                  "published"), rows)
+                 "models drawn uniformly), at the pool's temperature. `implied`: the cross-model value the pool's "
+                 "kappa and affinity imply (c c' + (1 - c c') S, c = kappa * affinity, averaged over model pairs); "
+                 "`S`: sum_j q_j^2 of the task's distractor weights, the value without a shared distractor; "
+                 "`target`: the published cross-model figure with its tolerance "
+                 f"({100 * RELATIVE_TOLERANCE:g}% of it), checked at the temperature its source measured at "
+                 f"(`target at`: Kim et al.'s log-likelihood scoring, {KIM_TEMPERATURE:g}, for a pool that states "
+                 "its temperature; `harness.temperature`) and `within`: whether the cross-model value there "
+                 "(`cross-model there`) lies inside it.",
+                 ("benchmark", "options", "chance", "cross-model", "implied", "S", "same model", "target at",
+                  "cross-model there", "target", "within", "published"), rows)
 
 
 def direct_outcomes(pool: PoolSpec, n: int, seed: int, key: str) -> tuple[np.ndarray, np.ndarray]:
@@ -391,19 +419,29 @@ def oracle_table(name: str, scale: float, seed: int) -> Table:
     single = right[:, best].astype(float)
     per_bench = right[np.arange(len(bench)), np.argmax(expected, 0)[bench]].astype(float)
     oracle = right.any(1).astype(float)
-    target = oracle_target(pool)
     gain = oracle_gain(right, best)
+    source, at_t = at_source_temperature(pool, ROUTERBENCH_TEMPERATURE)
+    target = oracle_target(source)
+    if source is pool:
+        there = gain
+    else:
+        there = oracle_gain(direct_outcomes(source, _n("oracle", scale), seed, f"{name}/oracle/source")[0],
+                            int(np.argmax(expected_direct(source).mean(1))))
     return Table("Per-query oracle",
                  f"Accuracy (%) on the `{SUITE}` suite (its seven benchmarks in equal weights) of one direct call per "
                  f"model ({len(right):,} tasks): the best single model by expected accuracy, the best model of "
                  "each benchmark (a router that knows the benchmark), and the per-query oracle (right when any model "
-                 "is right); the gain is the oracle's over the best single model, in points and relative. `target`: "
-                 "the relative gain LLMRouterBench's figure implies for this pool's models (`oracle_target`, "
-                 f"section 6.1) with its tolerance ({100 * RELATIVE_TOLERANCE:g}% of it).",
+                 "is right), at the pool's temperature; the gain is the oracle's over the best single model, in "
+                 "points and relative. `target`: the relative gain LLMRouterBench's figure implies for this pool's "
+                 f"models (`oracle_target`, section 6.1) with its tolerance ({100 * RELATIVE_TOLERANCE:g}% of it), "
+                 "checked at the temperature its source sampled at (`target at`: LLMRouterBench's "
+                 f"{ROUTERBENCH_TEMPERATURE:g} for a pool that states its temperature; `harness.temperature`), where "
+                 "the relative gain is `gain there`.",
                  ("best single model", "single", "best per benchmark", "oracle", "gain (points)", "gain (relative %)",
-                  "target", "within", "published"),
+                  "target at", "gain there (relative %)", "target", "within", "published"),
                  [(pool.model_names[best], mean(single, 100.0), mean(per_bench, 100.0), mean(oracle, 100.0),
-                   mean(oracle - single, 100.0), gain, str(target), target.met(gain), ROUTERBENCH_ORACLE)])
+                   mean(oracle - single, 100.0), gain, at_t, there, str(target), target.met(there),
+                   ROUTERBENCH_ORACLE)])
 
 
 def vote_and_latency_tables(name: str, scale: float, seed: int) -> tuple[Table, Table]:
@@ -501,22 +539,26 @@ def plurality_right(answers: np.ndarray) -> np.ndarray:
 
 
 def suite_table() -> Table:
-    """The benchmarks' task parameters (all assumed, ``parasim.tasks.suites.BENCHMARKS``)."""
+    """The benchmarks' task parameters (``parasim.tasks.suites.BENCHMARKS``: fitted or assumed)."""
     rows = []
     for b in BENCHES:
         bb = BENCHMARKS[BENCHMARK_INDEX[b]]
         rows.append((b, bb.domain.name.lower(), "free-form" if bb.options == FREE_FORM else bb.options, f"{bb.mu:g}",
                      f"{bb.sigma:g}", f"{bb.zipf_s:g}", f"{bb.question_tokens:g}"))
     return Table("Task suite", "The `paramanager` suite's benchmarks (equal weights), from "
-                 "`parasim.tasks.suites.BENCHMARKS`; "
-                 "every value is assumed (no public item-level figures).",
+                 "`parasim.tasks.suites.BENCHMARKS`: sigma_b of the math, MMLU-Pro and LiveCodeBench rows and the "
+                 "math rows' Zipf s from section 8's fit (PQ), every other value assumed.",
                  ("benchmark", "domain", "options", "mu_b", "sigma_b", "Zipf s", "question tokens"), rows)
 
 
-def unmet(text: str) -> list[str]:
-    """The table lines of a generated section whose `within` column says ``no``."""
-    out, within = [], None
+def misses(text: str) -> list[tuple[str, str, str]]:
+    """(pool, table title, line) of every table line of a generated section whose `within` column says ``no``."""
+    out, within, pool, title = [], None, "", ""
     for line in text.splitlines():
+        if line.startswith("### Pool `"):
+            pool = line.split("`")[1]
+        elif line.startswith("#### "):
+            title = line[5:].strip()
         if not line.startswith("|"):
             within = None
             continue
@@ -524,8 +566,13 @@ def unmet(text: str) -> list[str]:
         if within is None:
             within = cells.index("within") if "within" in cells else -1
         elif within >= 0 and cells[within] == "no":
-            out.append(line)
+            out.append((pool, title, line))
     return out
+
+
+def unmet(text: str) -> list[str]:
+    """The table lines of a generated section whose `within` column says ``no``."""
+    return [line for _, _, line in misses(text)]
 
 
 def _n(stat: str, scale: float) -> int:

@@ -10,6 +10,7 @@ from pathlib import Path
 import joint_structure as js  # scripts/ is on the tests' path (pyproject's pythonpath)
 import pytest
 
+from parasim.calibration.fitted_structure import load_fitted_structure
 from parasim.tasks.suites import BENCHMARK_INDEX
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -126,7 +127,7 @@ def test_kappa_rows_are_leave_one_out_within_the_stated_tolerance() -> None:
 def test_the_pool_structure_table_lists_the_carried_parameters() -> None:
     """The "Carried to the pools" table names tau, kappa, affinity, the family share, the three fitted spreads and
     the math Zipf exponent, each with a finite value in its pool-file range."""
-    rows = _rows(_section().split(js.POOLS_HEADING, 1)[1].split(js.CARRIED_HEADING, 1)[0], "parameter")
+    rows = _rows(_section().split(js.POOLS_HEADING, 1)[1], "parameter")
     values = {r[0]: float(r[2]) for r in rows}
     assert {"tau", "kappa", "affinity", "w (family share)", "o (kind share)"} <= set(values)
     assert sum(k.startswith("sigma_b (") for k in values) == 3 and any(k.startswith("Zipf") for k in values)
@@ -136,25 +137,13 @@ def test_the_pool_structure_table_lists_the_carried_parameters() -> None:
         if key.startswith(("sigma_b (", "Zipf exponent (")):  # these name the benchmarks they set
             for b in key.split("(", 1)[1].rstrip(")").split(", "):
                 assert b in BENCHMARK_INDEX, b
-
-
-def test_the_carried_pool_rows_read_within_at_the_sources_temperatures_only() -> None:
-    """Both of section 6's targets at their source's temperature and at the harness's, with section 6's target and
-    tolerance (simulator_stats), `within` read from the band at the source's temperature and not at the harness's."""
-    rows = _rows(_section().split(js.CARRIED_HEADING, 1)[1], "statistic")
-    temps = [(r[0], r[1]) for r in rows]
-    assert temps == [("GPQA cross-model wrong-answer agreement (%)", f"{js.KIM_TEMPERATURE:g} (source)"),
-                     ("GPQA cross-model wrong-answer agreement (%)", f"{js.HARNESS_TEMPERATURE:g} (harness)"),
-                     ("per-query oracle gain (relative %)", f"{js.ROUTERBENCH_TEMPERATURE:g} (source)"),
-                     ("per-query oracle gain (relative %)", f"{js.HARNESS_TEMPERATURE:g} (harness)")]
-    assert rows[0][3] == str(js.stats.Target(js.stats.KIM_TARGET, js.stats.RELATIVE_TOLERANCE * js.stats.KIM_TARGET))
-    for r in rows:
-        value = float(r[2].split(" ± ")[0])
-        lo, hi = (float(x) for x in r[3].split("[", 1)[1].rstrip("]").split(", "))
-        assert r[4] == (("yes" if lo <= value <= hi else "no") if r[1].endswith("(source)") else "—"), r
+    # the page's table is the structure file the pools and the catalogue read (tests/test_fitted_structure.py)
+    assert values == {name: round(v, 3) for name, _, v, _ in js.pool_structure(load_fitted_structure())}
 
 
 @pytest.mark.slow
 @pytest.mark.regen
-def test_the_section_is_what_the_script_writes() -> None:
-    assert js.render(*js.run()) == _section()
+def test_the_section_and_the_carried_structure_are_what_the_script_writes() -> None:
+    result = js.run()
+    assert js.render(*result) == _section()
+    assert result[4] == load_fitted_structure(), "rerun python scripts/joint_structure.py --update docs/simulator.md"

@@ -36,6 +36,7 @@ KNOWN_SOURCES = frozenset({
     "SR1",  # Search-R1's retrieval setup, arXiv 2503.09516
     "RS2",  # rStar2-Agent, arXiv 2508.20722
     "AA",  # AlphaApollo, arXiv 2510.06261
+    "PQ",  # the joint-structure fit on the shipped per-query tables (parasim.calibration.fitted_structure)
     "assumed",  # no published figure
 })
 FIT_SOURCE = "fit"  # a group ``parasim calibrate`` estimated: "fit", or "fit:<call log name>"

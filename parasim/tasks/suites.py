@@ -4,9 +4,12 @@ A task is (benchmark, domain, answer format, hidden difficulty z). Difficulty fo
 model of the simulator (``parasim.sim.kernel.sample_call``): z ~ Normal(mu_b, sigma_b) per benchmark. Only skill minus
 difficulty is identified by accuracies, so mu_b fixes the scale across benchmarks (harder benchmarks get
 larger mu_b) and the pools' per-(model, benchmark) skills are solved against it (``parasim.pools.pool``).
-The mu_b / sigma_b values are assumed (no public item-level figures); they matter for how token counts
-grow with difficulty and how correlated two calls on the same task are, and ``parasim calibrate`` refits
-them from logged calls.
+The mu_b values are assumed; sigma_b and, on the math benchmarks, the distractor weights' Zipf exponent are the
+joint-structure fit's on the shipped per-query tables where one covers the benchmark (MATH-L5 for the math rows,
+MMLU-Pro, LiveCodeBench; ``parasim.calibration.fitted_structure``, docs/simulator.md section 8; a test checks the
+values below against its file), assumed elsewhere (GPQA, generic_science, the other Zipf exponents). They matter for
+how token counts grow with difficulty and how correlated two calls on the same task are, and ``parasim calibrate``
+refits them from logged calls.
 
 A suite is a flat table of rows, each a benchmark (difficulty drawn per episode) or a fixed task
 (difficulty given), with sampling weights: the simulator only ever sees these arrays.
@@ -31,7 +34,7 @@ NUM_ANSWERS = 16  # answer ids 0..15: 0 is the gold answer, 1.. are wrong answer
 
 @dataclass(frozen=True)
 class Benchmark:
-    """One benchmark: its domain, answer format and difficulty distribution (all assumed, see module doc)."""
+    """One benchmark: its domain, answer format and difficulty distribution (fitted or assumed, see module doc)."""
 
     name: str
     domain: Domain
@@ -43,18 +46,18 @@ class Benchmark:
 
 
 BENCHMARKS: tuple[Benchmark, ...] = (
-    Benchmark("AIME24", Domain.MATH, FREE_FORM, 1.5, 2.0, 1.2, 180.0),
-    Benchmark("AIME25", Domain.MATH, FREE_FORM, 1.6, 2.0, 1.2, 180.0),
-    Benchmark("AMC", Domain.MATH, FREE_FORM, 0.0, 2.0, 1.2, 150.0),
-    Benchmark("HMMT25", Domain.MATH, FREE_FORM, 2.2, 2.0, 1.2, 160.0),
+    Benchmark("AIME24", Domain.MATH, FREE_FORM, 1.5, 1.386, 0.85, 180.0),
+    Benchmark("AIME25", Domain.MATH, FREE_FORM, 1.6, 1.386, 0.85, 180.0),
+    Benchmark("AMC", Domain.MATH, FREE_FORM, 0.0, 1.386, 0.85, 150.0),
+    Benchmark("HMMT25", Domain.MATH, FREE_FORM, 2.2, 1.386, 0.85, 160.0),
     Benchmark("GPQA", Domain.SCIENCE, 4, 1.0, 2.0, 1.0, 350.0),
-    Benchmark("MMLU-Pro", Domain.KNOWLEDGE, 10, 0.0, 2.0, 1.0, 250.0),
-    Benchmark("LiveCodeBench", Domain.CODE, FREE_FORM, 1.0, 2.0, 1.5, 600.0),
+    Benchmark("MMLU-Pro", Domain.KNOWLEDGE, 10, 0.0, 1.409, 1.0, 250.0),
+    Benchmark("LiveCodeBench", Domain.CODE, FREE_FORM, 1.0, 2.285, 1.5, 600.0),
     # Generic per-domain rows for users' tasks that name no benchmark: skill = the pool's per-domain skill.
-    Benchmark("generic_math", Domain.MATH, FREE_FORM, 0.0, 2.0, 1.2, 200.0),
+    Benchmark("generic_math", Domain.MATH, FREE_FORM, 0.0, 1.386, 0.85, 200.0),
     Benchmark("generic_science", Domain.SCIENCE, 4, 0.0, 2.0, 1.0, 300.0),
-    Benchmark("generic_knowledge", Domain.KNOWLEDGE, FREE_FORM, 0.0, 2.0, 1.0, 200.0),
-    Benchmark("generic_code", Domain.CODE, FREE_FORM, 0.0, 2.0, 1.5, 500.0),
+    Benchmark("generic_knowledge", Domain.KNOWLEDGE, FREE_FORM, 0.0, 1.409, 1.0, 200.0),
+    Benchmark("generic_code", Domain.CODE, FREE_FORM, 0.0, 2.285, 1.5, 500.0),
 )
 BENCHMARK_INDEX: dict[str, int] = {b.name: i for i, b in enumerate(BENCHMARKS)}
 NUM_BENCHMARKS = len(BENCHMARKS)
