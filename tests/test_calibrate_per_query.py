@@ -44,6 +44,13 @@ def test_repeated_samples_fit_the_interaction_sd(tmp_path: Path, capsys: pytest.
     assert main(["calibrate", str(path), "-o", str(out), "--report", str(report)]) == 0
     labels = {p["name"] for p in json.loads(report.read_text())["parameters"]}
     assert {"interaction_sd[GPT-4O-2024-05-13]", "interaction_sd[Claude-3-Haiku]"} <= labels, labels
+    # the base pool's models carry families and kinds (its fitted structure); the calibration fit has none, so the
+    # fitted models' interaction groups hold their own sd only, not the base's shares under another model's family
+    raw = json.loads(out.read_text())
+    fitted = [m for m in raw["models"] if m["name"] in ("GPT-4O-2024-05-13", "Claude-3-Haiku")]
+    assert len(fitted) == 2 and all(set(m["interaction"]) == {"sd", "source"} for m in fitted), fitted
+    assert "family" in json.loads((DATA.parent.parent / "pools" / "files" / "paramanager.json").read_text())[
+        "models"][0]["interaction"]
 
 
 def test_answers_and_pass_rates_become_calls() -> None:

@@ -31,12 +31,27 @@ def read_raw(base: str | Path) -> tuple[dict[str, Any], str]:
     return raw, path.stem
 
 
+# The keys of a model's groups that place it in a family or kind (``interaction``, ``errors``): the calibration fit
+# has no families or kinds, so a group it fits, or a model it copies from another, keeps none of them.
+GROUP_KEYS = {"interaction": ("family", "family_share", "kind", "kind_share"), "errors": ("family_share",)}
+
+
+def without_groups(entry: dict[str, Any], group: str) -> None:
+    """Drop ``entry``'s family and kind keys from ``group`` (in place)."""
+    for key in GROUP_KEYS[group]:
+        entry.get(group, {}).pop(key, None)
+
+
 def model_entries(raw: dict[str, Any], names: tuple[str, ...]) -> list[dict[str, Any]]:
-    """Raw model objects for pool rows ``names`` (agents then the manager); new names copy the first model."""
+    """Raw model objects for pool rows ``names`` (agents then the manager); new names copy the first model, without
+    its family and kind (which are the first model's, not the new one's)."""
     by_name = {m["name"]: m for m in raw["models"]}
     out = []
     for name in names[:-1]:
         entry = copy.deepcopy(by_name.get(name, raw["models"][0]))
+        if name not in by_name:
+            for group in GROUP_KEYS:
+                without_groups(entry, group)
         entry["name"] = name
         out.append(entry)
     return out + [copy.deepcopy(raw["manager"])]
@@ -91,6 +106,7 @@ def write_pool(raw: dict[str, Any], fitted: dict[str, Any], source: str) -> tupl
         path = "manager" if m == len(names) - 1 else f"models[{m}]"
         sr_bonus = v["bonus"][int(Tool.STANDARD_REASONER)]
         if "interaction_sd" in free and free["interaction_sd"][m]:
+            without_groups(entry, "interaction")  # the fitted sd is the model's own, with no shared part
             _set(entry.setdefault("interaction", {}), "sd", v["interaction_sd"][m], 0, 5, f"{path}.interaction",
                  clipped, source)
         tau = entry.get("interaction", {}).get("sd", 0.0)
@@ -129,6 +145,7 @@ def write_pool(raw: dict[str, Any], fitted: dict[str, Any], source: str) -> tupl
         for key in ("kappa", "affinity"):
             rate = v["rates"].get(f"{key}[{names[m]}]")
             if rate is not None:
+                without_groups(entry, "errors")
                 _set(entry["errors"], key, rate, 0, 1, f"{path}.errors", clipped, source)
         rate = v["rates"].get(f"code_exec_error[{names[m]}]")
         if rate is not None:
