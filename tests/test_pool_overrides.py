@@ -8,6 +8,7 @@ import json
 import numpy as np
 import pytest
 
+from parasim.calibration.fitted_structure import load_fitted_structure
 from parasim.calibration.simulate import simulated_calls
 from parasim.pools.overrides import apply_set, env_pool, format_set, load_with_set, parse_set
 from parasim.pools.pool import PoolError, accuracy_under_cap, load_pool, read_pool_file
@@ -22,6 +23,7 @@ from training.rollout import make_envs
 pytestmark = pytest.mark.slow
 
 GPT_OSS = 2  # row of GPT-OSS-20B in the paramanager pool
+SHIPPED_TAU = load_fitted_structure().sd  # every paramanager model's interaction sd (the fitted structure)
 
 
 def _arrays_equal(a, b) -> bool:
@@ -65,7 +67,7 @@ def test_group_shorthand_globs_and_specific_models_apply_broad_first():
 
 def test_the_same_value_gives_the_shipped_pool_and_tau_keeps_the_accuracy_targets():
     base = load_pool("paramanager")
-    assert _arrays_equal(load_with_set("paramanager", "interaction.sd=1.0"), base)
+    assert _arrays_equal(load_with_set("paramanager", f"interaction.sd={SHIPPED_TAU!r}"), base)
     raw, _ = read_pool_file("parasim/pools/files/paramanager.json")
     assert apply_set(raw, {"interaction.sd": "0.2"}) != raw and raw == read_pool_file(
         "parasim/pools/files/paramanager.json")[0]  # a copy: the parsed file is left as read
@@ -78,7 +80,8 @@ def test_the_same_value_gives_the_shipped_pool_and_tau_keeps_the_accuracy_target
 
 
 @pytest.mark.parametrize("pool_set, match", [
-    ("interaction.sdd=1", r"pool\.interaction\.sdd: .*interaction has no key 'sdd'; there: \['sd'\]"),
+    ("interaction.sdd=1", r"pool\.interaction\.sdd: .*interaction has no key 'sdd'; there: \['family', "
+                          r"'family_share', 'kind', 'kind_share', 'sd'\]; did you mean 'sd'\?"),
     ("interaction.sd=11", r"models\[0\]\.interaction\.sd: expected a number in \[0, 10\], got 11"),
     ("protocol.max_output_tokens=lots", r"protocol\.max_output_tokens: expected a number in \[1, 1e\+07\]"),
     ("models.Nope.anchoring.rho=0.1", r"no agent model 'Nope' in this pool; models: \['Qwen3-30B"),
@@ -150,7 +153,7 @@ def _play(env_cfg) -> np.ndarray:
 
 def test_same_value_same_trajectories_and_a_changed_value_changes_them():
     base = config.make_config("default").env
-    same = config.make_config("default", {"pool.interaction.sd": "1.0"}).env
+    same = config.make_config("default", {"pool.interaction.sd": repr(SHIPPED_TAU)}).env
     other = config.make_config("default", {"pool.interaction.sd": "3"}).env
     assert np.array_equal(_play(base), _play(same))  # the override path itself changes nothing
     assert np.array_equal(_play(other), _play(other))
