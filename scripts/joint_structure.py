@@ -320,11 +320,11 @@ def pool_structure(carried: FittedStructure) -> list[tuple[str, str, float, str]
     """The carried structure as the page tables it: (parameter, where it lives, value, where it comes from)."""
     src = carried.sources
     out = [("tau", "models[*].interaction.sd", carried.sd, src["sd"])]
-    for table, names in CARRIED_BENCHMARKS.items():
+    for names in CARRIED_BENCHMARKS.values():
         key = ", ".join(names)
         out.append((f"sigma_b ({key})", "BENCHMARKS[*].sigma", carried.benchmarks[names[0]]["sigma"],
                     src[f"sigma_b ({key})"]))
-    for table, names in CARRIED_BENCHMARKS.items():
+    for names in CARRIED_BENCHMARKS.values():  # after every spread, as the page lists them
         key = ", ".join(names)
         if f"zipf_s ({key})" in src:
             out.append((f"Zipf exponent ({key})", "BENCHMARKS[*].zipf_s", carried.benchmarks[names[0]]["zipf_s"],

@@ -104,15 +104,14 @@ def write_base_pool(serving: Path, out: Path) -> Path:
     real backend charges), over the default tool spec (the one ``calibrate`` fits)."""
     import yaml
 
-    from parasim.calibration.poolfile import GROUP_KEYS, without_groups
+    from parasim.calibration.poolfile import without_groups
     from parasim.pools.pool import pool_file
 
     raw = json.loads(pool_file("paramanager").read_text())
     models = []
     for served_model in yaml.safe_load(serving.read_text())["models"]:
         entry = json.loads(json.dumps(raw["models"][0]))
-        for group in GROUP_KEYS:  # the template's family and kind are a Qwen model's, not the served model's
-            without_groups(entry, group)
+        without_groups(entry)  # the template's family and kind are a Qwen model's, not the served model's
         price = served_model.get("endpoint", {})
         entry.update(name=served_model["id"], price={"input_per_mtok": price.get("input_per_mtok", 0.0),
                                                      "output_per_mtok": price.get("output_per_mtok", 0.0),

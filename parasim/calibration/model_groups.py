@@ -21,7 +21,6 @@ MAKERS = (("claude", "anthropic"), ("chatgpt", "openai"), ("gpt", "openai"), ("o
 REASONING = ("o1", "o3", "o4", "grok-3-mini", "gemini-2.5", "gemini-flash-2.0-thinking", "deepseek-r1", "qwq",
              "gpt-oss")
 REASONING_WORD = "thinking"
-KINDS = ("reasoning", "chat")
 
 
 def kind_of(model: str) -> str:

@@ -36,10 +36,11 @@ def read_raw(base: str | Path) -> tuple[dict[str, Any], str]:
 GROUP_KEYS = {"interaction": ("family", "family_share", "kind", "kind_share"), "errors": ("family_share",)}
 
 
-def without_groups(entry: dict[str, Any], group: str) -> None:
-    """Drop ``entry``'s family and kind keys from ``group`` (in place)."""
-    for key in GROUP_KEYS[group]:
-        entry.get(group, {}).pop(key, None)
+def without_groups(entry: dict[str, Any], groups: tuple[str, ...] = tuple(GROUP_KEYS)) -> None:
+    """Drop ``entry``'s family and kind keys from ``groups`` (every group that has them, by default; in place)."""
+    for group in groups:
+        for key in GROUP_KEYS[group]:
+            entry.get(group, {}).pop(key, None)
 
 
 def model_entries(raw: dict[str, Any], names: tuple[str, ...]) -> list[dict[str, Any]]:
@@ -50,8 +51,7 @@ def model_entries(raw: dict[str, Any], names: tuple[str, ...]) -> list[dict[str,
     for name in names[:-1]:
         entry = copy.deepcopy(by_name.get(name, raw["models"][0]))
         if name not in by_name:
-            for group in GROUP_KEYS:
-                without_groups(entry, group)
+            without_groups(entry)
         entry["name"] = name
         out.append(entry)
     return out + [copy.deepcopy(raw["manager"])]
@@ -106,7 +106,7 @@ def write_pool(raw: dict[str, Any], fitted: dict[str, Any], source: str) -> tupl
         path = "manager" if m == len(names) - 1 else f"models[{m}]"
         sr_bonus = v["bonus"][int(Tool.STANDARD_REASONER)]
         if "interaction_sd" in free and free["interaction_sd"][m]:
-            without_groups(entry, "interaction")  # the fitted sd is the model's own, with no shared part
+            without_groups(entry, ("interaction",))  # the fitted sd is the model's own, with no shared part
             _set(entry.setdefault("interaction", {}), "sd", v["interaction_sd"][m], 0, 5, f"{path}.interaction",
                  clipped, source)
         tau = entry.get("interaction", {}).get("sd", 0.0)
@@ -145,7 +145,7 @@ def write_pool(raw: dict[str, Any], fitted: dict[str, Any], source: str) -> tupl
         for key in ("kappa", "affinity"):
             rate = v["rates"].get(f"{key}[{names[m]}]")
             if rate is not None:
-                without_groups(entry, "errors")
+                without_groups(entry, ("errors",))
                 _set(entry["errors"], key, rate, 0, 1, f"{path}.errors", clipped, source)
         rate = v["rates"].get(f"code_exec_error[{names[m]}]")
         if rate is not None:
