@@ -16,7 +16,10 @@ on real tools with the same spaces and the same compiled rules, see ``envs.real_
 (None, or a dict: ``max_output_tokens`` replaces the pool's generation cap; ``temperature`` samples the pool's calls
 at another temperature by the softmax law, ``parasim.pools.harness.at_temperature``; ``reasoning_effort`` must be the
 pool's calibrated one: ``parasim.pools.harness.with_harness``; simulated tools only), ``descriptors``
-(False: True adds the observation keys ``models`` and ``tools``, ``parasim.pools.descriptors``), ``action_encoding``
+(False: True adds the observation keys ``models`` and ``tools``, ``parasim.pools.descriptors``), ``router_signal``
+(None: True or "calibrated" adds the observation key ``router``, a per-model signal of the task's per-model effects
+as informative as real routers' predictions, ``parasim.sim.router_signal``; a number in [0, 1] sets its rho;
+simulated tools only), ``action_encoding``
 ("factored", the layout below; "joint": one choice per slot under a mask that only opens valid calls,
 ``parasim.sim.joint_actions``).
 One class for both: the env holds a call source (``envs.call_source``), and the rules of a round
@@ -60,6 +63,10 @@ Observation, a Dict of arrays (C = 4 candidates, S = 7 statuses, ``parasim.proto
     except that an episode with its own tool prices, ``tool_prices`` or ``task_options="random"``, shows them in the
     tools' ``usd_per_call`` column; copies, as every key is, since Gymnasium's users keep observations), so a policy
     that scores their rows can act on a pool it was not trained on. Off by default: the keys cost nothing then.
+  - with ``router_signal`` only: ``router`` float32[M], per pool model a signal of its per-task effect on this task,
+    rho e / tau + sqrt(1 - rho^2) noise (``parasim.sim.router_signal``), with rho calibrated (``"calibrated"``) so
+    that the router reading it best captures 15% of the per-query oracle's gain over the best single model, as the
+    best published routers do; constant over the episode, identical for lanes that play the identical task.
 
 Reset options (``reset(options={...})``), for trainers that play one task several times (GRPO groups):
   - ``task_index`` (int in ``[0, num_tasks)``): play the suite's task at that index (row of the suite: a
@@ -110,6 +117,7 @@ from parasim.sim import Simulator
 from parasim.sim.gather import trajectory_fields
 from parasim.sim.joint_actions import JointEncoding, check_action_encoding
 from parasim.sim.kernel import CAND_FEATURES, NUM_CANDIDATES
+from parasim.sim.router_signal import ROUTER_KEY, RouterSetting, router_request, router_setting
 from parasim.sim.state import TASK_FEATURES, episode_tools
 from parasim.tasks.suites import load_suite
 
@@ -133,17 +141,19 @@ def make_simulator(tools: str, num_lanes: int, *, pool: Any, suite: Any, max_rou
                      token_budget=token_budget, num_threads=num_threads, harness=harness, task_options=task_options)
 
 
-def observation_space(sim: Simulator, descriptors: bool = False, joint: JointEncoding | None = None) -> spaces.Dict:
+def observation_space(sim: Simulator, descriptors: bool = False, joint: JointEncoding | None = None,
+                      router: bool = False) -> spaces.Dict:
     """The single-episode Dict observation space of a simulator's envs (see the module docstring)."""
-    return dict_observation_space(sim.slots, float(sim.env[0]), sim.nvec, descriptors, joint)
+    return dict_observation_space(sim.slots, float(sim.env[0]), sim.nvec, descriptors, joint, router)
 
 
 def dict_observation_space(slots: int, max_rounds: float, nvec: np.ndarray, descriptors: bool = False,
-                           joint: JointEncoding | None = None) -> spaces.Dict:
+                           joint: JointEncoding | None = None, router: bool = False) -> spaces.Dict:
     """The Dict observation space for K = ``slots`` call slots, R rounds and the action sizes ``nvec`` (whose tool
     dimension, T + 1, gives the tool count T, and whose model dimension the model count M); the simulated and the
     real-tools env share it, so a policy trained on one runs on the other. ``descriptors`` adds the ``models`` and
-    ``tools`` keys (``parasim.pools.descriptors``); ``joint`` sizes the action mask for the joint encoding."""
+    ``tools`` keys (``parasim.pools.descriptors``); ``joint`` sizes the action mask for the joint encoding;
+    ``router`` adds the ``router`` key (``parasim.sim.router_signal``)."""
     inf = np.inf
     f32 = np.float32
     num_tools = int(nvec[1]) - 1
@@ -160,6 +170,7 @@ def dict_observation_space(slots: int, max_rounds: float, nvec: np.ndarray, desc
         "last_status": spaces.Box(0, NUM_STATUSES, (slots,), np.int8),
         "action_mask": spaces.Box(0, 1, (int((nvec if joint is None else joint.nvec).sum()),), np.int8),
         **extra,
+        **({ROUTER_KEY: spaces.Box(-inf, inf, (int(nvec[2]),), f32)} if router else {}),
     })
 
 
@@ -223,19 +234,28 @@ class ParaOrchEnv(gym.Env):
                  max_parallel: int = 4, serial: bool = False, reward: Any = "paramanager", tools: str = "sim",
                  token_budget: float | None = None, seed: int | None = None, render_mode: str | None = None,
                  engine: Any = None, harness: dict[str, Any] | None = None, descriptors: bool = False,
-                 task_options: str | None = None, action_encoding: str = "factored") -> None:
+                 task_options: str | None = None, action_encoding: str = "factored",
+                 router_signal: Any = None) -> None:
         self.render_mode = check_render_mode(render_mode)
         descriptors = check_bool("descriptors", descriptors)
         encoding = check_action_encoding(action_encoding)
         self.source: CallSource = make_source(tools, engine, pool=pool, suite=suite, max_rounds=max_rounds,
                                               max_parallel=max_parallel, serial=serial, token_budget=token_budget,
                                               harness=harness, task_options=task_options)
+        # the router signal's setting (None: no ``router`` key); real tools have no simulated effects to read
+        self.router: RouterSetting | None = None
+        if isinstance(self.source, SimSource):
+            self.router = router_setting(router_signal, self.source.sim, pool, suite, harness)
+        elif router_request(router_signal) is not None:
+            raise ValueError("router_signal: simulated tools only (the signal reads the simulator's per-model "
+                             "effects; a real router's predictions are not wired in)")
         self.tools = self.source.tools
         self.reward_config = resolve_reward(reward)
         # the joint encoding's call table and masks (None: the factored layout), ``parasim.sim.joint_actions``
         self.joint = JointEncoding(self.source.params) if encoding == "joint" else None
         self.observation_space = dict_observation_space(self.source.slots, float(self.source.max_rounds),
-                                                        self.source.nvec, descriptors, self.joint)
+                                                        self.source.nvec, descriptors, self.joint,
+                                                        self.router is not None)
         self.action_space = spaces.MultiDiscrete(self.source.nvec if self.joint is None else self.joint.nvec)
         self.model_names: tuple[str, ...] = self.source.model_names
         self._initial_seed = check_seed(seed)
@@ -368,6 +388,8 @@ class ParaOrchEnv(gym.Env):
     def _observation(self) -> dict[str, np.ndarray]:
         """The observation (copies: the buffers change with the next step)."""
         obs = {k: v.copy() for k, v in self._obs_views}
+        if self.router is not None:
+            obs[ROUTER_KEY] = self.router.signal(self.source.lanes[:1])[0]
         if self.joint is not None:
             obs["action_mask"] = self.joint.masks(self.source.lanes[:1])[0]
         if self._constant_obs:

@@ -37,6 +37,9 @@ Descriptors: ``descriptors=True`` adds ``models`` [N, M, F_m] and ``tools`` [N, 
 (``parasim.pools.descriptors``): one read-only broadcast of the pool's rows over the lanes, the same arrays every
 step, so they cost no copy per step at any number of lanes (read-only, so no caller can change what another step
 holds); ``descriptors`` (the attribute) holds the rows whether or not the observation carries them.
+
+Router signal: ``router_signal`` (as ``ParaOrchEnv``'s) adds ``router`` float32[N, M], each lane's per-model signal
+of its task's per-model effects (``parasim.sim.router_signal``), computed from the lane records every step.
 """
 from __future__ import annotations
 
@@ -76,6 +79,7 @@ from parasim.config.env_options import (
 )
 from parasim.pools.descriptors import episode_tool_rows, pool_descriptors
 from parasim.sim.joint_actions import JointEncoding, check_action_encoding
+from parasim.sim.router_signal import ROUTER_KEY, RouterSetting, router_setting
 
 
 def _masked(values: dict[str, np.ndarray], lanes: np.ndarray, n: int) -> dict[str, np.ndarray]:
@@ -101,7 +105,8 @@ class ParaOrchVectorEnv(VectorEnv):
                  tools: str = "sim", token_budget: float | None = None, seed: int | None = None,
                  autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP, render_mode: str | None = None,
                  num_threads: int = 1, harness: dict[str, Any] | None = None, descriptors: bool = False,
-                 task_options: str | None = None, action_encoding: str = "factored") -> None:
+                 task_options: str | None = None, action_encoding: str = "factored",
+                 router_signal: Any = None) -> None:
         num_envs = check_int("num_envs", num_envs, 1, LANE_LIMIT)  # bools refused, as for every integer option
         self.render_mode = check_render_mode(render_mode)
         with_descriptors = check_bool("descriptors", descriptors)
@@ -118,7 +123,10 @@ class ParaOrchVectorEnv(VectorEnv):
         self.autoreset_mode = mode
         # the joint encoding's call table and masks (None: the factored layout), ``parasim.sim.joint_actions``
         self.joint = JointEncoding(self.sim.params) if encoding == "joint" else None
-        self.single_observation_space = observation_space(self.sim, with_descriptors, self.joint)
+        # the router signal's setting (None: no ``router`` key), ``parasim.sim.router_signal``
+        self.router: RouterSetting | None = router_setting(router_signal, self.sim, pool, suite, harness)
+        self.single_observation_space = observation_space(self.sim, with_descriptors, self.joint,
+                                                          self.router is not None)
         self.single_action_space = spaces.MultiDiscrete(self.sim.nvec if self.joint is None else self.joint.nvec)
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
@@ -210,6 +218,11 @@ class ParaOrchVectorEnv(VectorEnv):
     def _observation(self, lane: int | None = None) -> dict[str, np.ndarray]:
         """Every lane's observation (or lane ``lane``'s), the descriptor keys added when the env has them."""
         obs = self.sim.observation() if lane is None else self.sim.observation(lane)
+        if self.router is not None:
+            records = self.sim.lane_records
+            obs[ROUTER_KEY] = self.router.signal(records if lane is None else records[lane:lane + 1])
+            if lane is not None:
+                obs[ROUTER_KEY] = obs[ROUTER_KEY][0]
         if self.joint is not None:
             records = self.sim.lane_records
             obs["action_mask"] = self.joint.masks(records if lane is None else records[lane:lane + 1])

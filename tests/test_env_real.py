@@ -366,3 +366,11 @@ def test_default_verifier_matches_a_code_task_file_answer_as_the_expected_output
     assert default_verifier("6", task) and default_verifier(" 6.", task)
     assert not default_verifier("7", task) and not default_verifier("", task)
     assert answer_kind(int(Domain.CODE), 0) is answer_kind(int(Domain.KNOWLEDGE), 0)
+
+
+def test_the_router_signal_is_refused_with_real_tools(backend):
+    with pytest.raises(ValueError, match="router_signal: simulated tools only"):
+        _make(backend, router_signal="calibrated")
+    with pytest.raises(ValueError, match="router_signal"):
+        _make(backend, router_signal=2.0)
+    assert "router" not in _make(backend, router_signal="off").observation_space.spaces

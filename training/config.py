@@ -59,6 +59,9 @@ class EnvConfig:
     temperature: float = opt(POOL_TEMPERATURE, lo=POOL_TEMPERATURE, hi=MAX_TEMPERATURE,
                              help="the simulated pool's calls sampled at this temperature by the softmax law "
                                   "(parasim.pools.harness.at_temperature); -1: the pool's own")
+    router_signal: str = opt("off", pattern=r"off|calibrated|0(\.\d+)?|1(\.0*)?|\.\d+",
+                             help="the observation key router: off, calibrated (15% of the per-query oracle's gain "
+                                  "for the router that reads it best, parasim.sim.router_signal), or its rho in [0, 1]")
 
 
 SECTIONS: dict[str, type] = {

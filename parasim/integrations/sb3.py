@@ -49,6 +49,7 @@ OBSERVATION_SCALES: dict[str, str] = {
     "status_counts": "unbounded counts: calls per status (at most max_rounds * K)",
     "last_status": "[0, S]: status per slot of the last round (S = no call)",
     "action_mask": "{0, 1}",
+    "router": "standard normal per model (with router_signal only): a signal of the model's per-task effect",
 }
 NORMALIZE_KEYS = ("budget", "candidates", "evidence", "tool_counts", "status_counts", "round", "task")
 _PER_LANE_METHODS = ("action_masks", "render")
