@@ -12,6 +12,7 @@ from parasim.pools.descriptors import MODEL_FEATURES
 from training import sweep
 from training.config import make_config
 from training.pipeline import run_pipeline
+from parasim.sim.router_signal import ROUTER_KEY
 from training.policy import ManagerPolicy, MemberAdam, PolicyConfig, PolicyStack, clip_member_grads
 from training.population import population_key, run_population, split_population
 from training.result_schema import untimed
@@ -189,17 +190,22 @@ def test_sampling_inverts_each_rows_cdf_by_the_members_own_uniforms():
     assert torch.equal(together[3:], actions) and torch.equal(together_logp[3:], logp)
 
 
+@pytest.mark.parametrize("router", [False, True])
 @pytest.mark.parametrize("model_head", ["index", "descriptor"])
-def test_a_members_gradients_are_its_gradients_alone_wherever_its_rows_sit(model_head):
+def test_a_members_gradients_are_its_gradients_alone_wherever_its_rows_sit(model_head, router):
     """A PPO-like loss over every member's rows: each member's slice of the stacked gradients equals, bit for bit,
-    its gradients alone (members of 1 to 3 rows start off a 16-byte boundary; the last has a minibatch's rows)."""
+    its gradients alone (members of 1 to 3 rows start off a 16-byte boundary; the last has a minibatch's rows);
+    with the router signal, its last 3 features, read by the model head."""
     torch.manual_seed(0)
     nvec = [2] + [8, 3, 3] * 4
-    policies = [ManagerPolicy(78, nvec, ("a",), 5, PolicyConfig(model_head=model_head)) for _ in range(4)]
+    keys = ("a", ROUTER_KEY) if router else ("a",)
+    policies = [ManagerPolicy(78, nvec, keys, 5, PolicyConfig(model_head=model_head)) for _ in range(4)]
     for p in policies:
         with torch.no_grad():
             p.tool_model.normal_()
             p.tool_target.normal_()
+            if router:
+                p.router_model.normal_()
     models = torch.rand(3, len(MODEL_FEATURES)) if model_head == "descriptor" else None
     stack = PolicyStack(policies)
     counts = [1, 2, 3, 250]

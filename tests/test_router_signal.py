@@ -136,3 +136,32 @@ def test_the_training_config_passes_the_option_to_the_env() -> None:
     assert ROUTER_KEY not in make_envs(EnvConfig(), 2, reward).reset(seed=0)[0]
     with pytest.raises(ConfigError, match="router_signal"):
         build(EnvConfig, {"router_signal": "sometimes"})
+
+
+def test_the_policy_reads_the_signal_in_its_model_head_not_its_trunk() -> None:
+    import torch
+
+    from training.policy import ManagerPolicy, PolicyConfig, obs_to_tensor, trunk_keys
+
+    obs = {"task": np.ones((2, 3), np.float32), ROUTER_KEY: np.array([[-2.0, 0.5, 3.0]] * 2, np.float32),
+           "action_mask": np.ones((2, 4), np.int8), "budget": np.full((2, 1), 10.0, np.float32)}
+    keys = trunk_keys(obs)
+    assert keys == ("budget", "task", ROUTER_KEY)
+    x = obs_to_tensor(obs, keys)
+    assert x[0, -3:].tolist() == [-2.0, 0.5, 3.0]  # read as it is, not squashed
+    nvec = [2] + [8, 3, 3] * 2
+    torch.manual_seed(0)
+    policy = ManagerPolicy(x.shape[1], nvec, keys, 5, PolicyConfig(hidden=8, layers=1, model_head="descriptor"))
+    assert policy.trunk[0].in_features == x.shape[1] - 3 and not policy.router_model.any()
+    models = torch.rand(3, 13)
+    mask = torch.ones(2, sum(nvec), dtype=torch.bool)
+    actions = torch.tensor([[0, 2, 0, 0, 7, 0, 0]] * 2)  # slot 0 runs tool 2; slot 1 is empty
+    before = policy.logits(x, mask, actions, models)
+    with torch.no_grad():
+        policy.router_model[0, 2] = 0.5  # slot 0 with tool 2
+        policy.router_model[1, 2] = 9.0  # slot 1 with tool 2: slot 1 holds no call of it here
+    after = policy.logits(x, mask, actions, models)
+    torch.testing.assert_close(after[2] - before[2], 0.5 * x[:, -3:])  # slot 0's model logits move by w * signal
+    assert torch.equal(after[5], before[5])  # slot 1's do not: its weight for the empty slot is still 0
+    with pytest.raises(ValueError, match="last key"):
+        ManagerPolicy(x.shape[1], nvec, (ROUTER_KEY, "budget", "task"), 5, PolicyConfig())

@@ -17,7 +17,10 @@ accuracy per domain), a per-slot query from the trunk dotted with a learned embe
 plus the per-tool offset as a ``[slots, tools, E]`` table dotted with the same embedding; no weight depends on the
 number of models, so the same weights act on any pool with the same tool spec (``eval.pool``). Every pass of the
 descriptor head takes the pool's ``models`` rows ``[M, F_m]`` (all rows of a pass come from one env, so one pool);
-the trunk never reads them (their size depends on M).
+the trunk never reads them (their size depends on M). With the env's router signal (``router_signal``,
+``parasim.sim.router_signal``) the features end with its M columns, one per model, which the trunk does not read
+either: each model's logit in a slot adds a learned per-(slot, tool) weight times the model's signal, so either
+head reads it as E[effect | signal] is, linearly in one model's own column, and on any pool size.
 
 A population of policies (a sweep's grid points and seeds) runs as one ``PolicyStack``: P members' parameters
 stacked along a leading dimension, one pass for all. Each member's trunk and heads are its own matrix products
@@ -51,6 +54,7 @@ from torch.nn import functional
 
 from parasim.config.fields import opt
 from parasim.pools.descriptors import DESCRIPTOR_KEYS, MODEL_FEATURES
+from parasim.sim.router_signal import ROUTER_KEY
 from parasim.protocol.schema import NUM_STATUSES
 from parasim.sim.state import slot_column, slot_of_dimension
 
@@ -75,9 +79,11 @@ NOT_TRUNK = ("action_mask", *DESCRIPTOR_KEYS)  # the mask gates the logits; desc
 
 
 def trunk_keys(obs: Mapping[str, np.ndarray]) -> tuple[str, ...]:
-    """The observation keys the trunk reads, in the order it reads them: every key but the mask and the descriptor
-    rows."""
-    return tuple(sorted(k for k in obs if k not in NOT_TRUNK))
+    """The observation keys of a policy's features, in the order it reads them: every key but the mask and the
+    descriptor rows, sorted, and the router signal last (``ROUTER_KEY``, when the env has it): its M columns are
+    read by the model head, one per model, not by the trunk, whose width then does not depend on the pool's size."""
+    keys = tuple(sorted(k for k in obs if k not in NOT_TRUNK and k != ROUTER_KEY))
+    return keys + ((ROUTER_KEY,) if ROUTER_KEY in obs else ())
 
 
 def obs_to_tensor(obs: Mapping[str, np.ndarray], keys: tuple[str, ...]) -> torch.Tensor:
@@ -85,7 +91,7 @@ def obs_to_tensor(obs: Mapping[str, np.ndarray], keys: tuple[str, ...]) -> torch
 
     Counts, tokens and costs are squashed by ``sign(x) * log1p(|x|)`` (thousands and flags on one
     scale without running statistics, which would make a run depend on its history and break exact
-    resume); categorical keys (``CATEGORICAL``) are one-hot encoded.
+    resume); categorical keys (``CATEGORICAL``) are one-hot encoded; the router signal is read as it is.
     """
     parts = []
     for k in keys:
@@ -93,6 +99,8 @@ def obs_to_tensor(obs: Mapping[str, np.ndarray], keys: tuple[str, ...]) -> torch
         n = len(arr)
         if k in CATEGORICAL:
             parts.append(np.eye(CATEGORICAL[k], dtype=np.float32)[arr.astype(np.int64).reshape(n, -1)].reshape(n, -1))
+        elif k == ROUTER_KEY:  # standard normal already, and read linearly: E[effect | signal] is linear in it
+            parts.append(arr.astype(np.float32).reshape(n, -1))
         else:
             a = arr.astype(np.float32).reshape(n, -1)
             parts.append(np.sign(a) * np.log1p(np.abs(a)))
@@ -122,12 +130,14 @@ def relevance(actions: torch.Tensor, nvec: list[int], num_agent_tools: int) -> t
 class Weights:
     """What one pass reads: each member's (weight, bias) pairs (trunk layers, then the heads) and the stacked
     per-tool offsets ``[P, slots, tools, models]`` (descriptor head: ``[P, slots, tools, E]``) /
-    ``[P, slots, tools, targets]``; the descriptor head adds each member's embedding (weight, bias)."""
+    ``[P, slots, tools, targets]``; the descriptor head adds each member's embedding (weight, bias), and a policy
+    that reads the router signal its per-(slot, tool) weight on it."""
 
     layers: list[list[tuple[torch.Tensor, torch.Tensor]]]
     tool_model: torch.Tensor
     tool_target: torch.Tensor
     embed: list[tuple[torch.Tensor, torch.Tensor]] | None = None
+    router_model: torch.Tensor | None = None  # [P, slots, tools]: each model's logit + this times its router signal
 
 
 @dataclass(frozen=True)
@@ -243,6 +253,8 @@ class _Heads:
     num_agent_tools: int
     slots: int
     model_head: str
+    trunk_dim: int  # the features the trunk reads: all but the router signal's last M columns
+    reads_router: bool  # the features end with the router signal (``ROUTER_KEY``), read by the model head
     head_sizes: list[int]  # the heads' output per dimension: nvec, or the embedding width for the descriptor head's
     groups: list[Group]  # stop; the tools; the models; the targets: tools before what is conditioned on them
     order: list[int]  # the action dimensions in group order
@@ -329,8 +341,12 @@ class _Heads:
         pieces: list[list[torch.Tensor]] = [[] for _ in self.groups]
         for m, xm in zip(members, x.split([counts[m] for m in members])):
             # MKL multiplies a batch of 2 or 3 rows differently when it starts off a 16-byte boundary, as a member's
-            # rows inside the population's features can; a member alone always gets a fresh, aligned tensor
-            h = xm.clone() if xm.data_ptr() % 16 else xm
+            # rows inside the population's features can; a member alone always gets a fresh, aligned tensor (and so
+            # does every member when the trunk reads the features without the router signal's columns)
+            if self.reads_router:
+                h = xm[:, :self.trunk_dim].clone(memory_format=torch.contiguous_format)
+            else:
+                h = xm.clone() if xm.data_ptr() % 16 else xm
             for weight, bias in w.layers[m][:-1]:
                 # in place: the product's backward reads its inputs, not its output, so tanh may overwrite it
                 h = tanh_(functional.linear(h, weight, bias))
@@ -369,6 +385,10 @@ class _Heads:
         for g, (group, lg) in enumerate(zip(self.groups, blocks)):
             if group.name in tables:
                 lg = lg + tables[group.name].index_select(1, (at + tools).flatten()).view(lg.shape)
+            if group.name == "model" and w.router_model is not None:
+                # each model's logit plus the (slot, chosen tool)'s weight times the model's signal
+                weight = w.router_model.reshape(-1).index_select(0, (at + tools).flatten()).view(1, self.slots, n)
+                lg = lg + weight * x[:, self.trunk_dim:].t().unsqueeze(1)
             # in place outside the graph (sampling): the block is this pass's own, one large temporary fewer
             fill = lg.masked_fill if torch.is_grad_enabled() else lg.masked_fill_
             lg = fill(illegal_blocks[g].view(lg.shape), MIN_LOGIT)
@@ -441,8 +461,12 @@ class ManagerPolicy(nn.Module, _Heads):
         super().__init__()
         self._layout(nvec, num_agent_tools, cfg.model_head, cfg.model_embed)
         self.obs_keys = tuple(obs_keys)
+        self.reads_router = ROUTER_KEY in self.obs_keys
+        if self.reads_router and self.obs_keys[-1] != ROUTER_KEY:
+            raise ValueError(f"obs_keys: the router signal must be the last key (trunk_keys), got {self.obs_keys}")
+        self.trunk_dim = obs_dim - (self.nvec[2] if self.reads_router and self.slots else 0)
         layers: list[nn.Module] = []
-        width = obs_dim
+        width = self.trunk_dim
         for _ in range(cfg.layers):
             layers += [nn.Linear(width, cfg.hidden), nn.Tanh()]
             width = cfg.hidden
@@ -453,6 +477,9 @@ class ManagerPolicy(nn.Module, _Heads):
         self.tool_target = nn.Parameter(torch.zeros(self.slots, tools, targets))
         if self.model_head == "descriptor":
             self.model_embed = nn.Linear(len(MODEL_FEATURES), cfg.model_embed)
+        if self.reads_router and self.slots:
+            # zero at the start: the signal moves a model's logit only once training has found it worth reading
+            self.router_model = nn.Parameter(torch.zeros(self.slots, self.nvec[1]))
 
     def linear_names(self) -> list[tuple[str, str]]:
         """The (weight, bias) parameter names of the trunk's layers and then the heads, in the order of a pass."""
@@ -464,8 +491,9 @@ class ManagerPolicy(nn.Module, _Heads):
         params = dict(self.named_parameters())
         embed = [(params["model_embed.weight"], params["model_embed.bias"])] if self.model_head == "descriptor" \
             else None
+        router = params["router_model"].unsqueeze(0) if "router_model" in params else None
         return Weights([[(params[w], params[b]) for w, b in self.linear_names()]], self.tool_model.unsqueeze(0),
-                       self.tool_target.unsqueeze(0), embed)
+                       self.tool_target.unsqueeze(0), embed, router)
 
     def logits(self, x: torch.Tensor, mask: torch.Tensor, actions: torch.Tensor,
                models: torch.Tensor | None = None) -> list[torch.Tensor]:
@@ -502,6 +530,7 @@ class PolicyStack(nn.Module, _Heads):
         first = members[0]
         self._layout(first.nvec, first.num_agent_tools, first.model_head, first.head_sizes[2] if first.slots else 0)
         self.obs_keys = first.obs_keys
+        self.reads_router, self.trunk_dim = first.reads_router, first.trunk_dim
         self.names = [n for n, _ in first.named_parameters()]
         self._linear_names = first.linear_names()
         shapes = {n: p.shape for n, p in first.named_parameters()}
@@ -520,11 +549,13 @@ class PolicyStack(nn.Module, _Heads):
 
     def weights(self) -> Weights:
         """Per-member views of the stacked parameters (one ``unbind`` each, so the backward is one ``stack``)."""
-        views = {n: p.unbind(0) for n, p in zip(self.names, self.stacked) if n not in ("tool_model", "tool_target")}
+        views = {n: p.unbind(0) for n, p in zip(self.names, self.stacked)
+                 if n not in ("tool_model", "tool_target", "router_model")}
         layers = [[(views[w][m], views[b][m]) for w, b in self._linear_names] for m in range(self.size)]
         embed = [(views["model_embed.weight"][m], views["model_embed.bias"][m]) for m in range(self.size)] \
             if self.model_head == "descriptor" else None
-        return Weights(layers, self.param("tool_model"), self.param("tool_target"), embed)
+        router = self.param("router_model") if "router_model" in self.names else None
+        return Weights(layers, self.param("tool_model"), self.param("tool_target"), embed, router)
 
     def member_state(self, m: int) -> OrderedDict[str, torch.Tensor]:
         """Member ``m``'s parameters as a ``ManagerPolicy.state_dict()``."""
