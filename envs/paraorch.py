@@ -66,7 +66,8 @@ Observation, a Dict of arrays (C = 4 candidates, S = 7 statuses, ``parasim.proto
   - with ``router_signal`` only: ``router`` float32[M], per pool model a signal of its per-task effect on this task,
     rho e / tau + sqrt(1 - rho^2) noise (``parasim.sim.router_signal``), with rho calibrated (``"calibrated"``) so
     that the router reading it best captures 15% of the per-query oracle's gain over the best single model, as the
-    best published routers do; constant over the episode, identical for lanes that play the identical task.
+    best published routers do (rho 0 where the best model per benchmark captures more); constant over the episode,
+    identical for lanes that play the identical task.
 
 Reset options (``reset(options={...})``), for trainers that play one task several times (GRPO groups):
   - ``task_index`` (int in ``[0, num_tasks)``): play the suite's task at that index (row of the suite: a

@@ -111,6 +111,8 @@ termination model's vote, as in ParaOrch-v0; the manager's ``final_answer`` text
 with every member of ``parasim.protocol.engine.EpisodeEngine`` (``EpisodeEngineBase`` has the optional ones), else a
 TypeError naming the member it lacks. ``pool`` is the prior of the rules (vote weights, the manager's token rates)
 and describes the models in the prompt; ``pool=None`` leaves the descriptions out and takes the default pool's prior.
+``router_signal`` (as ParaOrch-v0 takes it; simulated tools only) adds a line after the question with each model's
+router signal for this question (``router_text``, from the core env's ``router`` key).
 """
 from __future__ import annotations
 
@@ -139,6 +141,7 @@ from parasim.protocol.schema import (
     ToolCall,
 )
 from parasim.protocol.tool_schema import render_system_prompt, tool_list
+from parasim.sim.router_signal import ROUTER_KEY
 from parasim.sim import NUM_TARGETS, TARGET_CARRY, TARGET_QUESTION, TARGET_VERIFY
 from parasim.sim.rules import (
     MALFORMED_ROUND,
@@ -241,6 +244,13 @@ def to_charset(text: str) -> str:
     return "".join(c if c in _ALLOWED else "\ufffd" for c in text)
 
 
+def router_text(models: Sequence[str], signal: np.ndarray) -> str:
+    """The question message's router line: each model's router signal for this question (standard normal; a
+    router expects a model to do better here than on an average question in proportion to it)."""
+    shown = ", ".join(f"{m} {float(v):+.2f}" for m, v in zip(models, signal))
+    return f"\nRouter signal (higher: the model is predicted to do better on this question than on average): {shown}"
+
+
 def render_chatml(messages: Sequence[dict[str, str]], add_generation_prompt: bool = True) -> str:
     """Messages in Qwen3's ChatML form, ending with the assistant generation prompt (unless told not to)."""
     body = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages)
@@ -341,7 +351,8 @@ class ParaOrchTextEnv(gym.Env[str, str]):
                  seed: int | None = None, max_turn_chars: int = 16_384, max_result_chars: int = 4_096,
                  max_feedback_chars: int = 262_144, max_obs_chars: int = OBS_MAX_CHARS,
                  render_mode: str | None = None, tokenizer: Any = None, chat_template: str | None = None,
-                 harness: dict[str, Any] | None = None, tool_call_messages: bool = False) -> None:
+                 harness: dict[str, Any] | None = None, tool_call_messages: bool = False,
+                 router_signal: Any = None) -> None:
         if render_mode not in (None, "ansi", "rgb_array"):
             raise ValueError(f"render_mode: expected None, 'ansi' or 'rgb_array', got {render_mode!r}")
         if not isinstance(tool_call_messages, bool):
@@ -374,7 +385,7 @@ class ParaOrchTextEnv(gym.Env[str, str]):
         self.core = ParaOrchEnv(pool="paramanager" if pool is None else pool, suite=suite, max_rounds=max_rounds,
                                 max_parallel=max_parallel,
                                 serial=serial, reward=reward, tools=tools, token_budget=token_budget, seed=seed,
-                                engine=engine, harness=harness,
+                                engine=engine, harness=harness, router_signal=router_signal,
                                 render_mode="rgb_array" if render_mode == "rgb_array" else None)
         source = self.core.source
         self.tool_spec = source.tool_spec
@@ -420,7 +431,7 @@ class ParaOrchTextEnv(gym.Env[str, str]):
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict]:
         super().reset(seed=seed)
-        _obs, info = self.core.reset(seed=seed, options=options)
+        obs, info = self.core.reset(seed=seed, options=options)
         task = info["task"] if self._sim_text is None else self._sim_text.begin(options or {})
         self._task = task
         self._head = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
@@ -429,7 +440,8 @@ class ParaOrchTextEnv(gym.Env[str, str]):
         else:
             head = [*self._head, {"role": "user", "content": ""}]
             fixed = len(self._render(head)) + self._template_overhead(head)
-        room = self.max_obs_chars - self.max_turn_chars - self.max_feedback_chars - _OVERHEAD - fixed
+        router = router_text(self.model_names, obs[ROUTER_KEY]) if ROUTER_KEY in obs else ""
+        room = self.max_obs_chars - self.max_turn_chars - self.max_feedback_chars - _OVERHEAD - fixed - len(router)
         if room < MIN_QUESTION_CHARS:
             raise ValueError(
                 f"max_obs_chars: {self.max_obs_chars} leaves {room} characters for the question beside the system "
@@ -437,7 +449,7 @@ class ParaOrchTextEnv(gym.Env[str, str]):
                 f"{self.max_turn_chars}, max_feedback_chars={self.max_feedback_chars}); expected max_obs_chars in "
                 f"[{self.max_obs_chars - room + MIN_QUESTION_CHARS}, {OBS_MAX_CHARS}] (or lower max_turn_chars "
                 "and max_feedback_chars)")
-        self._head.append({"role": "user", "content": to_charset(clip(self._question(task), room))})
+        self._head.append({"role": "user", "content": to_charset(clip(self._question(task), room) + router)})
         self._turns, self._dropped, self._feedback_chars = [], 0, 0
         self.messages = list(self._head)
         self._rendered = self._render(self.messages)

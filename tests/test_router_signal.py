@@ -110,6 +110,13 @@ def test_the_router_capture_rises_with_rho_and_the_fit_meets_the_target() -> Non
     assert fit_rho(calls, 0.0) == 0.0 and fit_rho(calls, 0.99) == 1.0
 
 
+def test_a_pool_whose_per_benchmark_router_already_captures_the_target_gets_no_signal() -> None:
+    specialists = direct_calls("openweight", "paramanager", 6000)
+    assert router_capture(specialists, 0.0).capture > ROUTER_CAPTURE and fit_rho(specialists) == 0.0
+    one = direct_calls("paramanager_mono", "paramanager", 500)
+    assert np.isnan(router_capture(one, 0.5).capture) and fit_rho(one) == 0.0
+
+
 def test_calibrated_rho_is_cached_for_named_pools_and_used_by_the_env() -> None:
     rho = calibrated_rho("paramanager", "paramanager")
     assert rho == calibrated_rho("paramanager", "paramanager")
@@ -165,3 +172,17 @@ def test_the_policy_reads_the_signal_in_its_model_head_not_its_trunk() -> None:
     assert torch.equal(after[5], before[5])  # slot 1's do not: its weight for the empty slot is still 0
     with pytest.raises(ValueError, match="last key"):
         ManagerPolicy(x.shape[1], nvec, (ROUTER_KEY, "budget", "task"), 5, PolicyConfig())
+
+
+def test_the_text_env_shows_each_models_signal_after_the_question() -> None:
+    text = gym.make("ParaOrchText-v0", router_signal=0.5)
+    core = gym.make("ParaOrch-v0", router_signal=0.5)
+    obs, info = text.reset(seed=4)
+    signal = core.reset(seed=4)[0][ROUTER_KEY]
+    question = info["messages"][-1]["content"]
+    line = question.rsplit("\n", 1)[1]
+    assert line.startswith("Router signal")
+    for name, value in zip(text.unwrapped.model_names, signal):
+        assert f"{name} {float(value):+.2f}" in line
+    plain, _ = gym.make("ParaOrchText-v0").reset(seed=4)
+    assert "Router signal" not in plain and "Router signal" in obs
