@@ -55,6 +55,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -62,8 +63,12 @@ import numpy as np
 from parasim.calibration.joint_fit import (
     StructureModel,
     chance_agreement,
+    design_strata,
+    design_theta,
     fit_agreement,
     fit_correctness,
+    fit_design_shift,
+    strata_of,
     structure_pool,
     temperature_spread,
     zipf_exponent,
@@ -188,6 +193,43 @@ def items(real: dict, sim: dict) -> dict[str, list[tuple[float, float]]]:
     return {k: v for k, v in out.items() if v}
 
 
+STRATUM_SEED = 1_000_003  # stratum g > 0 of a design simulates with seed + g * STRATUM_SEED
+
+
+@dataclass(frozen=True)
+class Design:
+    """What a simulated table of a real table's design needs: the structure pool's models (``spec``), each design
+    stratum's difficulty shift, the models it observed and its held-out questions, each model's samples."""
+
+    base: dict
+    bench: str
+    spec: list[StructureModel]
+    shifts: np.ndarray
+    observed: np.ndarray  # bool[S, M] over the compared models
+    questions: np.ndarray  # int[S] held-out questions per stratum
+    samples: list[int]
+    sigma: float
+    zipf: float | None
+
+    def draw(self, factor: int, seed: int) -> OutcomeMatrix:
+        """A table with ``factor`` times each stratum's held-out questions: stratum g's models are the spec's with
+        theta lowered by its shift, and the models its pattern did not observe have no samples there."""
+        parts = []
+        for g, (shift, seen, q) in enumerate(zip(self.shifts, self.observed, self.questions)):
+            if q == 0:
+                continue
+            spec = self.spec if g == 0 else [replace(m, theta=m.theta - float(shift)) for m in self.spec]
+            pool = parse_pool(structure_pool(self.base, self.bench, spec, "fit"))
+            om = simulated_outcomes(pool, self.bench, factor * int(q), self.samples,
+                                    models=[m.name for m in self.spec], sigma=self.sigma, zipf_s=self.zipf,
+                                    seed=seed + g * STRATUM_SEED)
+            hits, samples, answer = om.hits.copy(), om.samples.copy(), om.answer.copy()
+            hits[:, ~seen], samples[:, ~seen], answer[:, ~seen] = 0.0, 0.0, -1
+            parts.append((hits, samples, answer))
+        hits, samples, answer = (np.concatenate(x) for x in zip(*parts))
+        return OutcomeMatrix([m.name for m in self.spec], np.arange(len(hits)), hits, samples, answer)
+
+
 def tolerance(stat: str) -> float:
     """A statistic's tolerance on |simulated - real| per item (fixed in advance or added with its row)."""
     return TOLERANCES.get(stat, ADDED_TOLERANCES.get(stat))
@@ -242,10 +284,18 @@ def run(seed: int = SEED) -> tuple[list[dict], list[dict], list[dict], dict[str,
         models = sorted(om.models)[:MAX_MODELS + 1]  # a pool holds MAX_MODELS models and the manager
         acc = np.nansum(fit_half.hits, 0) / np.maximum(fit_half.samples.sum(0), 1)
         sd = np.array(math.hypot(cf.sigma, cf.tau))
-        # theta on each model's fit-half accuracy under the fitted spreads, as a pool's skill is solved on its
-        # published accuracy: the MLE's thetas miss the marginal accuracies where the real difficulty distribution
-        # is not normal (the gap is reported)
-        theta = solve_skill(np.clip(acc, 1e-4, 1 - 1e-4), np.array(0.0), sd)
+        # the table's design: which models answered which questions, and each stratum's difficulty (session 12)
+        _, observed = design_strata(om)
+        shifts, shift_se = (fit_design_shift(fit_om, cf, strata_of(fit_om, observed), family, kind)
+                            if len(observed) > 1 else (np.zeros(1), np.zeros(1)))
+        fits[-1]["design"] = {"observed": observed, "shifts": shifts, "shift_se": shift_se,
+                              "questions": np.bincount(strata_of(om, observed), minlength=len(observed))}
+        # theta on each model's fit-half accuracy under the fitted spreads (and the strata it answered), as a
+        # pool's skill is solved on its published accuracy: the MLE's thetas miss the marginal accuracies where the
+        # real difficulty distribution is not normal (the gap is reported)
+        weights = np.stack([fit_half.samples[strata_of(fit_half, observed) == g].sum(0)
+                            for g in range(len(observed))])
+        theta = design_theta(acc, weights, shifts, float(sd))
         fits[-1]["accuracy_gap"] = float(np.mean(expected_accuracy(cf.theta, np.array(0.0), sd) - acc))
         spec = []
         for m in models:
@@ -255,16 +305,16 @@ def run(seed: int = SEED) -> tuple[list[dict], list[dict], list[dict], dict[str,
             spec.append(StructureModel(m, float(theta[j]), cf.tau, KAPPA, aff, family.get(m), cf.share,
                                        fw if family.get(m) else 0.0, kind[m] if cf.kind_share > 0 else None,
                                        cf.kind_share))
-        pool = parse_pool(structure_pool(base, bench, spec, "fit"))
         held_m = subset(held, models)
         n = [int(held_m.samples[:, j].max()) for j in range(len(models))]
-        sim = simulated_outcomes(pool, bench, SIM_FACTOR * len(held.questions), n, models=models, sigma=cf.sigma,
-                                 zipf_s=zipf, seed=seed)
+        cols = [om.models.index(m) for m in models]
+        design = Design(base, bench, spec, shifts, observed[:, cols],
+                        np.bincount(strata_of(held, observed), minlength=len(observed)), n, cf.sigma, zipf)
+        sim = design.draw(SIM_FACTOR, seed)
         real_st, sim_st = matrix_statistics(held_m), matrix_statistics(sim)
         halves = items(real_st, matrix_statistics(subset(fit_half, models)))
-        floor = [shares_within(items(matrix_statistics(simulated_outcomes(
-            pool, bench, len(held.questions), n, models=models, sigma=cf.sigma, zipf_s=zipf,
-            seed=FLOOR_SEED + seed + r)), sim_st)) for r in range(FLOOR_DRAWS)]
+        floor = [shares_within(items(matrix_statistics(design.draw(1, FLOOR_SEED + seed + r)), sim_st))
+                 for r in range(FLOOR_DRAWS)]
         for stat, pairs in items(real_st, sim_st).items():
             r, s = np.array(pairs).T
             d = np.abs(s - r)
@@ -410,6 +460,14 @@ def _se(v: float, se: float) -> str:
     return f"{v:.3f} ± {se:.3f}" if math.isfinite(se) else f"{v:.3f} (fixed)"
 
 
+def _design(design: dict) -> str:
+    """A table's design strata as the fitted-structure table shows them."""
+    q, shifts, se = design["questions"], design["shifts"], design["shift_se"]
+    if len(q) == 1:
+        return f"{q[0]:,}: one stratum"
+    return f"{q[0]:,}; " + "; ".join(f"{q[g]:,}: {shifts[g]:+.2f} ± {se[g]:.2f}" for g in range(1, len(q)))
+
+
 def _cons_rows(cons: list[dict], lead: str = "") -> list[str]:
     """The cons@64 table's rows (``lead``: the cells before the model's, each ending in " | ")."""
     return [f"| {lead}{c['model']} | {c['pass1']:.3f} | {c['sim_pass1']:.3f} | {c['cons']:.3f} | {c['sim_cons']:.3f} "
@@ -430,10 +488,13 @@ def render(fits: list[dict], rows: list[dict], cons: list[dict], laws: dict[str,
            "agreement of two wrong answers (fitted on the free-form table, whose answer space is not known in advance, "
            "with the Zipf exponent of distractor weights that have it; the catalogue's weights on MMLU-Pro). The "
            "simulation sets each model's theta on its fit-half accuracy under the fitted spreads; MLE gap: the mean "
-           "over models of the MLE thetas' expected accuracy minus the fit half's.", "",
+           "over models of the MLE thetas' expected accuracy minus the fit half's. Design: the questions of each "
+           "pattern of answered models (`design_strata`; the first answered by every model), and the other "
+           "strata's difficulty shift over the first's, fitted with the structure held at the row's fit (a second "
+           "stage, ± its SE; added in session 12): the simulated tables have the same strata.", "",
            "| table | questions (fit) | models | sigma | tau | w | o | a0 | a1 | d | S (Zipf exponent) | MLE gap "
-           "| log-lik (without o) |",
-           "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+           "| log-lik (without o) | design (questions: shift) |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for f in fits:
         c, a = f["fit"], f["agreement"]
         ag = ["—"] * 4 if a is None else [_se(a.a0, a.se[0]), _se(a.a1, a.se[1]), _se(a.d, a.se[2])]
@@ -443,7 +504,8 @@ def render(fits: list[dict], rows: list[dict], cons: list[dict], laws: dict[str,
         out.append(f"| {f['table']} | {f['questions']:,} ({f['fit_questions']:,}) | {f['models']} | "
                    f"{_se(c.sigma, c.sigma_se)} | {_se(c.tau, c.tau_se)} | {_se(c.share, c.share_se)} | "
                    f"{_se(c.kind_share, c.kind_share_se)} | "
-                   + " | ".join(ag) + f" | {f['accuracy_gap']:+.3f} | {c.loglik:,.1f} ({f['loglik_no_kind']}) |")
+                   + " | ".join(ag) + f" | {f['accuracy_gap']:+.3f} | {c.loglik:,.1f} ({f['loglik_no_kind']}) | "
+                   f"{_design(f['design'])} |")
     out += ["", "#### Held-out questions: real against simulated", "",
             f"Per table and statistic: the items compared (models, pairs, triples, vote sizes, spread shares), their "
             f"mean real and simulated values, the mean and largest absolute difference, the tolerance fixed in advance "

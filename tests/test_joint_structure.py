@@ -9,10 +9,14 @@ import numpy as np
 import pytest
 
 from parasim.calibration.joint_fit import (
+    CorrectnessFit,
     StructureModel,
     chance_agreement,
+    design_strata,
+    design_theta,
     fit_agreement,
     fit_correctness,
+    fit_design_shift,
     structure_pool,
     temperature_spread,
     zipf_exponent,
@@ -257,3 +261,34 @@ def test_a_hotter_temperature_makes_a_vote_gain_more() -> None:
 
     cold, hot = gain(6.0), gain(temperature_spread(6.0, 0.2, 0.6))
     assert hot > cold + 0.03
+
+
+def test_a_design_stratum_and_its_difficulty_shift_are_recovered() -> None:
+    """A table drawn with the script's design (a harder stratum of questions two of three models were not run on):
+    ``design_strata`` finds its strata and patterns, and the second-stage fit its shift within 3 SEs."""
+    import joint_structure as js  # scripts/ is on the tests' path (pyproject's pythonpath)
+
+    models = [StructureModel("a", 1.0, 1.0, 0.7, 0.5), StructureModel("b", -0.5, 1.0, 0.7, 0.5),
+              StructureModel("c", 0.5, 1.0, 0.7, 0.5)]
+    observed = np.array([[True, True, True], [True, False, False]])
+    design = js.Design(_base(), "LiveCodeBench", models, np.array([0.0, 1.5]), observed, np.array([600, 300]),
+                       [4, 4, 4], 2.0, None)
+    om = design.draw(1, 11)
+    strata, seen = design_strata(om)
+    assert np.bincount(strata).tolist() == [600, 300] and (seen == observed).all()
+    assert (om.samples[strata == 1][:, 1:] == 0).all() and (om.samples[strata == 1][:, 0] == 4).all()
+    truth = CorrectnessFit(["a", "b", "c"], np.array([1.0, -0.5, 0.5]), np.zeros(3), 2.0, 0.0, 1.0, 0.0, 0.0, 0.0,
+                           0.0, None)
+    shift, se = fit_design_shift(om, truth, strata)
+    assert shift[0] == 0.0 and abs(shift[1] - 1.5) < 3 * se[1] and 0 < se[1] < 0.5, (shift, se)
+
+
+def test_design_theta_inverts_the_accuracy_over_the_strata_a_model_answered() -> None:
+    sd, shifts, theta = 2.5, np.array([0.0, 1.2]), np.array([0.3, -1.0])
+    weights = np.array([[700.0, 700.0], [300.0, 0.0]])  # the second model never answered stratum 1
+    acc = np.array([sum(weights[g, j] / weights[:, j].sum()
+                        * float(expected_accuracy(np.array(theta[j] - shifts[g]), np.array(0.0), np.array(sd)))
+                        for g in range(2)) for j in range(2)])
+    np.testing.assert_allclose(design_theta(acc, weights, shifts, sd), theta, atol=1e-8)
+    one = design_theta(acc, weights[:1], shifts[:1], sd)
+    np.testing.assert_array_equal(one, solve_skill(acc, np.array(0.0), np.array(sd)))

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from scipy.optimize import minimize
+from scipy.optimize import minimize, minimize_scalar
 
 from parasim.calibration.irt import same_wrong_probability
 from parasim.calibration.joint_stats import OutcomeMatrix
@@ -102,10 +102,13 @@ def kind_of_groups(groups: np.ndarray, kinds: np.ndarray) -> np.ndarray:
 
 def correctness_loglik(hits: torch.Tensor, samples: torch.Tensor, groups: np.ndarray, theta: torch.Tensor,
                        sigma: torch.Tensor, tau: torch.Tensor, share: torch.Tensor, family_nodes: int,
-                       kinds: np.ndarray | None = None, kind_share: torch.Tensor | None = None) -> torch.Tensor:
+                       kinds: np.ndarray | None = None, kind_share: torch.Tensor | None = None,
+                       strata: np.ndarray | None = None, shifts: torch.Tensor | None = None) -> torch.Tensor:
     """The marginal log-likelihood (binomial coefficients left out) of success counts ``hits`` out of ``samples``
     ([Q, M]; 0 samples: not observed), questions independent, by nested Gauss-Hermite (module docstring);
-    ``kinds``: each model's kind index (None: no kind level), ``kind_share`` its share o."""
+    ``kinds``: each model's kind index (None: no kind level), ``kind_share`` its share o; ``strata``: each
+    question's design stratum (``design_strata``; None: one), whose difficulty mean is ``shifts[stratum]`` above
+    stratum 0's."""
     zx, zlw = _nodes(Z_NODES)
     fx, flw = _nodes(family_nodes)
     ux, ulw = _nodes(U_NODES)
@@ -119,19 +122,107 @@ def correctness_loglik(hits: torch.Tensor, samples: torch.Tensor, groups: np.nda
     effect = tau * (torch.sqrt(o) * kx[:, None, None] + torch.sqrt(share) * fx[None, :, None]
                     + torch.sqrt(own) * ux[None, None, :])  # [K, F, U]
     eta = theta - sigma * zx[:, None, None, None, None] + effect[None, :, :, :, None]  # [Z, K, F, U, M]
-    lp, lq = torch.nn.functional.logsigmoid(eta), torch.nn.functional.logsigmoid(-eta)
     total = torch.zeros((), dtype=torch.float64)
     chunk = max(16, _CHUNK // len(kx))
-    for lo in range(0, hits.shape[0], chunk):
-        k, n = hits[lo:lo + chunk], samples[lo:lo + chunk]
-        ll = k[:, None, None, None, None, :] * lp[None] + (n - k)[:, None, None, None, None, :] * lq[None]
-        ll = torch.logsumexp(ll + ulw[None, None, None, None, :, None], dim=4)  # [Q, Z, K, F, M]
-        ll = ll @ member  # [Q, Z, K, F, G]: the members of each group given the family draw
-        ll = torch.logsumexp(ll + flw[None, None, None, :, None], dim=3)  # [Q, Z, K, G]
-        ll = ll @ group_kind  # [Q, Z, K, H]: the groups of each kind given the kind draw
-        ll = torch.logsumexp(ll + klw[None, None, :, None], dim=2).sum(-1)  # [Q, Z]
-        total = total + torch.logsumexp(ll + zlw[None, :], dim=1).sum()
+    rows = [np.arange(hits.shape[0])] if strata is None else [np.flatnonzero(strata == g)
+                                                             for g in range(int(strata.max()) + 1)]
+    for g, idx in enumerate(rows):
+        eta_g = eta if g == 0 else eta - shifts[g]
+        lp, lq = torch.nn.functional.logsigmoid(eta_g), torch.nn.functional.logsigmoid(-eta_g)
+        hits_g, samples_g = (hits, samples) if strata is None else (hits[idx], samples[idx])
+        for lo in range(0, len(idx), chunk):
+            k, n = hits_g[lo:lo + chunk], samples_g[lo:lo + chunk]
+            ll = k[:, None, None, None, None, :] * lp[None] + (n - k)[:, None, None, None, None, :] * lq[None]
+            ll = torch.logsumexp(ll + ulw[None, None, None, None, :, None], dim=4)  # [Q, Z, K, F, M]
+            ll = ll @ member  # [Q, Z, K, F, G]: the members of each group given the family draw
+            ll = torch.logsumexp(ll + flw[None, None, None, :, None], dim=3)  # [Q, Z, K, G]
+            ll = ll @ group_kind  # [Q, Z, K, H]: the groups of each kind given the kind draw
+            ll = torch.logsumexp(ll + klw[None, None, :, None], dim=2).sum(-1)  # [Q, Z]
+            total = total + torch.logsumexp(ll + zlw[None, :], dim=1).sum()
     return total
+
+
+STRATUM_MIN_SHARE = 0.05  # a pattern of answered questions this common is a design stratum of its own
+
+
+def design_strata(om: OutcomeMatrix) -> tuple[np.ndarray, np.ndarray]:
+    """The table's design: per question its stratum (0: the most common pattern of which models answered it; 1,
+    2, ...: each other pattern held by at least ``STRATUM_MIN_SHARE`` of the questions; rarer ones count as 0) and
+    per stratum the models its pattern observed (bool[S, M]).
+
+    Why: a leaderboard runs a model on the problems of its time, so the questions some models were not run on are
+    not a random subset (LiveCodeBench: the 175 problems six earlier models lack are 10-19 points harder for the
+    models that have them). Simulating a table of the same design needs those strata and their difficulty."""
+    seen = om.samples > 0
+    patterns, counts = np.unique(seen, axis=0, return_counts=True)
+    first = int(np.argmax(counts))
+    order = [first] + [int(i) for i in np.argsort(-counts, kind="stable")
+                       if i != first and counts[i] >= STRATUM_MIN_SHARE * len(seen)]
+    observed = patterns[order]
+    return strata_of(om, observed), observed
+
+
+def strata_of(om: OutcomeMatrix, observed: np.ndarray) -> np.ndarray:
+    """Per question of ``om``, the stratum (of ``design_strata``'s ``observed`` patterns) whose pattern its answered
+    models match, 0 when none does."""
+    seen = om.samples > 0
+    out = np.zeros(len(seen), np.int64)
+    for g in range(len(observed) - 1, 0, -1):
+        out[(seen == observed[g]).all(1)] = g
+    return out
+
+
+def design_theta(accuracy: np.ndarray, weights: np.ndarray, shifts: np.ndarray, sd: float) -> np.ndarray:
+    """Each model's theta whose expected accuracy over the strata it was observed in, weighted by ``weights``
+    ([S, M]: its samples per stratum), is ``accuracy`` [M], stratum g's difficulty ``shifts[g]`` higher, under a
+    normal logit spread ``sd`` (``solve_skill`` with one stratum)."""
+    from scipy.optimize import brentq
+
+    from parasim.pools.pool import expected_accuracy, solve_skill
+
+    if len(shifts) == 1:
+        return solve_skill(np.clip(accuracy, 1e-4, 1 - 1e-4), np.array(0.0), np.array(sd))
+    w = weights / np.maximum(weights.sum(0, keepdims=True), 1e-12)
+    out = np.empty(len(accuracy))
+    for j, a in enumerate(np.clip(accuracy, 1e-4, 1 - 1e-4)):
+        def gap(t: float) -> float:
+            return float(sum(w[g, j] * expected_accuracy(np.array(t - shifts[g]), np.array(0.0), np.array(sd))
+                             for g in range(len(shifts)))) - a
+        out[j] = brentq(gap, -20 * sd - 50, 20 * sd + 50)
+    return out
+
+
+def fit_design_shift(om: OutcomeMatrix, fit: CorrectnessFit, strata: np.ndarray, family: dict[str, str] | None = None,
+                     kind: dict[str, str] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Each design stratum's difficulty shift over stratum 0's (and its SE), by maximum likelihood with the rest of
+    the structure held at ``fit`` (a second stage: the structure is fitted first, on every question as one
+    population); 0 for stratum 0. One stratum beyond the first is fitted at a time, the others at 0."""
+    groups = family_groups(om.models, family)
+    kinds = family_groups(om.models, kind)
+    has_kind = fit.kind_share > 0
+    hits = torch.tensor(om.hits, dtype=torch.float64)
+    samples = torch.tensor(om.samples, dtype=torch.float64)
+    fn = F_NODES if bool(np.bincount(groups).max() > 1) else 1
+    theta = torch.tensor(fit.theta, dtype=torch.float64)
+    consts = [torch.tensor(v, dtype=torch.float64) for v in (fit.sigma, fit.tau, fit.share, fit.kind_share)]
+    count = int(strata.max()) + 1
+    shift, se = np.zeros(count), np.zeros(count)
+    for g in range(1, count):
+        def ll(d: float) -> float:
+            shifts = torch.zeros(count, dtype=torch.float64)
+            shifts[g] = d
+            with torch.no_grad():
+                return float(correctness_loglik(hits, samples, groups, theta, consts[0], consts[1], consts[2], fn,
+                                                kinds if has_kind else None, consts[3] if has_kind else None,
+                                                strata, shifts))
+        bound = 4.0 * (fit.sigma + fit.tau)
+        res = minimize_scalar(lambda d: -ll(d), bounds=(-bound, bound), method="bounded",
+                              options={"xatol": 1e-4})
+        h = 1e-2 * (fit.sigma + fit.tau)
+        curvature = (ll(res.x + h) - 2 * ll(res.x) + ll(res.x - h)) / h ** 2
+        shift[g] = float(res.x)
+        se[g] = float(1.0 / np.sqrt(-curvature)) if curvature < 0 else float("nan")
+    return shift, se
 
 
 def fit_correctness(om: OutcomeMatrix, family: dict[str, str] | None = None, *, tau: float | None = None,
