@@ -39,6 +39,14 @@ from parasim.pools.pool import (
     read_pool_file,
 )
 from parasim.protocol.schema import Domain, Status, Tool
+from parasim.sim.router_signal import (
+    CALIBRATION_TASKS,
+    ROUTER_CAPTURE,
+    direct_calls,
+    fit_rho,
+    router_capture,
+    router_choice,
+)
 from parasim.tasks.suites import BENCHMARK_INDEX, BENCHMARKS, FREE_FORM, SUITES
 
 BEGIN, END = "<!-- stats:begin -->", "<!-- stats:end -->"
@@ -49,7 +57,7 @@ MULTIPLE_CHOICE = tuple(b for b in BENCHES if BENCHMARKS[BENCHMARK_INDEX[b]].opt
 MAX_PARALLEL = 4
 VOTES = (3, 5)
 # Tasks per estimate at --scale 1 (each estimate's standard error is printed beside it).
-SAMPLES = {"accuracy": 200_000, "agreement": 500_000, "oracle": 200_000, "vote": 200_000}
+SAMPLES = {"accuracy": 200_000, "agreement": 500_000, "oracle": 200_000, "vote": 200_000, "router": 100_000}
 CHUNK_CALLS = 1_000_000  # calls per simulated_calls call (its buffers are about 170 bytes a call)
 Z_TOLERANCE = 5.0  # a page figure and a fresh one may differ by this many joint standard errors
 # Targets of the tool-level statistics and their tolerances (docs/simulator.md, section 6).
@@ -58,6 +66,7 @@ RELATIVE_TOLERANCE = 0.2  # the other targeted statistics: 20% of the target
 KIM_AGREEMENT = "about 60% on 4-option MMLU, 33% by chance (Kim et al. 2025)"
 KIM_TARGET = 60.0  # % of two different models' wrong answers on a 4-option item that agree
 ROUTERBENCH_ORACLE = "+29.9% over the best single model, 13 flagship models (LLMRouterBench)"
+ROUTERBENCH_ROUTER = "best router +4-5% where the oracle gains +29.9% (LLMRouterBench)"
 # The temperatures the two joint figures were measured at (found in session 10, before the pools carried the fit):
 # Kim et al.'s answers are the HF leaderboard's log-likelihood scoring of the options (no sampling: 0);
 # LLMRouterBench's 13 flagship models answered once each at 0.2 (ynulihao/LLMRouterBench,
@@ -444,6 +453,37 @@ def oracle_table(name: str, scale: float, seed: int) -> Table:
                    ROUTERBENCH_ORACLE)])
 
 
+def router_table(name: str, scale: float, seed: int) -> Table:
+    """The router signal (``parasim.sim.router_signal``; docs/simulator.md section 2.3) of the pool: its calibrated
+    rho and reading weight, and on fresh tasks the accuracy of a router without and with it against the best single
+    model and the per-query oracle."""
+    calib = direct_calls(name, SUITE)  # the calibration's own tasks and seed: rho and k do not depend on ``seed``
+    rho = fit_rho(calib)
+    shrink = router_capture(calib, rho).shrink
+    calls = direct_calls(name, SUITE, _n("router", scale), seed=seed + 1)
+    right = calls.right.astype(float)
+    rows = np.arange(len(right))
+    single = right[:, int(np.argmax(right.mean(0)))]
+    per_bench = right[rows, router_choice(calls, 0.0)]
+    router = right[rows, router_choice(calls, rho, shrink)]
+    oracle = right.max(1)
+    gain = oracle - single
+    capture = (lambda x: ratio(x - single, gain, 100.0)) if gain.any() else (lambda x: NO_TARGET)
+    return Table("Router signal",
+                 f"The `router` observation key's calibration (`router_signal=\"calibrated\"`): rho, the signal's "
+                 f"correlation with each model's standardized per-task effect, set so that the router reading it "
+                 f"best (the model maximizing logit(its accuracy on the benchmark) + k rho tau s, k the best weight) "
+                 f"captures {100 * ROUTER_CAPTURE:g}% of the per-query oracle's gain over the best single model on "
+                 f"{CALIBRATION_TASKS:,} tasks, or 0 where the best model of each benchmark already captures that "
+                 f"much; then on {len(right):,} fresh tasks (one direct call per model, the pool's temperature) the "
+                 "accuracy (%) of the best single model, of the best model per benchmark (no signal), of that "
+                 "router and of the oracle, and the share of the oracle's gain each router captures.",
+                 ("rho", "k", "best single", "best per benchmark", "router with the signal", "oracle",
+                  "captured without (%)", "captured with (%)", "published"),
+                 [(f"{rho:.3f}", f"{shrink:.2f}", mean(single, 100.0), mean(per_bench, 100.0), mean(router, 100.0),
+                   mean(oracle, 100.0), capture(per_bench), capture(router), ROUTERBENCH_ROUTER)])
+
+
 def vote_and_latency_tables(name: str, scale: float, seed: int) -> tuple[Table, Table]:
     """Majority votes over same-model samples, and the latency of rounds of parallel calls, from the same calls."""
     pool = load_pool(name)
@@ -590,6 +630,7 @@ def section(scale: float = 1.0, seed: int = 0) -> str:
         votes, lat = vote_and_latency_tables(name, scale, seed)
         parts += [f"### Pool `{name}`", source_table(name).markdown(), acc.markdown(),
                   agreement_table(name, scale, seed).markdown(), oracle_table(name, scale, seed).markdown(),
+                  router_table(name, scale, seed).markdown(),
                   votes.markdown(), cap.markdown(), lat.markdown(), concurrency_table(name, scale, seed).markdown()]
     return "\n\n".join(parts) + "\n"
 
