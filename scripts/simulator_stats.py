@@ -66,7 +66,7 @@ RELATIVE_TOLERANCE = 0.2  # the other targeted statistics: 20% of the target
 KIM_AGREEMENT = "about 60% on 4-option MMLU, 33% by chance (Kim et al. 2025)"
 KIM_TARGET = 60.0  # % of two different models' wrong answers on a 4-option item that agree
 ROUTERBENCH_ORACLE = "+29.9% over the best single model, 13 flagship models (LLMRouterBench)"
-ROUTERBENCH_ROUTER = "best router +4-5% where the oracle gains +29.9% (LLMRouterBench)"
+ROUTERBENCH_ROUTER = "LLMRouterBench: best router +4-5% where the oracle gains +29.9%"
 # The temperatures the two joint figures were measured at (found in session 10, before the pools carried the fit):
 # Kim et al.'s answers are the HF leaderboard's log-likelihood scoring of the options (no sampling: 0);
 # LLMRouterBench's 13 flagship models answered once each at 0.2 (ynulihao/LLMRouterBench,

@@ -89,7 +89,7 @@ def test_page_has_every_table_of_every_pool(page_section: str) -> None:
         assert f"### Pool `{pool}`" in page_section
     titles = re.findall(r"^#### (.+)$", page_section, re.M)
     per_pool = ["Parameter sources", "Direct-call accuracy", "Wrong-answer agreement", "Per-query oracle",
-                "Majority vote", "Truncation under the 24,576-token cap", "Latency of parallel calls",
+                "Router signal", "Majority vote", "Truncation under the 24,576-token cap", "Latency of parallel calls",
                 "Latency against concurrency"]
     assert titles == ["Task suite"] + per_pool * len(stats.POOLS)
     assert "±" in page_section
