@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from scipy.optimize import minimize, minimize_scalar
+from scipy.optimize import minimize
 
 from parasim.calibration.irt import same_wrong_probability
 from parasim.calibration.joint_stats import OutcomeMatrix
@@ -194,34 +194,35 @@ def design_theta(accuracy: np.ndarray, weights: np.ndarray, shifts: np.ndarray, 
 
 def fit_design_shift(om: OutcomeMatrix, fit: CorrectnessFit, strata: np.ndarray, family: dict[str, str] | None = None,
                      kind: dict[str, str] | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Each design stratum's difficulty shift over stratum 0's (and its SE), by maximum likelihood with the rest of
-    the structure held at ``fit`` (a second stage: the structure is fitted first, on every question as one
-    population); 0 for stratum 0. One stratum beyond the first is fitted at a time, the others at 0."""
+    """Each design stratum's difficulty shift over stratum 0's (and its Hessian SE; 0 for stratum 0), by maximum
+    likelihood over the shifts and every model's theta, with the spreads and shares held at ``fit`` (a second
+    stage: the structure is fitted first, on every question as one population). theta is refitted with the shifts:
+    held at the pooled fit's, a model that answered the harder stratum would keep the part of the shift its pooled
+    theta absorbed, and the shift would come out low."""
     groups = family_groups(om.models, family)
     kinds = family_groups(om.models, kind)
     has_kind = fit.kind_share > 0
     hits = torch.tensor(om.hits, dtype=torch.float64)
     samples = torch.tensor(om.samples, dtype=torch.float64)
     fn = F_NODES if bool(np.bincount(groups).max() > 1) else 1
-    theta = torch.tensor(fit.theta, dtype=torch.float64)
-    consts = [torch.tensor(v, dtype=torch.float64) for v in (fit.sigma, fit.tau, fit.share, fit.kind_share)]
+    sigma, tau, share, kind_share = (torch.tensor(v, dtype=torch.float64)
+                                     for v in (fit.sigma, fit.tau, fit.share, fit.kind_share))
     count = int(strata.max()) + 1
-    shift, se = np.zeros(count), np.zeros(count)
-    for g in range(1, count):
-        def ll(d: float) -> float:
-            shifts = torch.zeros(count, dtype=torch.float64)
-            shifts[g] = d
-            with torch.no_grad():
-                return float(correctness_loglik(hits, samples, groups, theta, consts[0], consts[1], consts[2], fn,
-                                                kinds if has_kind else None, consts[3] if has_kind else None,
-                                                strata, shifts))
-        bound = 4.0 * (fit.sigma + fit.tau)
-        res = minimize_scalar(lambda d: -ll(d), bounds=(-bound, bound), method="bounded",
-                              options={"xatol": 1e-4})
-        h = 1e-2 * (fit.sigma + fit.tau)
-        curvature = (ll(res.x + h) - 2 * ll(res.x) + ll(res.x - h)) / h ** 2
-        shift[g] = float(res.x)
-        se[g] = float(1.0 / np.sqrt(-curvature)) if curvature < 0 else float("nan")
+    layout = Layout([Block("theta", fit.theta, True, axes=(om.models,)), Block("shift", np.zeros(count - 1), True)])
+
+    def objective(vec: np.ndarray) -> tuple[float, np.ndarray]:
+        values, jac = layout.unpack(vec)
+        params = {k: torch.tensor(v, dtype=torch.float64, requires_grad=True) for k, v in values.items()}
+        shifts = torch.cat([torch.zeros(1, dtype=torch.float64), params["shift"]])
+        ll = correctness_loglik(hits, samples, groups, params["theta"], sigma, tau, share, fn,
+                                kinds if has_kind else None, kind_share if has_kind else None, strata, shifts)
+        ll.backward()
+        return float(ll.detach()), layout.gradient({k: p.grad.numpy() for k, p in params.items()}, jac)
+
+    est = maximize(objective, layout)
+    lab = dict(zip(est.labels, zip(est.value, est.se)))
+    shift = np.array([0.0] + [lab[f"shift[{g}]"][0] for g in range(count - 1)])
+    se = np.array([0.0] + [lab[f"shift[{g}]"][1] for g in range(count - 1)])
     return shift, se
 
 

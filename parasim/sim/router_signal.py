@@ -12,7 +12,7 @@ makes models complementary per task, so it is what a router could know. The sign
 
   s_qm = rho * e_qm / tau_m + sqrt(1 - rho^2) * eps_qm,   eps_qm ~ N(0, 1)
 
-(e_qm / tau_m is standard normal; a model with tau_m = 0 has no effect to predict and gets noise), so
+(e_qm / tau_m is standard normal; a model with tau_m = 0 has no effect to predict and gets eps_qm alone), so
 E[e_qm | s_qm] = rho tau_m s_qm, and rho, its correlation with the standardized effect, is the router's quality.
 ``calibrated_rho`` sets rho for a pool and suite so that the router that reads the signal best (per task the model
 maximizing logit(its accuracy on the benchmark) + k rho tau_m s_qm, at the best weight k in [0, 1]) captures
@@ -86,9 +86,14 @@ def router_signal(lanes: np.ndarray, tau: np.ndarray, rho: float) -> np.ndarray:
     m = len(tau)
     effect = lanes["effect"][:, :m]
     z = lanes["st_f"][:, F_Z]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        standard = np.where(tau > 0, effect / np.where(tau > 0, tau, 1.0), 0.0)
-    return (rho * standard + math.sqrt(1.0 - rho * rho) * task_noise(z, effect)).astype(np.float32)
+    standard = np.where(tau > 0, effect / np.where(tau > 0, tau, 1.0), 0.0)
+    return _signal(rho, standard, task_noise(z, effect), tau)
+
+
+def _signal(rho: float, standard: np.ndarray, noise: np.ndarray, tau: np.ndarray) -> np.ndarray:
+    """rho * standard + sqrt(1 - rho^2) * noise, and the noise alone for a model without an effect (tau 0): a
+    standard normal either way."""
+    return np.where(tau > 0, rho * standard + math.sqrt(1.0 - rho * rho) * noise, noise).astype(np.float32)
 
 
 class DirectCalls(NamedTuple):
@@ -111,7 +116,9 @@ def direct_calls(pool: object, suite: object, n: int = CALIBRATION_TASKS, seed: 
     probe = Simulator(pool, suite, 1, max_rounds=1, max_parallel=1, harness=harness)
     m = probe.pool.num_models
     sim = Simulator(probe.pool, probe.suite, n * m, max_rounds=1, max_parallel=1)
-    sim.seed(np.arange(n * m) + seed)
+    # the lanes' call streams start past the task streams' seeds: a lane seeded like its task would replay, in its
+    # call, the uniforms that drew the task
+    sim.seed(np.arange(n * m) + seed + n)
     sim.reset(task_seeds=np.tile(np.arange(n) + seed, m))
     actions = np.zeros((n * m, len(sim.nvec)), np.int64)
     actions[:, 1] = direct_tool(sim.pool)
@@ -154,7 +161,7 @@ def router_choice(calls: DirectCalls, rho: float, shrink: float = 1.0) -> np.nda
     nb = int(calls.bench.max()) + 1
     acc = np.clip(np.stack([right[calls.bench == b].mean(0) for b in range(nb)]), 1e-4, 1 - 1e-4)  # [B, M]
     base = np.log(acc / (1 - acc))[calls.bench]  # [n, M]
-    signal = rho * calls.standard + math.sqrt(1.0 - rho * rho) * calls.noise
+    signal = _signal(rho, calls.standard, calls.noise, calls.tau).astype(np.float64)
     return np.argmax(base + shrink * rho * calls.tau[None, :] * signal, 1)
 
 
