@@ -37,6 +37,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from parasim.pools.harness import with_harness
+from parasim.pools.pool import load_pool
 from parasim.sim.kernel import C_ANSWER, F_Z, TARGET_QUESTION
 from parasim.sim.tables import MM_TAU
 
@@ -83,11 +85,14 @@ def check_rho(rho: float) -> float:
 def router_signal(lanes: np.ndarray, tau: np.ndarray, rho: float) -> np.ndarray:
     """The signal s[n, m] (float32[N, M]; module docstring) of the lane records ``lanes`` (``lane_dtype``) for the
     pool's M models, whose effect SDs are ``tau`` (float64[M], the simulator's tables)."""
-    m = len(tau)
-    effect = lanes["effect"][:, :m]
-    z = lanes["st_f"][:, F_Z]
-    standard = np.where(tau > 0, effect / np.where(tau > 0, tau, 1.0), 0.0)
-    return _signal(rho, standard, task_noise(z, effect), tau)
+    effect = lanes["effect"][:, :len(tau)]
+    return _signal(rho, standardized(effect, tau), task_noise(lanes["st_f"][:, F_Z], effect), tau)
+
+
+def standardized(effect: np.ndarray, tau: np.ndarray) -> np.ndarray:
+    """The effects e[n, m] over their SDs tau[m] (standard normal), 0 for a model without an effect (tau 0): what
+    the signal and the calibration's router both read."""
+    return np.where(tau > 0, effect / np.where(tau > 0, tau, 1.0), 0.0)
 
 
 def _signal(rho: float, standard: np.ndarray, noise: np.ndarray, tau: np.ndarray) -> np.ndarray:
@@ -113,9 +118,9 @@ def direct_calls(pool: object, suite: object, n: int = CALIBRATION_TASKS, seed: 
     from parasim.pools.descriptors import direct_tool
     from parasim.sim import Simulator
 
-    probe = Simulator(pool, suite, 1, max_rounds=1, max_parallel=1, harness=harness)
-    m = probe.pool.num_models
-    sim = Simulator(probe.pool, probe.suite, n * m, max_rounds=1, max_parallel=1)
+    spec = with_harness(load_pool(pool), harness)
+    m = spec.num_models
+    sim = Simulator(spec, suite, n * m, max_rounds=1, max_parallel=1)
     # the lanes' call streams start past the task streams' seeds: a lane seeded like its task would replay, in its
     # call, the uniforms that drew the task
     sim.seed(np.arange(n * m) + seed + n)
@@ -130,10 +135,10 @@ def direct_calls(pool: object, suite: object, n: int = CALIBRATION_TASKS, seed: 
     right = (answer == 0) & (status == 0)
     lanes = sim.lane_records[:n]
     tau = sim.tables.mm[MM_TAU, :m].astype(np.float64)
-    standard = np.where(tau > 0, lanes["effect"][:, :m] / np.where(tau > 0, tau, 1.0), 0.0)
+    effect = lanes["effect"][:, :m]
     _, bench = np.unique(sim.tasks(slice(0, n))["benchmark"], return_inverse=True)
-    return DirectCalls(right, bench.astype(np.int64), standard, task_noise(lanes["st_f"][:, F_Z],
-                                                                         lanes["effect"][:, :m]), tau)
+    return DirectCalls(right, bench.astype(np.int64), standardized(effect, tau),
+                       task_noise(lanes["st_f"][:, F_Z], effect), tau)
 
 
 class Capture(NamedTuple):
