@@ -210,3 +210,19 @@ def test_the_text_env_shows_each_models_signal_after_the_question() -> None:
         assert f"{name} {float(value):+.2f}" in line
     plain, _ = gym.make("ParaOrchText-v0").reset(seed=4)
     assert "Router signal" not in plain and "Router signal" in obs
+
+
+def test_the_scripted_expert_calls_the_models_the_router_favours_first() -> None:
+    from training.expert import ExpertConfig, ScriptedExpert
+
+    nvec = [2] + [8, 5, 3] * 4  # seven tools and the empty slot, five models
+    expert = ScriptedExpert(1, nvec, ExpertConfig(), np.random.default_rng(0))
+    signal = np.array([-3.0, 0.0, 3.0, 0.0, 0.0], np.float32)
+    draws = 4000
+    first = np.array([expert._model_order({ROUTER_KEY: signal})[0] for _ in range(draws)])
+    share = np.exp(signal) / np.exp(signal).sum()  # Plackett-Luce: the first pick's probabilities
+    np.testing.assert_allclose(np.bincount(first, minlength=5) / draws, share, atol=4 * np.sqrt(0.25 / draws))
+    orders = [expert._model_order({}) for _ in range(draws)]  # no router key: a uniform random order
+    assert all(sorted(o) == list(range(5)) for o in orders[:50])
+    np.testing.assert_allclose(np.bincount([o[0] for o in orders], minlength=5) / draws, 0.2,
+                               atol=4 * np.sqrt(0.25 / draws))

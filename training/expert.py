@@ -6,7 +6,7 @@ the evidence, stop on a confirmed consensus, ask the critical reviewer to verify
 add independent solvers when candidates disagree or the leader was flagged, and repair failed calls
 (EXEC_ERR / TIMEOUT) in the next round by re-issuing them with the trajectory carried. Exploration
 noise varies the number of calls, tools, models and the stopping round, so demonstrations cover more
-than one script.
+than one script. Where the env gives the router signal, a solving round calls the models it favours first.
 
 Only correct trajectories are kept, failures followed by a repair included (``recovered`` in the
 stats); then trajectories are dropped, most over-represented first, until no tool has more than
@@ -25,6 +25,7 @@ from parasim.config.env_options import ROUND_LIMIT
 from parasim.config.fields import opt
 from parasim.protocol.schema import NUM_TOOLS, Domain, Status, Tool
 from parasim.sim import TARGET_CARRY, TARGET_QUESTION, TARGET_VERIFY
+from parasim.sim.router_signal import ROUTER_KEY
 from parasim.sim.state import dimension_slices, empty_action, set_action_slot, slot_column
 from training.rollout import collect, derive_seed, make_envs
 
@@ -137,6 +138,15 @@ class ScriptedExpert:
     def _model(self) -> int:
         return int(self.rng.integers(self.num_models))
 
+    def _model_order(self, o: dict[str, np.ndarray]) -> np.ndarray:
+        """The models a solving round calls, first to last: a random order, or, where the env gives the router
+        signal (``ROUTER_KEY``), an order drawn with probabilities proportional to exp(signal) (Plackett-Luce, by
+        Gumbel noise): models the router favours first, still varied, so that SFT shows the policy the signal in
+        use instead of leaving GRPO to find it from a start that ignores it."""
+        if ROUTER_KEY not in o:
+            return self.rng.permutation(self.num_models)
+        return np.argsort(-(o[ROUTER_KEY].astype(np.float64) + self.rng.gumbel(size=self.num_models)), kind="stable")
+
     def _solvers(self, o: dict[str, np.ndarray], n: int) -> list[tuple[int, int, int]]:
         """``n`` independent solver calls: distinct domain-preferred tools on distinct models."""
         domain = int(np.argmax(o["task"][:4]))
@@ -145,7 +155,7 @@ class ScriptedExpert:
         if len(prefs) < len(PREFERENCE_WEIGHTS):  # a spec without some of the tools: the rest keep their ratios
             weights = weights / weights.sum()
         tools = self.rng.choice(len(prefs), size=min(n, len(prefs)), replace=False, p=weights)
-        models = self.rng.permutation(self.num_models)
+        models = self._model_order(o)
         has_lead = int(o["evidence"][1]) > 0
         out = []
         for j, ti in enumerate(tools):
