@@ -21,7 +21,7 @@ from parasim.calibration.simulate import simulated_records, true_parameters
 
 def fitted_pool(cal: Calibration, source: str = "fit") -> tuple[dict[str, Any], list[str]]:
     """The base pool with every fitted group replaced (``source`` names the log); and what was clipped."""
-    fitted = {"models": cal.models, "free": cal.free,
+    fitted = {"models": cal.models, "free": cal.free, "groups": cal.groups,
               "values": {**cal.values, "rates": {**{r.label: r.value for r in cal.rates},
                                                  **{label: value for label, value, _ in cal.moments}}}}
     return write_pool(cal.raw, fitted, source)

@@ -92,6 +92,9 @@ class Calibration:
     calibration_rows: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     moments: list[tuple[str, float, float]] = field(default_factory=list)  # (label, estimate, bootstrap SE)
+    # per model name, the ``interaction`` keys that place it in a family and kind with fitted shares (per-query
+    # tables: ``parasim.calibration.per_query_fit.fit_shared_effects``); a call log's fit has none
+    groups: dict[str, dict[str, Any]] = field(default_factory=dict)
     num_calls: int = 0
 
     @property

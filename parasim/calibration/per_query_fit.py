@@ -12,10 +12,20 @@ k right and n - k wrong calls (the same likelihood as the n samples it summarize
 Each benchmark needs its domain: a benchmark of the task catalogue (``parasim.tasks.suites``, e.g. ``MMLU-Pro``,
 ``LiveCodeBench``) has its own; any other is named in ``domains`` (``{"gsm8k": "math"}``) and fitted as the
 domain's generic benchmark.
+
+The shared parts of the effect come after (``fit_shared_effects``): the calls fit treats two models' effects on a
+question as independent, but models of one family (one maker within a kind) and of one kind fail together
+(docs/simulator.md, section 8), so on each benchmark where two or more of the table's models share a family the
+joint fit of the shipped pools (``parasim.calibration.joint_fit.fit_correctness``) gives the family share w and,
+where two kinds have two families each, the kind share o, with Hessian SEs; the benchmarks' estimates are pooled by
+inverse variance and every table model's ``interaction`` group carries its family, its kind and the shares, so the
+written pool draws the correlation the table shows. A table where no two models share a family leaves the models
+without groups, as the calls fit has them, and the report says so.
 """
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +33,9 @@ import numpy as np
 
 from parasim.calibration.calls import CallTable, calls_from_records
 from parasim.calibration.fit import Calibration, calibrate
+from parasim.calibration.joint_fit import CorrectnessFit, family_groups, fit_correctness
+from parasim.calibration.joint_stats import outcome_matrices
+from parasim.calibration.model_groups import kind_of, pool_family
 from parasim.calibration.per_query import PerQueryError, PerQueryTable
 from parasim.calibration.poolfile import read_raw
 from parasim.pools.pool import MAX_MODELS
@@ -103,4 +116,62 @@ def calibrate_per_query(table: PerQueryTable, base: str | Path = "paramanager", 
                             f"most {MAX_MODELS}; select at most {MAX_MODELS - len(agents)} (--models a,b,...)")
     cal = calibrate(per_query_calls(table, domains), base, nodes=nodes)
     cal.notes.insert(0, NOTE)
+    sd = cal.values["interaction_sd"]
+    rows = {name: m for m, name in enumerate(cal.models)}
+    shared = fit_shared_effects(table, float(np.mean([sd[rows[m]] for m in table.models()])))
+    if shared is None:
+        cal.notes.append("family and kind shares not fitted: no two of the table's models share a family (maker "
+                         "within kind, parasim.calibration.model_groups); the models keep no groups")
+        return cal
+    cal.moments += [("family_share", shared.family_share, shared.family_share_se)]
+    if np.isfinite(shared.kind_share_se):  # fitted: two kinds of two families each
+        cal.moments += [("kind_share", shared.kind_share, shared.kind_share_se)]
+    cal.groups = {m: {"family": shared.family[m], "kind": shared.kind[m], "family_share": shared.family_share,
+                      "kind_share": shared.kind_share} for m in table.models()}
+    cal.notes.append(f"family share w (and kind share o where two kinds have two families each) from the joint fit "
+                     f"of {', '.join(shared.benchmarks)} (parasim.calibration.joint_fit), families by maker within "
+                     f"kind; the wrong-answer family share (errors.family_share) is not fitted")
     return cal
+
+
+@dataclass(frozen=True)
+class SharedEffects:
+    """The shared parts of the per-(question, model) effect fitted to a table (``fit_shared_effects``)."""
+
+    family: dict[str, str]  # model -> its family (maker within kind)
+    kind: dict[str, str]  # model -> "reasoning" or "chat"
+    family_share: float  # w, pooled over ``benchmarks``
+    family_share_se: float
+    kind_share: float  # o (0, SE NaN, where no benchmark identifies it)
+    kind_share_se: float
+    benchmarks: tuple[str, ...]  # where w was identified
+
+
+def _pooled(values: list[float], ses: list[float]) -> tuple[float, float]:
+    """The inverse-variance mean of estimates and its SE (NaN, NaN when none has a finite positive SE)."""
+    ok = [(v, s) for v, s in zip(values, ses) if np.isfinite(s) and s > 0]
+    if not ok:
+        return float("nan"), float("nan")
+    w = np.array([1.0 / s ** 2 for _, s in ok])
+    return float(np.dot(w, [v for v, _ in ok]) / w.sum()), float(1.0 / np.sqrt(w.sum()))
+
+
+def fit_shared_effects(table: PerQueryTable, sd: float) -> SharedEffects | None:
+    """w and o (module docstring) on every benchmark of ``table`` where two models share a family; tau is free where
+    the benchmark has repeated samples and fixed at ``sd`` (the models' mean interaction sd) where it has none, since
+    one sample per question does not tell tau from the difficulty spread. None when no benchmark identifies w."""
+    kind = {m: kind_of(m) for m in table.models()}
+    family = {m: pool_family(m, kind[m]) for m in table.models()}
+    done: list[tuple[str, CorrectnessFit]] = []
+    for bench, om in outcome_matrices(table).items():
+        if np.bincount(family_groups(om.models, family)).max() < 2:
+            continue
+        fit = fit_correctness(om, family, tau=None if om.samples.max() > 1 else sd, kind=kind)
+        if np.isfinite(fit.share_se) and fit.share_se > 0:
+            done.append((bench, fit))
+    if not done:
+        return None
+    w, w_se = _pooled([f.share for _, f in done], [f.share_se for _, f in done])
+    o, o_se = _pooled([f.kind_share for _, f in done], [f.kind_share_se for _, f in done])
+    o = 0.0 if not np.isfinite(o) else min(o, 1.0 - w)
+    return SharedEffects(family, kind, w, w_se, o, o_se, tuple(b for b, _ in done))

@@ -31,8 +31,9 @@ def read_raw(base: str | Path) -> tuple[dict[str, Any], str]:
     return raw, path.stem
 
 
-# The keys of a model's groups that place it in a family or kind (``interaction``, ``errors``): the calibration fit
-# has no families or kinds, so a group it fits, or a model it copies from another, keeps none of them.
+# The keys of a model's groups that place it in a family or kind (``interaction``, ``errors``): the calls fit has no
+# families or kinds, so a group it fits, or a model it copies from another, keeps none of them, unless a per-query
+# fit gave the model its own (``fitted["groups"]``).
 GROUP_KEYS = {"interaction": ("family", "family_share", "kind", "kind_share"), "errors": ("family_share",)}
 
 
@@ -91,7 +92,8 @@ def _uncap_targets(raw: dict[str, Any], names: tuple[str, ...], entries: list[di
 def write_pool(raw: dict[str, Any], fitted: dict[str, Any], source: str) -> tuple[dict[str, Any], list[str]]:
     """The base pool with fitted groups replaced; returns the pool dict and what had to be clipped.
 
-    ``fitted`` keys: ``models`` (row names), ``free`` (per array, which entries were fitted) and the
+    ``fitted`` keys: ``models`` (row names), ``free`` (per array, which entries were fitted), ``groups`` (optional:
+    per model name, the ``interaction`` keys of its family and kind, ``Calibration.groups``) and the
     natural-scale arrays of ``parasim.calibration.fit`` (skill, bonus, lambda, rho, interaction_sd, tok_*, ttft,
     speed, lat_sd, overhead, rates: the proportions and the kappa / affinity moments...). The fitted interaction
     sd is written before the accuracy targets, which are solved back to skills under it.
@@ -109,6 +111,13 @@ def write_pool(raw: dict[str, Any], fitted: dict[str, Any], source: str) -> tupl
             without_groups(entry, ("interaction",))  # the fitted sd is the model's own, with no shared part
             _set(entry.setdefault("interaction", {}), "sd", v["interaction_sd"][m], 0, 5, f"{path}.interaction",
                  clipped, source)
+        if names[m] in fitted.get("groups", {}):  # the family, kind and shares fitted beside the sd
+            inter = entry.setdefault("interaction", {})
+            for key, value in fitted["groups"][names[m]].items():
+                if isinstance(value, str):
+                    inter[key] = value
+                else:
+                    _set(inter, key, value, 0, 1, f"{path}.interaction", clipped, source)
         tau = entry.get("interaction", {}).get("sd", 0.0)
         for b, bench in enumerate(BENCHMARKS):
             if not free["skill"][m, b]:
