@@ -141,8 +141,8 @@ from parasim.protocol.schema import (
     ToolCall,
 )
 from parasim.protocol.tool_schema import render_system_prompt, tool_list
-from parasim.sim.router_signal import ROUTER_KEY
 from parasim.sim import NUM_TARGETS, TARGET_CARRY, TARGET_QUESTION, TARGET_VERIFY
+from parasim.sim.router_signal import ROUTER_KEY
 from parasim.sim.rules import (
     MALFORMED_ROUND,
     RULE_BAD_TARGET,

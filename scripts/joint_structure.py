@@ -60,6 +60,7 @@ from pathlib import Path
 
 import numpy as np
 
+from parasim.calibration.fitted_structure import SOURCE_KEY, STRUCTURE_FILE, FittedStructure, write_fitted_structure
 from parasim.calibration.joint_fit import (
     StructureModel,
     chance_agreement,
@@ -73,7 +74,6 @@ from parasim.calibration.joint_fit import (
     temperature_spread,
     zipf_exponent,
 )
-from parasim.calibration.fitted_structure import SOURCE_KEY, STRUCTURE_FILE, FittedStructure, write_fitted_structure
 from parasim.calibration.joint_stats import OutcomeMatrix, matrix_statistics, outcome_matrices
 from parasim.calibration.model_groups import family_label, family_of, kind_of
 from parasim.calibration.per_query import read_per_query

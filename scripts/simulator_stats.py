@@ -463,7 +463,8 @@ def router_table(name: str, scale: float, seed: int) -> Table:
     rho = fit_rho(calib)
     shrink = router_capture(calib, rho).shrink
     # how far the calibration's own task sample moves rho: the same fit on RHO_SEEDS other calibration samples
-    others = [fit_rho(direct_calls(name, SUITE, seed=CALIBRATION_SEED + (k + 1) * RHO_SEED_STEP)) for k in range(RHO_SEEDS)]
+    others = [fit_rho(direct_calls(name, SUITE, seed=CALIBRATION_SEED + (k + 1) * RHO_SEED_STEP))
+              for k in range(RHO_SEEDS)]
     calls = direct_calls(name, SUITE, _n("router", scale), seed=seed + 1)
     right = calls.right.astype(float)
     rows = np.arange(len(right))

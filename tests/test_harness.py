@@ -10,8 +10,8 @@ import pytest
 from parasim.calibration.joint_fit import StructureModel, structure_pool
 from parasim.calibration.simulate import simulated_calls, simulated_outcomes
 from parasim.config.env_options import check_harness
-from parasim.pools.harness import capped_accuracy, solve_capped_skill, truncation_share, with_harness
 from parasim.config.jsonl import read_json_file
+from parasim.pools.harness import capped_accuracy, solve_capped_skill, truncation_share, with_harness
 from parasim.pools.pool import (
     PoolError,
     accuracy_under_cap,

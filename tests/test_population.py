@@ -9,10 +9,10 @@ import scipy.stats
 import torch
 
 from parasim.pools.descriptors import MODEL_FEATURES
+from parasim.sim.router_signal import ROUTER_KEY
 from training import sweep
 from training.config import make_config
 from training.pipeline import run_pipeline
-from parasim.sim.router_signal import ROUTER_KEY
 from training.policy import ManagerPolicy, MemberAdam, PolicyConfig, PolicyStack, clip_member_grads
 from training.population import population_key, run_population, split_population
 from training.result_schema import untimed

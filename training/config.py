@@ -33,8 +33,8 @@ from parasim.config.fields import (
     to_toml,
     validate,
 )
-from parasim.pools.overrides import PREFIX as POOL_PREFIX
 from parasim.pools.harness import with_harness
+from parasim.pools.overrides import PREFIX as POOL_PREFIX
 from parasim.pools.overrides import check_path, format_set, load_with_set, parse_set, with_override
 from parasim.scoring.rewards import PRESETS, RewardConfig
 from training.evaluate import EvalConfig, check_eval_pool

@@ -54,8 +54,8 @@ from torch.nn import functional
 
 from parasim.config.fields import opt
 from parasim.pools.descriptors import DESCRIPTOR_KEYS, MODEL_FEATURES
-from parasim.sim.router_signal import ROUTER_KEY
 from parasim.protocol.schema import NUM_STATUSES
+from parasim.sim.router_signal import ROUTER_KEY
 from parasim.sim.state import slot_column, slot_of_dimension
 
 MIN_LOGIT = -1e9

@@ -184,11 +184,12 @@ def design_theta(accuracy: np.ndarray, weights: np.ndarray, shifts: np.ndarray, 
         return solve_skill(np.clip(accuracy, 1e-4, 1 - 1e-4), np.array(0.0), np.array(sd))
     w = weights / np.maximum(weights.sum(0, keepdims=True), 1e-12)
     out = np.empty(len(accuracy))
+    def gap(t: float, j: int, a: float) -> float:
+        return float(sum(w[g, j] * expected_accuracy(np.array(t - shifts[g]), np.array(0.0), np.array(sd))
+                         for g in range(len(shifts)))) - a
+
     for j, a in enumerate(np.clip(accuracy, 1e-4, 1 - 1e-4)):
-        def gap(t: float) -> float:
-            return float(sum(w[g, j] * expected_accuracy(np.array(t - shifts[g]), np.array(0.0), np.array(sd))
-                             for g in range(len(shifts)))) - a
-        out[j] = brentq(gap, -20 * sd - 50, 20 * sd + 50)
+        out[j] = brentq(gap, -20 * sd - 50, 20 * sd + 50, args=(j, float(a)))
     return out
 
 
