@@ -98,7 +98,8 @@ def test_a_table_of_more_models_than_a_pool_holds(tmp_path: Path, capsys: pytest
 def test_a_table_with_families_fits_their_share_into_the_pool(tmp_path: Path,
                                                               capsys: pytest.CaptureFixture[str]) -> None:
     """Outcomes drawn with two families of two (one maker each, by name) at a known family share: calibrate fits
-    the share within 3 SEs and writes each table model's family, kind and share into its interaction group."""
+    the share within 3 SEs and writes each table model's family, kind and share into its interaction group; the
+    model with one sample per question, which has no sd of its own, gets the joint fit's tau."""
     from parasim.calibration.joint_fit import StructureModel, structure_pool
     from parasim.calibration.simulate import simulated_outcomes
     from parasim.pools.pool import parse_pool, pool_file
@@ -109,7 +110,7 @@ def test_a_table_with_families_fits_their_share_into_the_pool(tmp_path: Path,
     models = [StructureModel(n, t, 2.0, 0.7, 0.5, n.split("-")[0], share if n != "llama-x" else 0.0)
               for n, t in zip(names, (1.0, -0.5, 0.5, 0.0, 1.5))]
     om = simulated_outcomes(parse_pool(structure_pool(base, "LiveCodeBench", models, "assumed")), "LiveCodeBench",
-                            500, 5, models=names, sigma=2.0, seed=5)
+                            500, [5, 5, 5, 5, 1], models=names, sigma=2.0, seed=5)
     q, m = np.nonzero(om.samples > 0)
     table = make_table(model=[om.models[j] for j in m], question=[str(om.questions[i]) for i in q],
                        benchmark=["LiveCodeBench"] * len(q), correct=om.hits[q, m] / om.samples[q, m],
@@ -121,10 +122,13 @@ def test_a_table_with_families_fits_their_share_into_the_pool(tmp_path: Path,
     w, se = params["family_share"]
     assert abs(w - share) < 3 * se and se < 0.2, (w, se)
     assert "kind_share" not in params  # one kind (chat): the kind share is not identified
+    tau, tau_se = params["interaction_sd (joint fit)"]
+    assert abs(tau - 2.0) < 3 * tau_se and "interaction_sd[llama-x]" not in params, (tau, tau_se)
     raw = {e["name"]: e for e in json.loads(out.read_text())["models"]}
     assert raw["gpt-x"]["interaction"]["family"] == raw["gpt-y"]["interaction"]["family"] == "openai/chat"
     assert raw["claude-x"]["interaction"]["family"] == "anthropic/chat"
     assert raw["gpt-x"]["interaction"]["family_share"] == round(w, 6)
+    assert raw["llama-x"]["interaction"]["sd"] == round(tau, 6)
     pool = load_pool(str(out))
     rows = [pool.model_names.index(n) for n in names]
     assert pool.family[rows[0]] == pool.family[rows[1]] != pool.family[rows[2]] == pool.family[rows[3]]

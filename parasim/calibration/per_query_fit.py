@@ -116,9 +116,9 @@ def calibrate_per_query(table: PerQueryTable, base: str | Path = "paramanager", 
                             f"most {MAX_MODELS}; select at most {MAX_MODELS - len(agents)} (--models a,b,...)")
     cal = calibrate(per_query_calls(table, domains), base, nodes=nodes)
     cal.notes.insert(0, NOTE)
-    sd = cal.values["interaction_sd"]
     rows = {name: m for m, name in enumerate(cal.models)}
-    shared = fit_shared_effects(table, float(np.mean([sd[rows[m]] for m in table.models()])))
+    sd_mean = float(np.mean([cal.values["interaction_sd"][rows[m]] for m in table.models()]))
+    shared = fit_shared_effects(table, sd_mean)
     if shared is None:
         cal.notes.append("family and kind shares not fitted: no two of the table's models share a family (maker "
                          "within kind, parasim.calibration.model_groups); the models keep no groups")
@@ -128,6 +128,17 @@ def calibrate_per_query(table: PerQueryTable, base: str | Path = "paramanager", 
         cal.moments += [("kind_share", shared.kind_share, shared.kind_share_se)]
     cal.groups = {m: {"family": shared.family[m], "kind": shared.kind[m], "family_share": shared.family_share,
                       "kind_share": shared.kind_share} for m in table.models()}
+    fitted_sd = cal.free.get("interaction_sd", np.zeros(len(cal.models), bool))
+    unfitted = [m for m in table.models() if not fitted_sd[rows[m]]]
+    if unfitted and np.isfinite(shared.tau):  # the joint fit's tau, where samples repeat, beats the base's sd
+        cal.moments += [("interaction_sd (joint fit)", shared.tau, shared.tau_se)]
+        for m in unfitted:
+            cal.groups[m]["sd"] = shared.tau
+        cal.notes.append(f"interaction sd of {', '.join(unfitted)} from the joint fit's tau (too few repeated "
+                         f"samples for a sd of their own)")
+    elif unfitted:
+        cal.notes.append(f"interaction sd of {', '.join(unfitted)} kept at the base pool's values under the fitted "
+                         f"shares (no repeated samples: the joint fit held tau at {sd_mean:.3f})")
     cal.notes.append(f"family share w (and kind share o where two kinds have two families each) from the joint fit "
                      f"of {', '.join(shared.benchmarks)} (parasim.calibration.joint_fit), families by maker within "
                      f"kind; the wrong-answer family share (errors.family_share) is not fitted")
@@ -145,6 +156,8 @@ class SharedEffects:
     kind_share: float  # o (0, SE NaN, where no benchmark identifies it)
     kind_share_se: float
     benchmarks: tuple[str, ...]  # where w was identified
+    tau: float  # the joint fit's tau, pooled over the benchmarks with repeated samples (NaN: none has them)
+    tau_se: float
 
 
 def _pooled(values: list[float], ses: list[float]) -> tuple[float, float]:
@@ -174,4 +187,5 @@ def fit_shared_effects(table: PerQueryTable, sd: float) -> SharedEffects | None:
     w, w_se = _pooled([f.share for _, f in done], [f.share_se for _, f in done])
     o, o_se = _pooled([f.kind_share for _, f in done], [f.kind_share_se for _, f in done])
     o = 0.0 if not np.isfinite(o) else min(o, 1.0 - w)
-    return SharedEffects(family, kind, w, w_se, o, o_se, tuple(b for b, _ in done))
+    tau, tau_se = _pooled([f.tau for _, f in done], [f.tau_se for _, f in done])  # a held tau has SE NaN
+    return SharedEffects(family, kind, w, w_se, o, o_se, tuple(b for b, _ in done), tau, tau_se)

@@ -108,17 +108,19 @@ def write_pool(raw: dict[str, Any], fitted: dict[str, Any], source: str) -> tupl
         path = "manager" if m == len(names) - 1 else f"models[{m}]"
         sr_bonus = v["bonus"][int(Tool.STANDARD_REASONER)]
         if "interaction_sd" in free and free["interaction_sd"][m]:
-            without_groups(entry, ("interaction",))  # the fitted sd is the model's own, with no shared part
+            without_groups(entry, ("interaction",))  # the base's groups are not this model's; ``groups`` below
             _set(entry.setdefault("interaction", {}), "sd", v["interaction_sd"][m], 0, 5, f"{path}.interaction",
                  clipped, source)
-        if names[m] in fitted.get("groups", {}):  # the family, kind and shares fitted beside the sd
+        tau = entry.get("interaction", {}).get("sd", 0.0)
+        if names[m] in fitted.get("groups", {}):
+            # the family, kind and shares fitted beside the sd, set after ``tau`` is read: the fitted skills become
+            # accuracies under the sd they were fitted with, which the pool solves back to skills under the new one
             inter = entry.setdefault("interaction", {})
             for key, value in fitted["groups"][names[m]].items():
                 if isinstance(value, str):
                     inter[key] = value
-                else:
-                    _set(inter, key, value, 0, 1, f"{path}.interaction", clipped, source)
-        tau = entry.get("interaction", {}).get("sd", 0.0)
+                else:  # the shares, and the joint fit's sd where the model has none of its own
+                    _set(inter, key, value, 0, 5 if key == "sd" else 1, f"{path}.interaction", clipped, source)
         for b, bench in enumerate(BENCHMARKS):
             if not free["skill"][m, b]:
                 continue
