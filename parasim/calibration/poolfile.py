@@ -2,10 +2,11 @@
 
 A pool file holds more than a call log can identify (prices, cost units, protocol constants, the
 distractor structure), so a fit starts from a base pool and replaces only the groups it estimated,
-whose ``source`` then names the log (``"fit:calls.jsonl"``). Accuracy targets are written so that the
-loader's skill solve (``parasim.pools.pool.solve_skill`` under the task catalogue's difficulty
-distribution) gives back exactly the fitted skill; values outside the loader's range are clipped and
-reported.
+whose ``source`` then names the log (``"fit:calls.jsonl"``). Accuracy targets are the fitted model's
+accuracies, under the difficulty spread sigma_b the fit estimated; the loader solves them back to skills
+(``parasim.pools.pool.solve_skill``) under the task catalogue's spread, which is what the simulator draws (a
+pool holds no spread of its own), so the pool keeps each fitted accuracy, and its skill where the two spreads
+agree. Values outside the loader's range are clipped and reported.
 """
 from __future__ import annotations
 
@@ -16,7 +17,14 @@ from typing import Any
 
 import numpy as np
 
-from parasim.pools.pool import effective_spread, expected_accuracy, parse_pool, pool_file, read_pool_file
+from parasim.pools.pool import (
+    effective_spread,
+    expected_accuracy,
+    parse_pool,
+    pool_file,
+    read_pool_file,
+    solve_skill,
+)
 from parasim.protocol.schema import Tool
 from parasim.tasks.suites import BENCHMARKS, FREE_FORM
 
@@ -124,12 +132,16 @@ def write_pool(raw: dict[str, Any], fitted: dict[str, Any], source: str) -> tupl
         for b, bench in enumerate(BENCHMARKS):
             if not free["skill"][m, b]:
                 continue
-            if bench.name.startswith("generic_"):
-                _set(entry["skill"], DOMAINS[bench.domain], v["skill"][m, b], -10, 10, f"{path}.skill", clipped,
-                     source)
-                continue
+            # the fitted model's accuracy, under the difficulty spread it was fitted with: the pool simulates the
+            # catalogue's spread (a pool holds none of its own), so it keeps the accuracy, not the skill
             acc = 100 * float(expected_accuracy(np.array(v["skill"][m, b] + sr_bonus[bench.domain]),
-                                                np.array(bench.mu), effective_spread(bench.sigma, tau)))
+                                                np.array(bench.mu), effective_spread(v["sigma"][b], tau)))
+            if bench.name.startswith("generic_"):  # no accuracy target: the domain skill that gives it
+                final_tau = entry.get("interaction", {}).get("sd", 0.0)
+                skill = solve_skill(np.array(acc / 100), np.array(bench.mu),
+                                    effective_spread(bench.sigma, final_tau)) - sr_bonus[bench.domain]
+                _set(entry["skill"], DOMAINS[bench.domain], float(skill), -10, 10, f"{path}.skill", clipped, source)
+                continue
             floor = 100.0 / bench.options if bench.options != FREE_FORM else 0.0
             target = entry.setdefault("accuracy", {}).setdefault(bench.name, {})
             target.pop("cap_tokens", None)  # the fitted skill's accuracy is the uncapped one
