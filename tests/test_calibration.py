@@ -141,11 +141,10 @@ def test_fitted_pool_loads_and_keeps_the_fitted_accuracies(recovery, tmp_path: P
     checked = 0
     for m, b in zip(*np.nonzero(free)):
         bench = BENCHMARKS[b]
-        tau = spec.tau[m]
-        fitted = expected_accuracy(np.array(v["skill"][m, b] + bonus[bench.domain]), np.array(bench.mu),
-                                   effective_spread(v["sigma"][b], tau))
+        fitted = expected_accuracy(np.array(v["skill"][m, b] + bonus[bench.domain]), np.array(v["mu"][b]),
+                                   effective_spread(v["sigma"][b], v["interaction_sd"][m]))
         written = expected_accuracy(np.array(spec.skill[m, b] + spec.bonus[int(Tool.STANDARD_REASONER), bench.domain]),
-                                    np.array(bench.mu), effective_spread(bench.sigma, tau))
+                                    np.array(bench.mu), effective_spread(bench.sigma, spec.tau[m]))
         assert abs(float(written) - float(fitted)) < 1e-4, (m, bench.name)
         checked += 1
     assert checked > 20

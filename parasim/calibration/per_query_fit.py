@@ -24,6 +24,7 @@ without groups, as the calls fit has them, and the report says so.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -160,13 +161,21 @@ class SharedEffects:
     tau_se: float
 
 
-def _pooled(values: list[float], ses: list[float]) -> tuple[float, float]:
-    """The inverse-variance mean of estimates and its SE (NaN, NaN when none has a finite positive SE)."""
-    ok = [(v, s) for v, s in zip(values, ses) if np.isfinite(s) and s > 0]
+def _pooled(values: list[float], ses: list[float], logit: bool = False) -> tuple[float, float]:
+    """The inverse-variance mean of estimates and its SE (NaN, NaN when none has a finite positive SE); ``logit``
+    pools shares on the logit scale their fit uses (a share near 0 or 1 has a natural-scale SE near 0, which would
+    outweigh every other estimate) and maps the mean back by the delta method."""
+    ok = [(v, s) for v, s in zip(values, ses) if np.isfinite(s) and s > 0 and (not logit or 0 < v < 1)]
     if not ok:
         return float("nan"), float("nan")
+    if logit:
+        ok = [(math.log(v / (1 - v)), s / (v * (1 - v))) for v, s in ok]
     w = np.array([1.0 / s ** 2 for _, s in ok])
-    return float(np.dot(w, [v for v, _ in ok]) / w.sum()), float(1.0 / np.sqrt(w.sum()))
+    mean, se = float(np.dot(w, [v for v, _ in ok]) / w.sum()), float(1.0 / np.sqrt(w.sum()))
+    if not logit:
+        return mean, se
+    p = 1.0 / (1.0 + math.exp(-mean))
+    return p, se * p * (1 - p)
 
 
 def fit_shared_effects(table: PerQueryTable, sd: float) -> SharedEffects | None:
@@ -180,12 +189,12 @@ def fit_shared_effects(table: PerQueryTable, sd: float) -> SharedEffects | None:
         if np.bincount(family_groups(om.models, family)).max() < 2:
             continue
         fit = fit_correctness(om, family, tau=None if om.samples.max() > 1 else sd, kind=kind)
-        if np.isfinite(fit.share_se) and fit.share_se > 0:
+        if np.isfinite(fit.share_se) and fit.share_se > 0 and 0 < fit.share < 1:
             done.append((bench, fit))
     if not done:
         return None
-    w, w_se = _pooled([f.share for _, f in done], [f.share_se for _, f in done])
-    o, o_se = _pooled([f.kind_share for _, f in done], [f.kind_share_se for _, f in done])
+    w, w_se = _pooled([f.share for _, f in done], [f.share_se for _, f in done], logit=True)
+    o, o_se = _pooled([f.kind_share for _, f in done], [f.kind_share_se for _, f in done], logit=True)
     o = 0.0 if not np.isfinite(o) else min(o, 1.0 - w)
     tau, tau_se = _pooled([f.tau for _, f in done], [f.tau_se for _, f in done])  # a held tau has SE NaN
     return SharedEffects(family, kind, w, w_se, o, o_se, tuple(b for b, _ in done), tau, tau_se)

@@ -119,12 +119,15 @@ def write_pool(raw: dict[str, Any], fitted: dict[str, Any], source: str) -> tupl
             without_groups(entry, ("interaction",))  # the base's groups are not this model's; ``groups`` below
             _set(entry.setdefault("interaction", {}), "sd", v["interaction_sd"][m], 0, 5, f"{path}.interaction",
                  clipped, source)
-        tau = entry.get("interaction", {}).get("sd", 0.0)
-        if names[m] in fitted.get("groups", {}):
-            # the family, kind and shares fitted beside the sd, set after ``tau`` is read: the fitted skills become
-            # accuracies under the sd they were fitted with, which the pool solves back to skills under the new one
+        # the sd the skills were fitted under (a base model's sd below the fit's start value was fitted at that value)
+        fit_tau = (float(v["interaction_sd"][m]) if "interaction_sd" in v
+                   else entry.get("interaction", {}).get("sd", 0.0))
+        groups = fitted.get("groups", {}).get(names[m])
+        if groups and ("sd" in groups or "sd" in entry.get("interaction", {})):  # shares of no sd would split nothing
+            # the family, kind and shares fitted beside the sd; the fitted skills become accuracies under
+            # ``fit_tau``, which the pool solves back to skills under the sd it ends with
             inter = entry.setdefault("interaction", {})
-            for key, value in fitted["groups"][names[m]].items():
+            for key, value in groups.items():
                 if isinstance(value, str):
                     inter[key] = value
                 else:  # the shares, and the joint fit's sd where the model has none of its own
@@ -132,10 +135,10 @@ def write_pool(raw: dict[str, Any], fitted: dict[str, Any], source: str) -> tupl
         for b, bench in enumerate(BENCHMARKS):
             if not free["skill"][m, b]:
                 continue
-            # the fitted model's accuracy, under the difficulty spread it was fitted with: the pool simulates the
-            # catalogue's spread (a pool holds none of its own), so it keeps the accuracy, not the skill
+            # the fitted model's accuracy, under the difficulty mean and spread it was fitted with: the pool
+            # simulates the catalogue's (a pool holds none of its own), so it keeps the accuracy, not the skill
             acc = 100 * float(expected_accuracy(np.array(v["skill"][m, b] + sr_bonus[bench.domain]),
-                                                np.array(bench.mu), effective_spread(v["sigma"][b], tau)))
+                                                np.array(v["mu"][b]), effective_spread(v["sigma"][b], fit_tau)))
             if bench.name.startswith("generic_"):  # no accuracy target: the domain skill that gives it
                 final_tau = entry.get("interaction", {}).get("sd", 0.0)
                 skill = solve_skill(np.array(acc / 100), np.array(bench.mu),
