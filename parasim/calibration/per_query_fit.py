@@ -24,13 +24,13 @@ without groups, as the calls fit has them, and the report says so.
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from scipy import special
 
 from parasim.calibration.calls import CallTable, calls_from_records
 from parasim.calibration.fit import Calibration, calibrate
@@ -129,8 +129,7 @@ def calibrate_per_query(table: PerQueryTable, base: str | Path = "paramanager", 
         cal.moments += [("kind_share", shared.kind_share, shared.kind_share_se)]
     cal.groups = {m: {"family": shared.family[m], "kind": shared.kind[m], "family_share": shared.family_share,
                       "kind_share": shared.kind_share} for m in table.models()}
-    fitted_sd = cal.free.get("interaction_sd", np.zeros(len(cal.models), bool))
-    unfitted = [m for m in table.models() if not fitted_sd[rows[m]]]
+    unfitted = [m for m in table.models() if not cal.free["interaction_sd"][rows[m]]]
     if unfitted and np.isfinite(shared.tau):  # the joint fit's tau, where samples repeat, beats the base's sd
         cal.moments += [("interaction_sd (joint fit)", shared.tau, shared.tau_se)]
         for m in unfitted:
@@ -169,12 +168,12 @@ def _pooled(values: list[float], ses: list[float], logit: bool = False) -> tuple
     if not ok:
         return float("nan"), float("nan")
     if logit:
-        ok = [(math.log(v / (1 - v)), s / (v * (1 - v))) for v, s in ok]
+        ok = [(float(special.logit(v)), s / (v * (1 - v))) for v, s in ok]
     w = np.array([1.0 / s ** 2 for _, s in ok])
     mean, se = float(np.dot(w, [v for v, _ in ok]) / w.sum()), float(1.0 / np.sqrt(w.sum()))
     if not logit:
         return mean, se
-    p = 1.0 / (1.0 + math.exp(-mean))
+    p = float(special.expit(mean))
     return p, se * p * (1 - p)
 
 

@@ -132,6 +132,7 @@ def write_pool(raw: dict[str, Any], fitted: dict[str, Any], source: str) -> tupl
                     inter[key] = value
                 else:  # the shares, and the joint fit's sd where the model has none of its own
                     _set(inter, key, value, 0, 5 if key == "sd" else 1, f"{path}.interaction", clipped, source)
+        final_tau = entry.get("interaction", {}).get("sd", 0.0)  # the sd the pool's skill solve uses
         for b, bench in enumerate(BENCHMARKS):
             if not free["skill"][m, b]:
                 continue
@@ -140,7 +141,6 @@ def write_pool(raw: dict[str, Any], fitted: dict[str, Any], source: str) -> tupl
             acc = 100 * float(expected_accuracy(np.array(v["skill"][m, b] + sr_bonus[bench.domain]),
                                                 np.array(v["mu"][b]), effective_spread(v["sigma"][b], fit_tau)))
             if bench.name.startswith("generic_"):  # no accuracy target: the domain skill that gives it
-                final_tau = entry.get("interaction", {}).get("sd", 0.0)
                 skill = solve_skill(np.array(acc / 100), np.array(bench.mu),
                                     effective_spread(bench.sigma, final_tau)) - sr_bonus[bench.domain]
                 _set(entry["skill"], DOMAINS[bench.domain], float(skill), -10, 10, f"{path}.skill", clipped, source)
